@@ -65,7 +65,6 @@ func manyLevels(n int) string {
 	return strings.Join(parts, " ")
 }
 
-
 func TestParseAccepts(t *testing.T) {
 	tbl, err := levels.Parse(" 1s  2s\t3s 1m 2h 1d ")
 	require.NoError(t, err)
