@@ -1,0 +1,413 @@
+// Package sqlstore is the SQL adapter of orderexpiry, on database/sql, for
+// MySQL/MariaDB (go-sql-driver/mysql), PostgreSQL (pgx's stdlib driver) and
+// SQLite (modernc.org/sqlite). The host opens the *sql.DB with its driver;
+// this package imports none of them (only the MySQL error type).
+//
+// One Store serves every interface the core declares over orders:
+//   - cancel.OrderStore (Order, CancelPending, PayPending),
+//   - expiry.OrderLookup (Order),
+//   - reconcile.ExpiredFinder (Expired) and reconcile.StatusReader (Statuses).
+//
+// The schema (schema/*.sql, also returned by Schema) has two tables: oe_order
+// and oe_order_seat, whose primary key (show_id, seat_id) allows one live
+// claim per seat. Times are epoch milliseconds, and every "now" is the
+// database's clock. Place inserts an order inside the host's own transaction.
+//
+// The compare-and-set statements always change the status they match, so
+// they are correct whatever the driver reports as affected rows (matched or
+// changed, go-sql-driver/mysql's clientFoundRows). Serialization failures and
+// deadlocks (PostgreSQL 40001/40P01, MariaDB 1020/1213) are retried; the
+// retry sees the winner's status, so they end as "lost the race".
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// Dialect names the SQL flavour of the database behind a Store.
+type Dialect string
+
+// The supported dialects.
+const (
+	MySQL    Dialect = "mysql" // MySQL 8 and MariaDB 10.6+
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+//go:embed schema/*.sql
+var schemaFS embed.FS
+
+// Schema returns the DDL of dialect as separate statements, each idempotent
+// (CREATE … IF NOT EXISTS), for hosts that apply it with their own migration
+// tool. Store.Migrate applies the same.
+func Schema(d Dialect) ([]string, error) {
+	b, err := schemaFS.ReadFile("schema/" + string(d) + ".sql")
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: unknown dialect %q", d)
+	}
+	var out []string
+	for _, stmt := range strings.Split(string(b), ";") {
+		var lines []string
+		for _, l := range strings.Split(stmt, "\n") {
+			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 0 {
+			out = append(out, strings.Join(lines, "\n"))
+		}
+	}
+	return out, nil
+}
+
+// Store implements the order side of orderexpiry on one *sql.DB. It is safe
+// for concurrent use. With SQLite, open the database with a busy timeout and
+// immediate transactions (see examples), or limit the pool to one connection.
+type Store struct {
+	db      *sql.DB
+	dialect Dialect
+	q       queries
+}
+
+type queries struct {
+	now, order, cancel, cancelOwner, cancelDue, orderOwner, seats, deleteSeats,
+	pay, payOwner, sellSeats, insertOrder, insertSeat, expired string
+}
+
+// New returns a Store for db in dialect.
+func New(db *sql.DB, d Dialect) (*Store, error) {
+	var now string
+	switch d {
+	case MySQL:
+		now = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3))*1000) AS SIGNED)"
+	case Postgres:
+		now = "CAST(EXTRACT(EPOCH FROM clock_timestamp())*1000 AS BIGINT)"
+	case SQLite:
+		now = "CAST(ROUND((julianday('now')-2440587.5)*86400000) AS INTEGER)"
+	default:
+		return nil, fmt.Errorf("sqlstore: unknown dialect %q", d)
+	}
+	if db == nil {
+		return nil, errors.New("sqlstore: nil *sql.DB")
+	}
+	bind := func(q string) string { return rebind(d, strings.ReplaceAll(q, "NOW_MS", now)) }
+	cancelSQL := "UPDATE oe_order SET status = 2, cancel_reason = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
+	paySQL := "UPDATE oe_order SET status = 1, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
+	return &Store{db: db, dialect: d, q: queries{
+		now:         bind("SELECT NOW_MS"),
+		order:       bind("SELECT user_id, show_id, status, expire_at_ms, NOW_MS FROM oe_order WHERE order_no = ?"),
+		cancel:      bind(cancelSQL),
+		cancelOwner: bind(cancelSQL + " AND user_id = ?"),
+		cancelDue:   bind(cancelSQL + " AND expire_at_ms <= NOW_MS"),
+		orderOwner:  bind("SELECT user_id, show_id, expire_at_ms, NOW_MS FROM oe_order WHERE order_no = ?"),
+		seats:       bind("SELECT seat_id FROM oe_order_seat WHERE order_no = ? ORDER BY seat_id"),
+		deleteSeats: bind("DELETE FROM oe_order_seat WHERE order_no = ?"),
+		pay:         bind(paySQL),
+		payOwner:    bind(paySQL + " AND user_id = ?"),
+		sellSeats:   bind("UPDATE oe_order_seat SET state = 2 WHERE order_no = ?"),
+		insertOrder: bind("INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) VALUES (?, ?, ?, 0, ?, NOW_MS, NOW_MS)"),
+		insertSeat:  bind("INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES (?, ?, ?, 1)"),
+		expired:     bind("SELECT order_no FROM oe_order WHERE status = 0 AND expire_at_ms <= NOW_MS ORDER BY expire_at_ms LIMIT ?"),
+	}}, nil
+}
+
+// rebind turns ? placeholders into $n for PostgreSQL. Queries here contain no
+// string literals with '?', so a plain scan is exact.
+func rebind(d Dialect, q string) string {
+	if d != Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// Migrate applies Schema(dialect). It is idempotent.
+func (s *Store) Migrate(ctx context.Context) error {
+	stmts, err := Schema(s.dialect)
+	if err != nil {
+		return err
+	}
+	for _, q := range stmts {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+	}
+	return nil
+}
+
+// Now returns the database's clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var ms int64
+	if err := s.db.QueryRowContext(ctx, s.q.now).Scan(&ms); err != nil {
+		return time.Time{}, fmt.Errorf("sqlstore: now: %w", err)
+	}
+	return time.UnixMilli(ms), nil
+}
+
+// Place inserts a pending order and its seat claims in the host's
+// transaction tx. A seat that another live order holds gives an error
+// wrapping cancel.ErrSeatUnavailable (the transaction is then unusable on PostgreSQL: roll
+// it back). Schedule the expiry message after tx commits (expiry.AfterCommit).
+func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("sqlstore: place: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q.insertOrder, p.OrderNo, p.UserID, p.ShowID, p.ExpireAt.UnixMilli()); err != nil {
+		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+	}
+	for _, seat := range p.Seats {
+		if _, err := tx.ExecContext(ctx, s.q.insertSeat, p.ShowID, seat, p.OrderNo); err != nil {
+			if isDuplicate(err) {
+				return fmt.Errorf("sqlstore: place order %s: seat %s/%s: %w", p.OrderNo, p.ShowID, seat, cancel.ErrSeatUnavailable)
+			}
+			return fmt.Errorf("sqlstore: place order %s: seat %s: %w", p.OrderNo, seat, err)
+		}
+	}
+	return nil
+}
+
+// Order implements expiry.OrderLookup and cancel.OrderStore.
+func (s *Store) Order(ctx context.Context, orderNo string) (expiry.Order, error) {
+	o := expiry.Order{No: orderNo}
+	var status uint8
+	var expireMS, nowMS int64
+	err := s.db.QueryRowContext(ctx, s.q.order, orderNo).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS)
+	if errors.Is(err, sql.ErrNoRows) {
+		return expiry.Order{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
+	}
+	if err != nil {
+		return expiry.Order{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
+	}
+	o.Status, o.ExpireAt, o.ReadAt = expiry.Status(status), time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	return o, nil
+}
+
+// CancelPending implements cancel.OrderStore.
+func (s *Store) CancelPending(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	q, args := s.q.cancel, []any{string(req.Reason), req.OrderNo}
+	switch {
+	case req.UserID != "" && req.OnlyIfDue:
+		return cancel.Result{}, errors.New("sqlstore: a cancel is either the user's or due, not both")
+	case req.UserID != "":
+		q, args = s.q.cancelOwner, append(args, req.UserID)
+	case req.OnlyIfDue:
+		q = s.q.cancelDue
+	}
+	return s.transition(ctx, req.OrderNo, req.UserID, expiry.StatusCancelled, q, args, s.q.deleteSeats)
+}
+
+// PayPending implements cancel.OrderStore.
+func (s *Store) PayPending(ctx context.Context, orderNo, userID string) (cancel.Result, error) {
+	q, args := s.q.pay, []any{orderNo}
+	if userID != "" {
+		q, args = s.q.payOwner, append(args, userID)
+	}
+	return s.transition(ctx, orderNo, userID, expiry.StatusPaid, q, args, s.q.sellSeats)
+}
+
+// transition runs one state change to status to: the compare-and-set cas, then (if it
+// matched) the order's seats are read and seatsQ (delete or sell) is applied,
+// all in one transaction. When cas matches nothing, the order is read again to
+// say why.
+func (s *Store) transition(ctx context.Context, orderNo, userID string, to expiry.Status, cas string, args []any, seatsQ string) (cancel.Result, error) {
+	var res cancel.Result
+	var changed bool
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, cas, args...)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if changed = n == 1; !changed {
+			return nil
+		}
+		res, err = s.readForTransition(ctx, tx, orderNo)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, seatsQ, orderNo)
+		return err
+	})
+	if err != nil {
+		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
+	}
+	if changed {
+		res.Changed, res.Order.Status = true, to
+		return res, nil
+	}
+	o, err := s.Order(ctx, orderNo)
+	if err != nil {
+		return cancel.Result{}, err
+	}
+	if userID != "" && o.UserID != userID {
+		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, cancel.ErrNotOwner)
+	}
+	return cancel.Result{Order: o}, nil
+}
+
+func (s *Store) readForTransition(ctx context.Context, tx *sql.Tx, orderNo string) (cancel.Result, error) {
+	res := cancel.Result{Order: expiry.Order{No: orderNo}}
+	var expireMS, nowMS int64
+	if err := tx.QueryRowContext(ctx, s.q.orderOwner, orderNo).Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS); err != nil {
+		return res, err
+	}
+	res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	rows, err := tx.QueryContext(ctx, s.q.seats, orderNo)
+	if err != nil {
+		return res, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seat string
+		if err := rows.Scan(&seat); err != nil {
+			return res, err
+		}
+		res.Seats = append(res.Seats, seat)
+	}
+	return res, rows.Err()
+}
+
+const maxAttempts = 4
+
+// retry runs fn in a transaction, again when the database reports a
+// serialization failure or a deadlock.
+func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error) error {
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		err = s.inTx(ctx, fn)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(attempt) * time.Millisecond)
+	}
+	return err
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback() // fn's error is the one to report
+		return err
+	}
+	return tx.Commit()
+}
+
+// retryable reports serialization failures and deadlocks.
+func retryable(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1020 || my.Number == 1213 || my.Number == 1205
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		code := pg.SQLState()
+		return code == "40001" || code == "40P01"
+	}
+	msg := err.Error() // SQLite (modernc) has no exported code type worth importing
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+func isDuplicate(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1062
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState() == "23505"
+	}
+	return strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// Expired returns up to limit numbers of pending orders past expire_at by the
+// database's clock, oldest first, following the (status, expire_at_ms) index.
+// It implements reconcile.ExpiredFinder.
+func (s *Store) Expired(ctx context.Context, limit int) ([]string, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.expired, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: expired: %w", err)
+	}
+	defer rows.Close()
+	out := make([]string, 0, limit)
+	for rows.Next() {
+		var no string
+		if err := rows.Scan(&no); err != nil {
+			return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		}
+		out = append(out, no)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlstore: expired: %w", err)
+	}
+	return out, nil
+}
+
+// maxIn bounds the IN list of one Statuses query.
+const maxIn = 500
+
+// Statuses returns the status of each existing order among nos (missing ones
+// are absent from the map). It implements reconcile.StatusReader.
+func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]expiry.Status, error) {
+	out := make(map[string]expiry.Status, len(nos))
+	for len(nos) > 0 {
+		chunk := nos[:min(len(nos), maxIn)]
+		nos = nos[len(chunk):]
+		q := rebind(s.dialect, "SELECT order_no, status FROM oe_order WHERE order_no IN (?"+strings.Repeat(", ?", len(chunk)-1)+")")
+		args := make([]any, len(chunk))
+		for i, no := range chunk {
+			args[i] = no
+		}
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
+		}
+		for rows.Next() {
+			var no string
+			var st uint8
+			if err := rows.Scan(&no, &st); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
+			}
+			out[no] = expiry.Status(st)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,26 @@
+package expiry
+
+import "time"
+
+// Clock is the source of time for components that wait (the in-process
+// sender) or stamp times (the after-commit scheduler). Tests substitute a
+// fake (expirytest.FakeClock) so that nothing sleeps.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine after d, like time.AfterFunc.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not started; it reports whether it did.
+	Stop() bool
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                            { return time.Now() }
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// SystemClock is the real clock.
+var SystemClock Clock = systemClock{}

@@ -1,0 +1,22 @@
+// Package expiry decides what happens when an unpaid order's timer fires, and
+// schedules that timer after the order commits.
+//
+// The flow, from the host's point of view:
+//
+//  1. The host places an order in one SQL transaction and, inside it, asks a
+//     Scheduler (through AfterCommit or its own transaction manager's
+//     after-commit hook) to send a delayed message for the order. A rollback
+//     sends nothing; a send failure after commit is logged and counted, never
+//     returned to the buyer, and left to the reconciler.
+//  2. A transport (a DelaySender: RocketMQ in package expiry/rocketmq, or the
+//     in-process sender in expiry/inproc) delivers the message at least once.
+//     Its consumer hands the body to a Shell, which decodes and validates it,
+//     restores the trace id, times the work and calls the Handler.
+//  3. The Handler looks the order up: missing or no longer pending, it does
+//     nothing (the order's state machine is the whole of idempotency); not yet
+//     due by the store's clock, it re-arms the message for the time left; due,
+//     it asks the Canceller (package cancel) to cancel it with reason timeout.
+//
+// Every outcome goes to an Observer, which a host implements to count things;
+// the default does nothing. The package imports no driver.
+package expiry

@@ -1,0 +1,46 @@
+package expiry_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
+	"github.com/seatflow/orderexpiry/expiry/inproc"
+	"github.com/seatflow/orderexpiry/internal/fake"
+	"github.com/seatflow/orderexpiry/levels"
+)
+
+// Wiring the Handler: an order store, the cancel service, a delay sender and
+// the consumer shell. Here everything is in memory and the clock is fake; a
+// host uses cancel/sqlstore, cancel/redisseat and expiry/rocketmq.
+func Example() {
+	ctx := context.Background()
+	clock := expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	store, seats := fake.NewStore(clock.Now), fake.NewSeats(clock.Now)
+	svc, _ := cancel.New(cancel.Config{Store: store, Seats: seats})
+
+	// RocketMQ-like delays: the default levels, one second of slack.
+	sender := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, Slack: time.Second,
+		OnSend: func(m expiry.Message, level int, d time.Duration) {
+			fmt.Printf("hop %d: level %d (%v)\n", m.Hop, level, d)
+		}})
+	h, _ := expiry.NewHandler(expiry.HandlerConfig{Orders: store, Canceller: svc, Sender: sender})
+	sender.Attach(expiry.NewShell(h, nil, nil))
+	sched, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Clock: clock})
+
+	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(15 * time.Minute)}
+	_, _ = seats.Lock(ctx, p.Hold(), 4)
+	_ = store.Place(ctx, p) // in a host: inside its SQL transaction…
+	sched.Schedule(ctx, p.OrderNo, p.ExpireAt) // …and this after commit
+
+	clock.Advance(15 * time.Minute)
+	o, _ := store.Order(ctx, "A1")
+	fmt.Println("order", o.Status)
+	// Output:
+	// hop 1: level 14 (10m0s)
+	// hop 2: level 9 (5m0s)
+	// order cancelled
+}

@@ -1,0 +1,269 @@
+package expiry_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
+	"github.com/seatflow/orderexpiry/internal/fake"
+)
+
+// recorder is a DelaySender and Observer that remembers what it saw.
+type recorder struct {
+	mu     sync.Mutex
+	sent   []sent
+	events []expiry.Event
+	err    error
+}
+
+type sent struct {
+	m     expiry.Message
+	delay time.Duration
+}
+
+func (r *recorder) Send(_ context.Context, m expiry.Message, d time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	r.sent = append(r.sent, sent{m, d})
+	return nil
+}
+
+func (r *recorder) Observe(_ context.Context, e expiry.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) count(k expiry.Kind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+type world struct {
+	clock  *expirytest.FakeClock
+	store  *fake.Store
+	seats  *fake.Seats
+	svc    *cancel.Service
+	rec    *recorder
+	h      *expiry.Handler
+	userID string
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{clock: expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), rec: &recorder{}, userID: "u1"}
+	w.store = fake.NewStore(w.clock.Now)
+	w.seats = fake.NewSeats(w.clock.Now)
+	var err error
+	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Seller: w.seats, Observer: w.rec})
+	require.NoError(t, err)
+	w.h, err = expiry.NewHandler(expiry.HandlerConfig{Orders: w.store, Canceller: w.svc, Sender: w.rec, Observer: w.rec})
+	require.NoError(t, err)
+	return w
+}
+
+// place puts an order due in ttl, with its seats locked, as a host would.
+func (w *world) place(t *testing.T, no string, ttl time.Duration) cancel.Placement {
+	p := cancel.Placement{OrderNo: no, UserID: w.userID, ShowID: "show", Seats: []string{no + "-a", no + "-b"}, ExpireAt: w.clock.Now().Add(ttl)}
+	_, err := w.seats.Lock(context.Background(), p.Hold(), 0)
+	require.NoError(t, err)
+	require.NoError(t, w.store.Place(context.Background(), p))
+	return p
+}
+
+func (w *world) status(t *testing.T, no string) expiry.Status {
+	o, err := w.store.Order(context.Background(), no)
+	require.NoError(t, err)
+	return o.Status
+}
+
+func (w *world) free(t *testing.T, p cancel.Placement) bool {
+	show, err := w.seats.Show(context.Background(), p.ShowID)
+	require.NoError(t, err)
+	for _, s := range p.Seats {
+		if _, taken := show[s]; taken {
+			return false
+		}
+	}
+	return true
+}
+
+// The article's four cases.
+func TestHandlerArticleCases(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("expired order is cancelled and its seats released", func(t *testing.T) {
+		w := newWorld(t)
+		p := w.place(t, "o1", time.Minute)
+		w.clock.Advance(time.Minute)
+		out, err := w.h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1})
+		require.NoError(t, err)
+		assert.Equal(t, expiry.OutcomeCancelled, out)
+		assert.Equal(t, expiry.StatusCancelled, w.status(t, "o1"))
+		assert.True(t, w.free(t, p), "seats are free again")
+		held, _ := w.seats.Held(ctx, "show", w.userID)
+		assert.Zero(t, held)
+	})
+
+	t.Run("paid order is ignored", func(t *testing.T) {
+		w := newWorld(t)
+		p := w.place(t, "o1", time.Minute)
+		_, err := w.svc.Pay(ctx, "o1", w.userID)
+		require.NoError(t, err)
+		w.clock.Advance(2 * time.Minute)
+		out, err := w.h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1})
+		require.NoError(t, err)
+		assert.Equal(t, expiry.OutcomeFinal, out)
+		assert.Equal(t, expiry.StatusPaid, w.status(t, "o1"))
+		assert.False(t, w.free(t, p), "sold seats stay sold")
+		assert.Empty(t, w.rec.sent)
+	})
+
+	t.Run("not yet due is re-armed with the remaining time", func(t *testing.T) {
+		w := newWorld(t)
+		w.place(t, "o1", 15*time.Minute)
+		w.clock.Advance(10 * time.Minute)
+		out, err := w.h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1, TraceID: "tr"})
+		require.NoError(t, err)
+		assert.Equal(t, expiry.OutcomeRearmed, out)
+		require.Len(t, w.rec.sent, 1)
+		assert.Equal(t, 5*time.Minute, w.rec.sent[0].delay)
+		assert.Equal(t, expiry.Message{OrderNo: "o1", Hop: 2, TraceID: "tr"}, w.rec.sent[0].m)
+		assert.Equal(t, expiry.StatusPending, w.status(t, "o1"))
+		assert.Equal(t, 1, w.rec.count(expiry.KindRearmed))
+	})
+
+	t.Run("the same order handled twice has no second effect", func(t *testing.T) {
+		w := newWorld(t)
+		w.place(t, "o1", time.Minute)
+		w.clock.Advance(time.Minute)
+		out, err := w.h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1})
+		require.NoError(t, err)
+		require.Equal(t, expiry.OutcomeCancelled, out)
+		// Another order takes one of the freed seats: a second release of o1
+		// must not touch it.
+		q := cancel.Placement{OrderNo: "o2", UserID: "u2", ShowID: "show", Seats: []string{"o1-a"}, ExpireAt: w.clock.Now().Add(time.Hour)}
+		_, err = w.seats.Lock(ctx, q.Hold(), 0)
+		require.NoError(t, err)
+		out, err = w.h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1})
+		require.NoError(t, err)
+		assert.Equal(t, expiry.OutcomeFinal, out)
+		show, _ := w.seats.Show(ctx, "show")
+		assert.Equal(t, "o2", show["o1-a"].OrderNo, "I2: the seat now locked by o2 stays o2's")
+		assert.Equal(t, 1, w.rec.count(expiry.KindCancelled), "I5: one cancel")
+	})
+}
+
+// stubLookup and stubCanceller script the branches a real store reaches only
+// under races.
+type stubLookup struct {
+	orders []expiry.Order
+	errs   []error
+	calls  int
+}
+
+func (s *stubLookup) Order(context.Context, string) (expiry.Order, error) {
+	i := min(s.calls, len(s.orders)-1)
+	s.calls++
+	return s.orders[i], s.errs[i]
+}
+
+type stubCanceller struct {
+	cancelled bool
+	err       error
+	calls     int
+}
+
+func (s *stubCanceller) Timeout(context.Context, string) (bool, error) {
+	s.calls++
+	return s.cancelled, s.err
+}
+
+func TestHandlerBranches(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	pending := func(left time.Duration) expiry.Order {
+		return expiry.Order{No: "o1", Status: expiry.StatusPending, ExpireAt: now.Add(left), ReadAt: now}
+	}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name        string
+		orders      []expiry.Order
+		errs        []error
+		canceller   stubCanceller
+		sendErr     error
+		want        expiry.Outcome
+		wantErr     bool
+		wantSent    time.Duration // 0: nothing sent
+		wantCancels int
+	}{
+		{name: "missing", orders: []expiry.Order{{}}, errs: []error{expiry.ErrNotFound}, want: expiry.OutcomeMissing},
+		{name: "store down", orders: []expiry.Order{{}}, errs: []error{boom}, want: expiry.OutcomeFailed, wantErr: true},
+		{name: "cancelled already", orders: []expiry.Order{{Status: expiry.StatusCancelled}}, errs: []error{nil}, want: expiry.OutcomeFinal},
+		{name: "not due", orders: []expiry.Order{pending(3 * time.Second)}, errs: []error{nil}, want: expiry.OutcomeRearmed, wantSent: 3 * time.Second},
+		{name: "re-arm send fails", orders: []expiry.Order{pending(time.Second)}, errs: []error{nil}, sendErr: boom, want: expiry.OutcomeFailed, wantErr: true},
+		{name: "due exactly", orders: []expiry.Order{pending(0)}, errs: []error{nil}, canceller: stubCanceller{cancelled: true}, want: expiry.OutcomeCancelled, wantCancels: 1},
+		{name: "cancel fails", orders: []expiry.Order{pending(-time.Second)}, errs: []error{nil}, canceller: stubCanceller{err: boom}, want: expiry.OutcomeFailed, wantErr: true, wantCancels: 1},
+		{name: "lost to payment", orders: []expiry.Order{pending(-time.Second), {Status: expiry.StatusPaid}}, errs: []error{nil, nil}, want: expiry.OutcomeLostRace, wantCancels: 1},
+		{name: "store clock says not due", orders: []expiry.Order{pending(-time.Millisecond), pending(2 * time.Second)}, errs: []error{nil, nil}, want: expiry.OutcomeRearmed, wantSent: 2 * time.Second, wantCancels: 1},
+		{name: "store clock boundary never spins", orders: []expiry.Order{pending(0), pending(0)}, errs: []error{nil, nil}, want: expiry.OutcomeRearmed, wantSent: 100 * time.Millisecond, wantCancels: 1},
+		{name: "re-read fails", orders: []expiry.Order{pending(0), {}}, errs: []error{nil, boom}, want: expiry.OutcomeFailed, wantErr: true, wantCancels: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{err: tc.sendErr}
+			canc := tc.canceller
+			h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: &stubLookup{orders: tc.orders, errs: tc.errs}, Canceller: &canc, Sender: rec, Observer: rec})
+			require.NoError(t, err)
+			out, err := h.Handle(context.Background(), expiry.Message{OrderNo: "o1", Hop: 4})
+			assert.Equal(t, tc.want, out)
+			assert.Equal(t, tc.wantErr, err != nil, "err = %v", err)
+			assert.Equal(t, tc.wantCancels, canc.calls)
+			if tc.wantSent > 0 {
+				require.Len(t, rec.sent, 1)
+				assert.Equal(t, tc.wantSent, rec.sent[0].delay)
+				assert.Equal(t, 5, rec.sent[0].m.Hop)
+			} else {
+				assert.Empty(t, rec.sent)
+			}
+			if tc.sendErr != nil {
+				assert.Equal(t, 1, rec.count(expiry.KindSendFailed))
+			}
+		})
+	}
+}
+
+func TestNewHandlerRequiresDependencies(t *testing.T) {
+	for _, c := range []expiry.HandlerConfig{
+		{Canceller: &stubCanceller{}, Sender: &recorder{}},
+		{Orders: &stubLookup{}, Sender: &recorder{}},
+		{Orders: &stubLookup{}, Canceller: &stubCanceller{}},
+	} {
+		_, err := expiry.NewHandler(c)
+		assert.Error(t, err)
+	}
+}
+
+func TestOutcomeAndKindNames(t *testing.T) {
+	assert.Equal(t, "lost_race", expiry.OutcomeLostRace.String())
+	assert.Equal(t, "unknown", expiry.Outcome(99).String())
+	assert.Equal(t, "bad_message", expiry.KindBadMessage.String())
+	assert.Equal(t, "unknown", expiry.Kind(0).String())
+	assert.Equal(t, "cancelled", expiry.StatusCancelled.String())
+	assert.Equal(t, "status(7)", expiry.Status(7).String())
+}

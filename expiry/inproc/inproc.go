@@ -1,0 +1,175 @@
+// Package inproc is an in-process expiry.DelaySender: timers in memory that
+// hand each message to a consumer (an *expiry.Shell) in the same process.
+//
+// It loses every pending message when the process exits; the reconciler is
+// then the only thing that cancels those orders. Use it for tests, the
+// embedded demo, and single-process tools, not as a production transport.
+//
+// With a level table it behaves like RocketMQ in levels mode: each message is
+// delayed by the level levels.Table.Plan picks, and the consumer re-arms early
+// arrivals, so the demo exercises the same re-arm path as the broker.
+package inproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/levels"
+)
+
+// ErrClosed is returned by Send after Close.
+var ErrClosed = errors.New("inproc: sender closed")
+
+// Consumer receives delivered bodies; *expiry.Shell implements it.
+type Consumer interface {
+	Process(ctx context.Context, body []byte, traceID string) expiry.Verdict
+}
+
+// Config configures a Sender. The zero Config delays messages exactly, on the
+// system clock.
+type Config struct {
+	Clock expiry.Clock // nil: expiry.SystemClock
+	// Levels, when it has levels, makes the sender round each delay to a
+	// level with Levels.Plan(delay, Slack), as RocketMQ's levels mode does.
+	Levels levels.Table
+	Slack  time.Duration
+	// RetryDelay is how long a message the consumer asked to retry waits
+	// before it is delivered again; 0: one second.
+	RetryDelay time.Duration
+	// OnSend, if set, is called for every accepted message with the level
+	// chosen (0 without a table) and the delay applied: a hook for timelines
+	// and hop counting.
+	OnSend func(m expiry.Message, level int, delay time.Duration)
+}
+
+// Sender is the in-process DelaySender. Safe for concurrent use.
+type Sender struct {
+	cfg      Config
+	mu       sync.Mutex
+	consumer Consumer
+	held     []delivery // fell due before Attach
+	timers   map[uint64]expiry.Timer
+	next     uint64
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// New returns a Sender; Attach a consumer before messages fall due (earlier
+// ones are held until then).
+func New(c Config) *Sender {
+	if c.Clock == nil {
+		c.Clock = expiry.SystemClock
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = time.Second
+	}
+	return &Sender{cfg: c, timers: map[uint64]expiry.Timer{}}
+}
+
+// Attach sets the consumer and releases deliveries that were held for it.
+func (s *Sender) Attach(c Consumer) {
+	s.mu.Lock()
+	s.consumer = c
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, d := range held {
+		s.deliver(c, d.body, d.traceID)
+	}
+}
+
+// Send implements expiry.DelaySender.
+func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("inproc: send %s: %w", m.OrderNo, err)
+	}
+	body, err := expiry.EncodeMessage(m)
+	if err != nil {
+		return fmt.Errorf("inproc: send: %w", err)
+	}
+	level := 0
+	if s.cfg.Levels.Len() > 0 {
+		level = s.cfg.Levels.Plan(delay, s.cfg.Slack)
+		delay = s.cfg.Levels.Delay(level)
+	}
+	if err := s.schedule(body, m.TraceID, max(delay, 0)); err != nil {
+		return err
+	}
+	if s.cfg.OnSend != nil {
+		s.cfg.OnSend(m, level, delay)
+	}
+	return nil
+}
+
+func (s *Sender) schedule(body []byte, traceID string, delay time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.next++
+	id := s.next
+	s.wg.Add(1)
+	s.timers[id] = s.cfg.Clock.AfterFunc(delay, func() { s.fire(id, body, traceID) })
+	return nil
+}
+
+func (s *Sender) fire(id uint64, body []byte, traceID string) {
+	s.mu.Lock()
+	delete(s.timers, id)
+	c := s.consumer
+	if c == nil && !s.closed {
+		s.held = append(s.held, delivery{body, traceID})
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.deliver(c, body, traceID)
+}
+
+type delivery struct {
+	body    []byte
+	traceID string
+}
+
+func (s *Sender) deliver(c Consumer, body []byte, traceID string) {
+	defer s.wg.Done()
+	if c == nil {
+		return // closed before a consumer was attached
+	}
+	if c.Process(context.Background(), body, traceID) == expiry.Retry {
+		_ = s.schedule(body, traceID, s.cfg.RetryDelay) // after Close the message is dropped, as documented
+	}
+}
+
+// Pending returns how many messages wait for their time.
+func (s *Sender) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.timers) + len(s.held)
+}
+
+// Close drops every pending message and waits for deliveries in progress to
+// finish. Send fails with ErrClosed afterwards.
+func (s *Sender) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for id, t := range s.timers {
+		if t.Stop() {
+			s.wg.Done()
+		}
+		delete(s.timers, id)
+	}
+	held := len(s.held)
+	s.held = nil
+	s.mu.Unlock()
+	for i := 0; i < held; i++ {
+		s.wg.Done()
+	}
+	s.wg.Wait()
+	return nil
+}

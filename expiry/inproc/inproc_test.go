@@ -1,0 +1,97 @@
+package inproc_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
+	"github.com/seatflow/orderexpiry/expiry/inproc"
+	"github.com/seatflow/orderexpiry/levels"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// chanConsumer decodes like a transport's consumer and forwards deliveries.
+type chanConsumer struct {
+	ch      chan expirytest.Delivery
+	verdict func(expiry.Message) expiry.Verdict
+}
+
+func (c chanConsumer) Process(_ context.Context, body []byte, traceID string) expiry.Verdict {
+	m, err := expiry.DecodeMessage(body)
+	if err != nil {
+		return expiry.Ack
+	}
+	m.TraceID = traceID
+	c.ch <- expirytest.Delivery{Message: m, At: time.Now()}
+	if c.verdict != nil {
+		return c.verdict(m)
+	}
+	return expiry.Ack
+}
+
+func TestConformance(t *testing.T) {
+	expirytest.RunSender(t, func(t *testing.T) expirytest.SenderHarness {
+		s := inproc.New(inproc.Config{})
+		ch := make(chan expirytest.Delivery, 100)
+		s.Attach(chanConsumer{ch: ch})
+		t.Cleanup(func() { s.Close() })
+		return expirytest.SenderHarness{Sender: s, Received: ch, Delay: 200 * time.Millisecond, Tolerance: 150 * time.Millisecond}
+	})
+}
+
+func TestLevelsMode(t *testing.T) {
+	clock := expirytest.NewFakeClock(time.Unix(0, 0))
+	var levelsSeen []int
+	s := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, OnSend: func(_ expiry.Message, level int, _ time.Duration) {
+		levelsSeen = append(levelsSeen, level)
+	}})
+	defer s.Close()
+	ch := make(chan expirytest.Delivery, 10)
+	s.Attach(chanConsumer{ch: ch})
+	require.NoError(t, s.Send(context.Background(), expiry.Message{OrderNo: "o1", Hop: 1}, 7*time.Second))
+	assert.Equal(t, []int{2}, levelsSeen, "7s rounds down to the 5s level")
+	clock.Advance(5*time.Second - time.Millisecond)
+	assert.Empty(t, ch)
+	clock.Advance(time.Millisecond)
+	require.Len(t, ch, 1, "delivered at the level's delay: early, for the handler to re-arm")
+}
+
+func TestRetryAndHeld(t *testing.T) {
+	clock := expirytest.NewFakeClock(time.Unix(0, 0))
+	s := inproc.New(inproc.Config{Clock: clock, RetryDelay: time.Second})
+	defer s.Close()
+	require.NoError(t, s.Send(context.Background(), expiry.Message{OrderNo: "o1", Hop: 1}, time.Second))
+	clock.Advance(time.Second)
+	assert.Equal(t, 1, s.Pending(), "held until a consumer is attached")
+	var tries atomic.Int32
+	ch := make(chan expirytest.Delivery, 10)
+	s.Attach(chanConsumer{ch: ch, verdict: func(expiry.Message) expiry.Verdict {
+		if tries.Add(1) < 3 {
+			return expiry.Retry
+		}
+		return expiry.Ack
+	}})
+	assert.Len(t, ch, 1)
+	clock.Advance(2 * time.Second)
+	assert.Len(t, ch, 3, "retried until acknowledged")
+	assert.Equal(t, 0, s.Pending())
+}
+
+func TestClose(t *testing.T) {
+	s := inproc.New(inproc.Config{})
+	ch := make(chan expirytest.Delivery, 10)
+	s.Attach(chanConsumer{ch: ch})
+	require.NoError(t, s.Send(context.Background(), expiry.Message{OrderNo: "o1", Hop: 1}, time.Hour))
+	assert.Equal(t, 1, s.Pending())
+	require.NoError(t, s.Close())
+	assert.Equal(t, 0, s.Pending(), "pending messages are dropped, as documented")
+	assert.ErrorIs(t, s.Send(context.Background(), expiry.Message{OrderNo: "o2", Hop: 1}, 0), inproc.ErrClosed)
+}

@@ -1,0 +1,108 @@
+package expiry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Message is what travels through a DelaySender: the order to look at, which
+// hop of its re-arm chain this is (1 for the first message), and the trace id
+// of the request that placed the order.
+type Message struct {
+	OrderNo string
+	Hop     int
+	TraceID string
+}
+
+// DelaySender delivers a Message to the consumer after a delay.
+//
+// Delivery is at least once: a message may arrive twice, late, or (when the
+// transport rounds delays, as RocketMQ's fixed levels do) early; the Handler
+// is correct under all three. Send returns nil once the transport has accepted
+// the message, and an error when it may not have: callers log and count the
+// error and rely on the reconciler, they do not retry forever. Send honours
+// ctx and must be safe for concurrent use.
+type DelaySender interface {
+	Send(ctx context.Context, m Message, delay time.Duration) error
+}
+
+// ErrBadMessage is wrapped by every error DecodeMessage returns.
+var ErrBadMessage = errors.New("orderexpiry: bad message")
+
+// MaxMessageLen is the longest body DecodeMessage looks at; longer bodies are
+// rejected without being parsed.
+const MaxMessageLen = 256
+
+// MaxHop bounds the hop counter; a chain this long is a bug upstream.
+const MaxHop = 1 << 20
+
+// messagePrefix versions the body: a future format gets another prefix and
+// old consumers reject it as not theirs rather than misreading it.
+var messagePrefix = []byte("oe1 ")
+
+// AppendMessage appends the body of m: "oe1 <order-no> <hop>". The trace id
+// is not part of the body; transports carry it as a header or property.
+func AppendMessage(dst []byte, m Message) []byte {
+	dst = append(dst, messagePrefix...)
+	dst = append(dst, m.OrderNo...)
+	dst = append(dst, ' ')
+	return strconv.AppendInt(dst, int64(m.Hop), 10)
+}
+
+// EncodeMessage returns the body of m after checking it.
+func EncodeMessage(m Message) ([]byte, error) {
+	if err := ValidateID("order number", m.OrderNo); err != nil {
+		return nil, err
+	}
+	if m.Hop < 1 || m.Hop > MaxHop {
+		return nil, fmt.Errorf("%w: hop %d outside 1..%d", ErrBadMessage, m.Hop, MaxHop)
+	}
+	return AppendMessage(make([]byte, 0, len(messagePrefix)+len(m.OrderNo)+8), m), nil
+}
+
+// DecodeMessage parses a body written by EncodeMessage. It never panics; any
+// other input (empty, oversized, another format, an invalid order number, a
+// bad hop) gives an error wrapping ErrBadMessage.
+func DecodeMessage(body []byte) (Message, error) {
+	if len(body) > MaxMessageLen {
+		return Message{}, fmt.Errorf("%w: %d bytes, longer than %d", ErrBadMessage, len(body), MaxMessageLen)
+	}
+	rest, ok := bytes.CutPrefix(body, messagePrefix)
+	if !ok {
+		return Message{}, fmt.Errorf("%w: not an orderexpiry v1 message", ErrBadMessage)
+	}
+	no, hopText, ok := bytes.Cut(rest, []byte{' '})
+	if !ok {
+		return Message{}, fmt.Errorf("%w: no hop", ErrBadMessage)
+	}
+	orderNo := string(no)
+	if err := ValidateID("order number", orderNo); err != nil {
+		return Message{}, fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	hop, err := strconv.Atoi(string(hopText))
+	if err != nil || hop < 1 || hop > MaxHop {
+		return Message{}, fmt.Errorf("%w: hop %q is not a number in 1..%d", ErrBadMessage, hopText, MaxHop)
+	}
+	return Message{OrderNo: orderNo, Hop: hop}, nil
+}
+
+type traceKey struct{}
+
+// WithTraceID returns ctx carrying a trace id, for logs and for messages sent
+// from it (the Scheduler and the Handler's re-arm copy it into the message).
+func WithTraceID(ctx context.Context, id string) context.Context {
+	if id == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, traceKey{}, id)
+}
+
+// TraceID returns the trace id carried by ctx, or "".
+func TraceID(ctx context.Context) string {
+	id, _ := ctx.Value(traceKey{}).(string)
+	return id
+}

@@ -1,0 +1,89 @@
+package expiry
+
+import (
+	"context"
+	"time"
+)
+
+// Kind says what an Event reports.
+type Kind uint8
+
+// The kinds of Event. Each names the fields it sets.
+const (
+	// KindHandled: a message was handled; Outcome, Duration, Hop, Err (when
+	// the handling failed and the message will be redelivered).
+	KindHandled Kind = iota + 1
+	// KindRearmed: a message arrived before the order was due and was sent
+	// again; Delay is the time that was left, Hop the new message's hop.
+	KindRearmed
+	// KindSendFailed: a delayed send failed; Err. After commit the order is
+	// still placed and the reconciler will cancel it.
+	KindSendFailed
+	// KindCancelled: this process cancelled an order; Reason, Seats.
+	KindCancelled
+	// KindReleaseFailed: seats of a cancelled order could not be given back
+	// in the seat store; Err, Seats. The reconciler repairs it.
+	KindReleaseFailed
+	// KindPaid: this process marked an order paid; Seats.
+	KindPaid
+	// KindDiscrepancy: a payment arrived for an order that was already
+	// cancelled (or otherwise not payable); Reason. The host's hook refunds.
+	KindDiscrepancy
+	// KindBadMessage: a message could not be decoded or named an invalid
+	// order; it was acknowledged and dropped. Err.
+	KindBadMessage
+	// KindRepaired: the reconciler fixed something; Reason ("expired",
+	// "released", "sold"), Seats.
+	KindRepaired
+)
+
+var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired"}
+
+// String returns the kind's snake_case name, suitable as a metric label.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && k > 0 {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Event is one thing worth counting. Only the fields its Kind names are set.
+type Event struct {
+	Kind     Kind
+	OrderNo  string
+	Outcome  Outcome
+	Reason   string
+	Hop      int
+	Seats    int
+	Delay    time.Duration
+	Duration time.Duration
+	Err      error
+}
+
+// Observer receives every Event. It is called synchronously on the path that
+// produced the event, from many goroutines at once, so it must be safe for
+// concurrent use and quick (increment a counter, observe a histogram).
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(context.Context, Event) {}
+
+// NopObserver is the default Observer: it does nothing.
+var NopObserver Observer = nopObserver{}
+
+// OrNop returns o, or NopObserver when o is nil.
+func OrNop(o Observer) Observer {
+	if o == nil {
+		return NopObserver
+	}
+	return o
+}

@@ -1,0 +1,142 @@
+package expiry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Scheduler sends the first delayed message of an order, after the
+// transaction that placed the order has committed.
+//
+// Sending before commit would let a rolled-back order be cancelled by a ghost
+// message (invariant I6); failing the order because the broker hiccupped
+// would make the buyer place it again. So the send happens after commit, and
+// a failure is logged and counted (KindSendFailed), never returned: the order
+// stays placed and the reconciler cancels it once it is past due.
+//
+// With database/sql use InTx. With another transaction manager, call Schedule
+// from its after-commit hook, or collect with an AfterCommit and Flush it
+// there. A Scheduler is safe for concurrent use.
+type Scheduler struct {
+	sender  DelaySender
+	clock   Clock
+	obs     Observer
+	log     *slog.Logger
+	timeout time.Duration
+}
+
+// SchedulerConfig wires a Scheduler. Sender is required.
+type SchedulerConfig struct {
+	Sender   DelaySender
+	Clock    Clock        // nil: SystemClock
+	Observer Observer     // nil: NopObserver
+	Logger   *slog.Logger // nil: slog.Default()
+	// SendTimeout bounds each send, so a hung broker cannot hold the request
+	// that placed the order. Zero means 3 seconds.
+	SendTimeout time.Duration
+}
+
+// NewScheduler returns a Scheduler, or an error if Sender is nil.
+func NewScheduler(c SchedulerConfig) (*Scheduler, error) {
+	if c.Sender == nil {
+		return nil, errors.New("expiry: SchedulerConfig.Sender is nil")
+	}
+	s := &Scheduler{sender: c.Sender, clock: c.Clock, obs: OrNop(c.Observer), log: orDefault(c.Logger), timeout: c.SendTimeout}
+	if s.clock == nil {
+		s.clock = SystemClock
+	}
+	if s.timeout <= 0 {
+		s.timeout = 3 * time.Second
+	}
+	return s, nil
+}
+
+// Schedule sends the first message for an order due at expireAt. It does not
+// return the error, by design: it logs and counts it, and reports whether the
+// send was accepted. Call it only after the order has committed.
+func (s *Scheduler) Schedule(ctx context.Context, orderNo string, expireAt time.Time) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	delay := expireAt.Sub(s.clock.Now())
+	err := ValidateID("order number", orderNo)
+	if err == nil {
+		err = s.sender.Send(ctx, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
+	}
+	if err != nil {
+		s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Hop: 1, Delay: delay, Err: err})
+		s.log.ErrorContext(ctx, "expiry message not sent after commit; the reconciler will cancel the order when due",
+			"order", orderNo, "expire_at", expireAt, "err", err)
+		return false
+	}
+	return true
+}
+
+// AfterCommit collects the orders a transaction placed, to be scheduled only
+// once it commits. The zero value is ready to use; it is safe for concurrent
+// use. Use one per transaction.
+type AfterCommit struct {
+	mu     sync.Mutex
+	orders []pendingOrder
+}
+
+type pendingOrder struct {
+	no       string
+	expireAt time.Time
+}
+
+// Add records that the transaction placed orderNo, due at expireAt.
+func (a *AfterCommit) Add(orderNo string, expireAt time.Time) {
+	a.mu.Lock()
+	a.orders = append(a.orders, pendingOrder{orderNo, expireAt})
+	a.mu.Unlock()
+}
+
+// Flush schedules every recorded order with s and forgets them; it returns
+// how many sends were accepted. Call it after commit only; after a rollback,
+// drop the AfterCommit instead.
+func (a *AfterCommit) Flush(ctx context.Context, s *Scheduler) int {
+	a.mu.Lock()
+	orders := a.orders
+	a.orders = nil
+	a.mu.Unlock()
+	sent := 0
+	for _, o := range orders {
+		if s.Schedule(ctx, o.no, o.expireAt) {
+			sent++
+		}
+	}
+	return sent
+}
+
+// InTx runs fn in a database/sql transaction. Orders fn records in after are
+// scheduled once the transaction commits, and never if fn returns an error,
+// panics, or the commit fails (the transaction is rolled back). The error is
+// fn's or the commit's; send failures are not errors (see Schedule).
+func (s *Scheduler) InTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx, after *AfterCommit) error) (err error) {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("expiry: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback() // the error that matters is fn's (or the panic)
+		}
+	}()
+	var after AfterCommit
+	if err := fn(tx, &after); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		committed = true // database/sql has already ended the transaction
+		return fmt.Errorf("expiry: commit: %w", err)
+	}
+	committed = true
+	after.Flush(ctx, s)
+	return nil
+}

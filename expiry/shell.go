@@ -1,0 +1,64 @@
+package expiry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Verdict tells a transport what to do with a delivered message.
+type Verdict uint8
+
+const (
+	// Ack: done with it (handled, or dropped as bad input).
+	Ack Verdict = iota
+	// Retry: a transient failure; deliver it again later.
+	Retry
+)
+
+// Shell is the thin consumer every transport calls: it decodes and validates
+// the body, restores the trace id into the context, times the work, calls the
+// Handler and turns the result into a Verdict.
+//
+// Bad input (a body that is empty, oversized, not ours, or names an invalid
+// order) is counted (KindBadMessage), logged and acknowledged, so it neither
+// crashes the consumer nor blocks the messages behind it (invariant I7). Only
+// transient failures are retried. A Shell is safe for concurrent use.
+type Shell struct {
+	h   *Handler
+	obs Observer
+	log *slog.Logger
+	now func() time.Time
+}
+
+// NewShell returns a Shell around h that reports to obs (nil: NopObserver)
+// and logs to logger (nil: slog.Default()).
+func NewShell(h *Handler, obs Observer, logger *slog.Logger) *Shell {
+	return &Shell{h: h, obs: OrNop(obs), log: orDefault(logger), now: time.Now}
+}
+
+// Process handles one delivered body. traceID is the trace id the transport
+// carried beside the body ("" if none).
+func (s *Shell) Process(ctx context.Context, body []byte, traceID string) Verdict {
+	start := s.now()
+	m, err := DecodeMessage(body)
+	if err != nil {
+		s.obs.Observe(ctx, Event{Kind: KindBadMessage, Err: err})
+		s.log.WarnContext(ctx, "dropping bad expiry message", "err", err, "len", len(body))
+		return Ack
+	}
+	m.TraceID = traceID
+	ctx = WithTraceID(ctx, traceID)
+	outcome, err := s.h.Handle(ctx, m)
+	s.obs.Observe(ctx, Event{Kind: KindHandled, OrderNo: m.OrderNo, Outcome: outcome, Hop: m.Hop, Duration: s.now().Sub(start), Err: err})
+	if err != nil {
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			return Retry // shutting down: quietly leave it to the next delivery
+		}
+		s.log.ErrorContext(ctx, "expiry message failed; it will be redelivered", "order", m.OrderNo, "hop", m.Hop, "trace", traceID, "err", err)
+		return Retry
+	}
+	s.log.DebugContext(ctx, "expiry message handled", "order", m.OrderNo, "hop", m.Hop, "outcome", outcome, "trace", traceID)
+	return Ack
+}

@@ -1,0 +1,225 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/internal/fake"
+	"github.com/seatflow/orderexpiry/reconcile"
+)
+
+type env struct {
+	now   time.Time
+	mu    sync.Mutex
+	store *fake.Store
+	seats *fake.Seats
+	svc   *cancel.Service
+}
+
+func (e *env) clock() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now
+}
+
+func (e *env) advance(d time.Duration) {
+	e.mu.Lock()
+	e.now = e.now.Add(d)
+	e.mu.Unlock()
+}
+
+func newEnv(t *testing.T) *env {
+	e := &env{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	e.store, e.seats = fake.NewStore(e.clock), fake.NewSeats(e.clock)
+	var err error
+	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Seller: e.seats})
+	require.NoError(t, err)
+	return e
+}
+
+func (e *env) reconciler(t *testing.T, batch, max int) *reconcile.Reconciler {
+	r, err := reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: e.seats, Orders: e.store,
+		Seats: e.seats, Seller: e.seats, Batch: batch, MaxPerRound: max, Grace: time.Minute, Now: e.clock})
+	require.NoError(t, err)
+	return r
+}
+
+func (e *env) place(t *testing.T, no string, ttl time.Duration) cancel.Placement {
+	p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{no + "a", no + "b"}, ExpireAt: e.clock().Add(ttl)}
+	_, err := e.seats.Lock(context.Background(), p.Hold(), 0)
+	require.NoError(t, err)
+	require.NoError(t, e.store.Place(context.Background(), p))
+	return p
+}
+
+func (e *env) status(t *testing.T, no string) expiry.Status {
+	o, err := e.store.Order(context.Background(), no)
+	require.NoError(t, err)
+	return o.Status
+}
+
+// I3: an order whose message was lost is cancelled by the next round.
+func TestExpiredOrdersAreCancelled(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 7; i++ {
+		e.place(t, fmt.Sprintf("old%d", i), time.Minute)
+	}
+	e.place(t, "young", time.Hour)
+	e.advance(2 * time.Minute)
+	rep, err := e.reconciler(t, 2, 100).Round(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 7, rep.Expired)
+	for i := 0; i < 7; i++ {
+		assert.Equal(t, expiry.StatusCancelled, e.status(t, fmt.Sprintf("old%d", i)))
+	}
+	assert.Equal(t, expiry.StatusPending, e.status(t, "young"), "I4: not before expire_at")
+	show, _ := e.seats.Show(context.Background(), "s")
+	assert.Len(t, show, 2, "only young's seats are still locked")
+}
+
+func TestRoundsAreBounded(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 10; i++ {
+		e.place(t, fmt.Sprintf("o%d", i), time.Second)
+	}
+	e.advance(time.Minute)
+	r := e.reconciler(t, 3, 4)
+	rep, err := r.Round(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 4, rep.Expired, "MaxPerRound")
+	rep, err = r.Round(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 4, rep.Expired)
+	rep, err = r.Round(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 2, rep.Expired)
+}
+
+func TestSeatLocksAreRepaired(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	// Cancelled in SQL while Redis was down: still locked.
+	e.seats.Fail = func(op string) error {
+		if op == "Release" {
+			return errors.New("redis down")
+		}
+		return nil
+	}
+	lost := e.place(t, "lost", time.Hour)
+	_, err := e.svc.UserCancel(ctx, "lost", "u1")
+	require.NoError(t, err)
+	// Paid, but the sell in Redis failed.
+	e.seats.Fail = func(op string) error {
+		if op == "Sell" {
+			return errors.New("redis down")
+		}
+		return nil
+	}
+	paid := e.place(t, "paid", time.Hour)
+	_, err = e.svc.Pay(ctx, "paid", "u1")
+	require.NoError(t, err)
+	e.seats.Fail = nil
+	// Locked in Redis, but the SQL transaction never committed (crash).
+	ghost := cancel.Hold{ShowID: "s", OrderNo: "ghost", UserID: "u2", Seats: []string{"g1"}}
+	_, err = e.seats.Lock(ctx, ghost, 0)
+	require.NoError(t, err)
+	live := e.place(t, "live", time.Hour)
+
+	r := e.reconciler(t, 2, 1000)
+	rep, err := r.Round(ctx)
+	require.NoError(t, err)
+	assert.True(t, rep.Complete)
+	assert.Equal(t, 2, rep.Released, "the cancelled order's seats; the ghost is within its grace period")
+	assert.Equal(t, 2, rep.Sold)
+
+	e.advance(2 * time.Minute)
+	rep, err = r.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Released, "the ghost, past its grace period")
+	rep, err = r.Round(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Released+rep.Sold, "I5: nothing left to do")
+
+	show, _ := e.seats.Show(ctx, "s")
+	for _, s := range lost.Seats {
+		assert.NotContains(t, show, s)
+	}
+	assert.NotContains(t, show, "g1")
+	for _, s := range paid.Seats {
+		assert.Equal(t, expiry.StatusPaid, show[s].Status)
+	}
+	for _, s := range live.Seats {
+		assert.Equal(t, expiry.StatusPending, show[s].Status, "a pending order's locks are left alone")
+	}
+	for user, want := range map[string]int{"u1": 4, "u2": 0} {
+		n, _ := e.seats.Held(ctx, "s", user)
+		assert.Equal(t, want, n, "I8 for %s", user)
+	}
+}
+
+// Several reconcilers at once release each seat once (I2) and keep the
+// counter right (I8).
+func TestConcurrentReconcilers(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for i := 0; i < 50; i++ {
+		e.place(t, fmt.Sprintf("o%d", i), time.Second)
+	}
+	e.advance(time.Minute)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := reconcile.Report{}
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := e.reconciler(t, 5, 1000).Round(ctx)
+			assert.NoError(t, err)
+			mu.Lock()
+			total.Expired += rep.Expired
+			total.Released += rep.Released
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 50, total.Expired, "each order cancelled by exactly one reconciler")
+	assert.Zero(t, total.Released, "the cancel path released the seats; scan #4 found nothing")
+	n, _ := e.seats.Held(ctx, "s", "u1")
+	assert.Zero(t, n)
+	show, _ := e.seats.Show(ctx, "s")
+	assert.Empty(t, show)
+}
+
+func TestErrorsStopTheRound(t *testing.T) {
+	e := newEnv(t)
+	e.store.Fail = func(op string) error {
+		if op == "Expired" {
+			return errors.New("db down")
+		}
+		return nil
+	}
+	_, err := e.reconciler(t, 0, 0).Round(context.Background())
+	assert.ErrorContains(t, err, "db down")
+	_, err = reconcile.New(reconcile.Config{})
+	assert.Error(t, err)
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o1", time.Second)
+	e.advance(time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := e.reconciler(t, 0, 0).Run(ctx, 10*time.Millisecond)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, expiry.StatusCancelled, e.status(t, "o1"))
+}
