@@ -360,4 +360,3 @@ func (s *Seats) ScanLocks(_ context.Context, cursor string, count int) ([]cancel
 	}
 	return locks, all[end].show + "|" + all[end].seat, nil
 }
-

@@ -18,4 +18,3 @@ func TestStoreConformance(t *testing.T) {
 func TestSeatsConformance(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore { return fake.NewSeats(nil) })
 }
-
