@@ -1,0 +1,43 @@
+package redisseat_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/redisseat"
+)
+
+// Lock at placement, release at cancel: only seats still locked by the
+// order go back, and the user's counter goes down by exactly that many.
+func Example() {
+	ctx := context.Background()
+	m, _ := miniredis.Run() // any Redis; miniredis runs the same Lua
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	seats := redisseat.New(rdb)
+
+	a := cancel.Hold{ShowID: "show42", OrderNo: "A1", UserID: "alice", Seats: []string{"r1c1", "r1c2"}}
+	n, _ := seats.Lock(ctx, a, 4)
+	fmt.Println("locked", n)
+	_, err := seats.Lock(ctx, cancel.Hold{ShowID: "show42", OrderNo: "B1", UserID: "bob", Seats: []string{"r1c2"}}, 4)
+	fmt.Println("bob:", errors.Is(err, cancel.ErrSeatUnavailable))
+
+	n, _ = seats.Release(ctx, a)
+	fmt.Println("released", n)
+	n, _ = seats.Release(ctx, a)
+	fmt.Println("released again", n)
+	held, _ := seats.Held(ctx, "show42", "alice")
+	fmt.Println("alice holds", held)
+	// Output:
+	// locked 2
+	// bob: true
+	// released 2
+	// released again 0
+	// alice holds 0
+}

@@ -1,0 +1,58 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/sqlstore"
+)
+
+// Placing, paying and cancelling on SQLite. With MySQL/MariaDB or
+// PostgreSQL only the driver, the DSN and the Dialect change.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "oe")
+	defer os.RemoveAll(dir)
+	// Immediate transactions and a busy timeout let concurrent writers queue
+	// instead of failing with SQLITE_BUSY.
+	db, _ := sql.Open("sqlite", "file:"+filepath.Join(dir, "orders.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	defer db.Close()
+	store, _ := sqlstore.New(db, sqlstore.SQLite)
+	if err := store.Migrate(ctx); err != nil {
+		panic(err)
+	}
+
+	now, _ := store.Now(ctx) // the database's clock
+	for _, no := range []string{"A1", "A2"} {
+		tx, _ := db.BeginTx(ctx, nil)
+		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s1", Seats: []string{no + "-r1c1"}, ExpireAt: now.Add(-time.Second)}
+		if err := store.Place(ctx, tx, p); err != nil {
+			panic(err)
+		}
+		_ = tx.Commit()
+	}
+
+	paid, _ := store.PayPending(ctx, "A1", "u1")
+	fmt.Println("A1 paid:", paid.Changed, paid.Seats)
+	late, _ := store.CancelPending(ctx, cancel.Request{OrderNo: "A1", Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+	fmt.Println("A1 cancelled after payment:", late.Changed, late.Order.Status)
+	c, _ := store.CancelPending(ctx, cancel.Request{OrderNo: "A2", Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+	fmt.Println("A2 cancelled:", c.Changed, c.Seats)
+	// Output:
+	// A1 paid: true [A1-r1c1]
+	// A1 cancelled after payment: false paid
+	// A2 cancelled: true [A2-r1c1]
+}
+
+func ExampleSchema() {
+	stmts, _ := sqlstore.Schema(sqlstore.Postgres)
+	fmt.Println(len(stmts), "statements")
+	// Output: 4 statements
+}
