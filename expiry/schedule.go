@@ -76,6 +76,15 @@ func (s *Scheduler) Schedule(ctx context.Context, orderNo string, expireAt time.
 	return true
 }
 
+// ErrCommitUnknown wraps the error of a failed COMMIT in InTx. The outcome
+// is unknown: the connection may have broken after the database committed,
+// so the order may exist. Do not give its seats back on this error (that
+// would be "released in Redis, pending in SQL"); the reconciler releases the
+// seats of an order that does not exist once its grace period is over. No
+// message was sent, so if the order does exist, the reconciler cancels it
+// when due.
+var ErrCommitUnknown = errors.New("orderexpiry: commit failed, outcome unknown")
+
 // AfterCommit collects the orders a transaction placed, to be scheduled only
 // once it commits. The zero value is ready to use; it is safe for concurrent
 // use. Use one per transaction.
@@ -116,7 +125,8 @@ func (a *AfterCommit) Flush(ctx context.Context, s *Scheduler) int {
 // InTx runs fn in a database/sql transaction. Orders fn records in after are
 // scheduled once the transaction commits, and never if fn returns an error,
 // panics, or the commit fails (the transaction is rolled back). The error is
-// fn's or the commit's; send failures are not errors (see Schedule).
+// fn's (nothing was committed) or, wrapping ErrCommitUnknown, the commit's
+// (the outcome is unknown); send failures are not errors (see Schedule).
 func (s *Scheduler) InTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx, after *AfterCommit) error) (err error) {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
@@ -134,7 +144,7 @@ func (s *Scheduler) InTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f
 	}
 	if err := tx.Commit(); err != nil {
 		committed = true // database/sql has already ended the transaction
-		return fmt.Errorf("expiry: commit: %w", err)
+		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
 	}
 	committed = true
 	after.Flush(ctx, s)

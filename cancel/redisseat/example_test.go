@@ -20,12 +20,15 @@ func Example() {
 	defer m.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
-	seats := redisseat.New(rdb)
+	seats, err := redisseat.New(rdb, "") // the default namespace, "oe"
+	if err != nil {
+		panic(err)
+	}
 
 	a := cancel.Hold{ShowID: "show42", OrderNo: "A1", UserID: "alice", Seats: []string{"r1c1", "r1c2"}}
 	n, _ := seats.Lock(ctx, a, 4)
 	fmt.Println("locked", n)
-	_, err := seats.Lock(ctx, cancel.Hold{ShowID: "show42", OrderNo: "B1", UserID: "bob", Seats: []string{"r1c2"}}, 4)
+	_, err = seats.Lock(ctx, cancel.Hold{ShowID: "show42", OrderNo: "B1", UserID: "bob", Seats: []string{"r1c2"}}, 4)
 	fmt.Println("bob:", errors.Is(err, cancel.ErrSeatUnavailable))
 
 	n, _ = seats.Release(ctx, a)

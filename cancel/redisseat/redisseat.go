@@ -4,9 +4,12 @@
 // cancel.SeatSeller and the reconciler's lock scan; Lock is what the host
 // calls when an order is placed.
 //
-// Layout, per show: a hash oe:{<show>}:seats (field seat id, value the seat's
-// state) and a hash oe:{<show>}:limit (field user id, value seats held in
-// pending and paid orders); a set oe:shows lists the shows for the reconciler.
+// Layout, per show, under a namespace (default "oe"): a hash
+// <ns>:{<show>}:seats (field seat id, value the seat's state) and a hash
+// <ns>:{<show>}:limit (field user id, value seats held in pending and paid
+// orders); a set <ns>:shows lists the shows for the reconciler. Services that
+// share a Redis but not a database must use different namespaces, or one's
+// reconciler would release the other's locks as belonging to missing orders.
 // All changes run as Lua scripts on the two keys of one show, which share a
 // hash tag, so they are atomic on a single node and on Redis Cluster alike.
 package redisseat
@@ -29,19 +32,32 @@ import (
 // Seats is the Redis seat store. It is safe for concurrent use.
 type Seats struct {
 	rdb redis.UniversalClient
+	ns  string
 	now func() time.Time
 }
 
-// New returns a seat store on rdb (a *redis.Client, *redis.ClusterClient or
-// *redis.Ring-free UniversalClient).
-func New(rdb redis.UniversalClient) *Seats {
-	return &Seats{rdb: rdb, now: time.Now}
+// DefaultNamespace prefixes every key unless New is given another.
+const DefaultNamespace = "oe"
+
+// New returns a seat store on rdb (a *redis.Client or *redis.ClusterClient)
+// with keys under namespace ("" means DefaultNamespace). The namespace must
+// pass expiry.ValidateID.
+func New(rdb redis.UniversalClient, namespace string) (*Seats, error) {
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	if err := expiry.ValidateID("namespace", namespace); err != nil {
+		return nil, fmt.Errorf("redisseat: %w", err)
+	}
+	if rdb == nil {
+		return nil, errors.New("redisseat: nil Redis client")
+	}
+	return &Seats{rdb: rdb, ns: namespace, now: time.Now}, nil
 }
 
-const showsKey = "oe:shows"
-
-func seatsKey(show string) string { return "oe:{" + show + "}:seats" }
-func limitKey(show string) string { return "oe:{" + show + "}:limit" }
+func (s *Seats) showsKey() string            { return s.ns + ":shows" }
+func (s *Seats) seatsKey(show string) string { return s.ns + ":{" + show + "}:seats" }
+func (s *Seats) limitKey(show string) string { return s.ns + ":{" + show + "}:limit" }
 
 func validateHold(h cancel.Hold) error {
 	if err := h.Validate(); err != nil {
@@ -75,10 +91,10 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (int, error)
 	// The index is written first, outside the script: a show listed with no
 	// locks costs the reconciler one empty scan; a lock in an unlisted show
 	// would never be reconciled.
-	if err := s.rdb.SAdd(ctx, showsKey, h.ShowID).Err(); err != nil {
+	if err := s.rdb.SAdd(ctx, s.showsKey(), h.ShowID).Err(); err != nil {
 		return 0, fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
 	}
-	res, err := lockScript.Run(ctx, s.rdb, []string{seatsKey(h.ShowID), limitKey(h.ShowID)},
+	res, err := lockScript.Run(ctx, s.rdb, []string{s.seatsKey(h.ShowID), s.limitKey(h.ShowID)},
 		args([]any{h.OrderNo, h.UserID, limit, s.now().UnixMilli()}, h.Seats)...).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
@@ -114,7 +130,7 @@ func (s *Seats) run(ctx context.Context, op string, script *redis.Script, h canc
 	if len(h.Seats) == 0 {
 		return 0, nil
 	}
-	n, err := script.Run(ctx, s.rdb, []string{seatsKey(h.ShowID), limitKey(h.ShowID)}, args(head, h.Seats)...).Int()
+	n, err := script.Run(ctx, s.rdb, []string{s.seatsKey(h.ShowID), s.limitKey(h.ShowID)}, args(head, h.Seats)...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("redisseat: %s %s: %w", op, h.OrderNo, err)
 	}
@@ -142,7 +158,7 @@ func (s *Seats) Show(ctx context.Context, show string) (map[string]cancel.SeatSt
 	if err := expiry.ValidateID("show id", show); err != nil {
 		return nil, fmt.Errorf("redisseat: %w", err)
 	}
-	all, err := s.rdb.HGetAll(ctx, seatsKey(show)).Result()
+	all, err := s.rdb.HGetAll(ctx, s.seatsKey(show)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisseat: show %s: %w", show, err)
 	}
@@ -157,7 +173,7 @@ func (s *Seats) Show(ctx context.Context, show string) (map[string]cancel.SeatSt
 
 // Held returns the purchase-limit counter of user in show.
 func (s *Seats) Held(ctx context.Context, show, user string) (int, error) {
-	n, err := s.rdb.HGet(ctx, limitKey(show), user).Int()
+	n, err := s.rdb.HGet(ctx, s.limitKey(show), user).Int()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -181,7 +197,7 @@ func (s *Seats) ScanLocks(ctx context.Context, cursor string, count int) ([]canc
 	if err != nil {
 		return nil, "", err
 	}
-	shows, err := s.rdb.SMembers(ctx, showsKey).Result()
+	shows, err := s.rdb.SMembers(ctx, s.showsKey()).Result()
 	if err != nil {
 		return nil, "", fmt.Errorf("redisseat: scan: %w", err)
 	}
@@ -195,7 +211,7 @@ func (s *Seats) ScanLocks(ctx context.Context, cursor string, count int) ([]canc
 			continue // not ours; never build a key from it
 		}
 		for {
-			kv, next, err := s.rdb.HScan(ctx, seatsKey(show), hcur, "", int64(count)).Result()
+			kv, next, err := s.rdb.HScan(ctx, s.seatsKey(show), hcur, "", int64(count)).Result()
 			if err != nil {
 				return nil, "", fmt.Errorf("redisseat: scan %s: %w", show, err)
 			}

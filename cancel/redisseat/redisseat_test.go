@@ -5,6 +5,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/seatflow/orderexpiry/cancel/canceltest"
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
@@ -13,7 +14,9 @@ import (
 
 func TestRedis(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		return redisseat.New(testenv.Redis(t))
+		s, err := redisseat.New(testenv.Redis(t), "oe-"+testenv.Unique())
+		require.NoError(t, err)
+		return s
 	})
 }
 
@@ -23,6 +26,18 @@ func TestMiniredis(t *testing.T) {
 		m := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		return redisseat.New(rdb)
+		s, err := redisseat.New(rdb, "")
+		require.NoError(t, err)
+		return s
 	})
+}
+
+func TestNew(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	_, err := redisseat.New(rdb, "a{b}")
+	require.Error(t, err, "a namespace cannot carry a hash tag")
+	_, err = redisseat.New(nil, "")
+	require.Error(t, err)
 }

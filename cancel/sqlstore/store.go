@@ -192,6 +192,9 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 
 // Order implements expiry.OrderLookup and cancel.OrderStore.
 func (s *Store) Order(ctx context.Context, orderNo string) (expiry.Order, error) {
+	if err := expiry.ValidateID("order number", orderNo); err != nil {
+		return expiry.Order{}, fmt.Errorf("sqlstore: %w", err)
+	}
 	o := expiry.Order{No: orderNo}
 	var status uint8
 	var expireMS, nowMS int64

@@ -40,9 +40,10 @@ type Config struct {
 	// RetryDelay is how long a message the consumer asked to retry waits
 	// before it is delivered again; 0: one second.
 	RetryDelay time.Duration
-	// OnSend, if set, is called for every accepted message with the level
-	// chosen (0 without a table) and the delay applied: a hook for timelines
-	// and hop counting.
+	// OnSend, if set, is called for every message about to be scheduled,
+	// with the level chosen (0 without a table) and the delay applied: a
+	// hook for timelines and hop counting. Redeliveries after Retry are not
+	// sends and do not call it.
 	OnSend func(m expiry.Message, level int, delay time.Duration)
 }
 
@@ -96,13 +97,10 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 		level = s.cfg.Levels.Plan(delay, s.cfg.Slack)
 		delay = s.cfg.Levels.Delay(level)
 	}
-	if err := s.schedule(body, m.TraceID, max(delay, 0)); err != nil {
-		return err
-	}
-	if s.cfg.OnSend != nil {
+	if s.cfg.OnSend != nil { // before scheduling: a zero delay may deliver at once
 		s.cfg.OnSend(m, level, delay)
 	}
-	return nil
+	return s.schedule(body, m.TraceID, max(delay, 0))
 }
 
 func (s *Sender) schedule(body []byte, traceID string, delay time.Duration) error {

@@ -108,7 +108,11 @@ func NewWorld(t testing.TB, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalC
 	store, err := sqlstore.New(db, d)
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
-	w := &World{DB: db, Store: store, Seats: redisseat.New(rdb), Ledger: NewLedger(), Rearms: &Rearms{}, ShowID: show, Limit: 0}
+	// Each world has its own Redis namespace, so its reconcilers never see
+	// (and release) the locks of other tests sharing the server.
+	seats, err := redisseat.New(rdb, "oe-"+show)
+	require.NoError(t, err)
+	w := &World{DB: db, Store: store, Seats: seats, Ledger: NewLedger(), Rearms: &Rearms{}, ShowID: show, Limit: 0}
 	w.Service, err = cancel.New(cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Seller: w.Seats, Observer: w.Ledger})
 	require.NoError(t, err)
 	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Orders: store, Canceller: w.Service, Sender: w.Rearms, Observer: w.Ledger})
@@ -132,14 +136,16 @@ func (w *World) Place(ctx context.Context, p cancel.Placement) error {
 		return err
 	}
 	tx, err := w.DB.BeginTx(ctx, nil)
+	commitUnknown := false // a failed COMMIT may have committed: keep the seats
 	if err == nil {
 		if err = w.Store.Place(ctx, tx, p); err == nil {
 			err = tx.Commit()
+			commitUnknown = err != nil
 		} else {
 			_ = tx.Rollback()
 		}
 	}
-	if err != nil {
+	if err != nil && !commitUnknown {
 		if _, rerr := w.Seats.Release(ctx, p.Hold()); rerr != nil {
 			return fmt.Errorf("%w (and releasing its seats: %v)", err, rerr)
 		}

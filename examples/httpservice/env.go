@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+
+	"github.com/seatflow/orderexpiry/cancel/sqlstore"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/inproc"
+	"github.com/seatflow/orderexpiry/levels"
+)
+
+// pingTimeout bounds the check that each server answers at start.
+const pingTimeout = 3 * time.Second
+
+// env is the infrastructure the service runs on.
+type env struct {
+	db      *sql.DB
+	dialect sqlstore.Dialect
+	rdb     *redis.Client
+	about   []string
+	closers []func()
+}
+
+func openEnv(ctx context.Context, cfg config) (*env, error) {
+	e := &env{}
+	if err := e.openDB(ctx, cfg); err != nil {
+		e.close()
+		return nil, err
+	}
+	if err := e.openRedis(ctx, cfg); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+	e.closers = nil
+}
+
+func (e *env) openDB(ctx context.Context, cfg config) error {
+	var driver, dsn, about string
+	switch {
+	case cfg.MySQL != "":
+		c, err := mysql.ParseDSN(cfg.MySQL)
+		if err != nil {
+			return fmt.Errorf("-mysql: %w", err)
+		}
+		driver, dsn, e.dialect = "mysql", cfg.MySQL, sqlstore.MySQL
+		about = fmt.Sprintf("MySQL/MariaDB %s/%s", c.Addr, c.DBName)
+	case cfg.Postgres != "":
+		c, err := pgx.ParseConfig(cfg.Postgres)
+		if err != nil {
+			return fmt.Errorf("-postgres: %w", err)
+		}
+		driver, dsn, e.dialect = "pgx", cfg.Postgres, sqlstore.Postgres
+		about = fmt.Sprintf("PostgreSQL %s:%d/%s", c.Host, c.Port, c.Database)
+	default:
+		dir, err := os.MkdirTemp("", "httpservice-")
+		if err != nil {
+			return fmt.Errorf("temporary directory: %w", err)
+		}
+		e.closers = append(e.closers, func() { _ = os.RemoveAll(dir) })
+		path := filepath.Join(dir, "orders.db")
+		// A busy timeout and immediate transactions let several connections
+		// write one SQLite file without "database is locked" errors.
+		driver, e.dialect = "sqlite", sqlstore.SQLite
+		dsn = "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
+		about = "SQLite " + path
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", about, err)
+	}
+	e.closers = append(e.closers, func() { _ = db.Close() })
+	db.SetMaxOpenConns(16)
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		return fmt.Errorf("%s does not answer: %w", about, err)
+	}
+	e.db = db
+	e.about = append(e.about, about)
+	return nil
+}
+
+func (e *env) openRedis(ctx context.Context, cfg config) error {
+	var opts *redis.Options
+	about := ""
+	if cfg.Redis == "" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("miniredis: %w", err)
+		}
+		e.closers = append(e.closers, mr.Close)
+		opts, about = &redis.Options{Addr: mr.Addr()}, "miniredis "+mr.Addr()
+	} else {
+		if strings.Contains(cfg.Redis, "://") {
+			o, err := redis.ParseURL(cfg.Redis)
+			if err != nil {
+				return fmt.Errorf("-redis: %w", err)
+			}
+			opts = o
+		} else {
+			opts = &redis.Options{Addr: cfg.Redis}
+		}
+		about = "Redis " + opts.Addr
+		// A plain dial first: go-redis retries (and logs) a refused
+		// connection several times before it gives up.
+		conn, err := net.DialTimeout("tcp", opts.Addr, pingTimeout)
+		if err != nil {
+			return fmt.Errorf("%s does not answer: %w", about, err)
+		}
+		_ = conn.Close()
+	}
+	opts.DialTimeout = pingTimeout
+	rdb := redis.NewClient(opts)
+	e.closers = append(e.closers, func() { _ = rdb.Close() })
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("%s does not answer: %w", about, err)
+	}
+	e.rdb = rdb
+	e.about = append(e.about, about)
+	return nil
+}
+
+// transport is the delayed-message path: a sender, a way to attach the
+// consumer shell, and a close that stops it.
+type transport struct {
+	sender expiry.DelaySender
+	attach func(*expiry.Shell)
+	close  func()
+	about  string
+}
+
+// errRocketMQNotWired is what -rocketmq gives until the adapter is wired.
+var errRocketMQNotWired = errors.New("rocketmq transport: not wired yet")
+
+func newTransport(cfg config) (*transport, error) {
+	if cfg.RocketMQ != "" {
+		// TODO(rocketmq): wire expiry/rocketmq here once the adapter lands:
+		// a producer on cfg.RocketMQ as the expiry.DelaySender, a push
+		// consumer on the same topic whose handler calls the shell (attach),
+		// and close = consumer shutdown (it does not wait for running
+		// handlers), then producer shutdown.
+		return nil, errRocketMQNotWired
+	}
+	// RocketMQ's default levels and one second of slack: a 15-minute order
+	// takes two hops (10m, then 5m), as it would on the broker.
+	s := inproc.New(inproc.Config{Levels: levels.Default, Slack: time.Second})
+	var once sync.Once
+	return &transport{
+		sender: s,
+		attach: func(sh *expiry.Shell) { s.Attach(sh) },
+		close:  func() { once.Do(func() { _ = s.Close() }) },
+		about:  "expiry/inproc with RocketMQ's default levels + 1s slack",
+	}, nil
+}

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// harness is the service on its default embedded infrastructure (SQLite
+// file, miniredis, in-process sender with RocketMQ's levels), served by
+// httptest, with the reconciler running.
+type harness struct {
+	t   *testing.T
+	srv *httptest.Server
+	app *App
+
+	mu      sync.Mutex
+	refunds []string
+}
+
+func newHarness(t *testing.T, window time.Duration) *harness {
+	t.Helper()
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	cfg := config{Expiry: window, Limit: 6, Reconcile: 500 * time.Millisecond}
+	tr, err := newTransport(cfg)
+	require.NoError(t, err)
+	e, err := openEnv(ctx, cfg)
+	require.NoError(t, err)
+	h := &harness{t: t}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	app, shell, err := New(ctx, Config{DB: e.db, Dialect: e.dialect, Redis: e.rdb, Sender: tr.sender,
+		Expiry: cfg.Expiry, Limit: cfg.Limit, ReconcileEvery: cfg.Reconcile, Logger: logger,
+		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) {
+			h.mu.Lock()
+			h.refunds = append(h.refunds, d.OrderNo)
+			h.mu.Unlock()
+		}})
+	require.NoError(t, err)
+	tr.attach(shell)
+	h.app = app
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = app.RunReconciler(ctx) })
+	h.srv = httptest.NewServer(app.Handler())
+	t.Cleanup(func() {
+		h.srv.Close()
+		cancelCtx()
+		wg.Wait()
+		tr.close()
+		e.close()
+	})
+	return h
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// do sends a request and decodes the JSON answer.
+func (h *harness) do(method, path, user, body string) (int, map[string]any) {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
+	require.NoError(h.t, err)
+	if user != "" {
+		req.Header.Set("X-User", user)
+	}
+	resp, err := h.srv.Client().Do(req)
+	require.NoError(h.t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(h.t, err)
+	if len(raw) > 0 {
+		require.NoError(h.t, json.Unmarshal(raw, &out), "body %q", raw)
+		require.Equal(h.t, "application/json", resp.Header.Get("Content-Type"))
+	}
+	return resp.StatusCode, out
+}
+
+// place places an order and returns its number.
+func (h *harness) place(user, show string, seats ...string) string {
+	h.t.Helper()
+	body, _ := json.Marshal(placeRequest{ShowID: show, Seats: seats})
+	code, out := h.do("POST", "/orders", user, string(body))
+	require.Equal(h.t, http.StatusCreated, code, out)
+	require.Equal(h.t, "pending", out["status"])
+	require.Equal(h.t, user, out["user_id"])
+	return out["order_no"].(string)
+}
+
+// seatStates returns the seats of show in Redis: "locked:<order>" or "sold:<order>".
+func (h *harness) seatStates(show string) map[string]string {
+	h.t.Helper()
+	seats, err := h.app.seats.Show(context.Background(), show)
+	require.NoError(h.t, err)
+	out := map[string]string{}
+	for id, s := range seats {
+		state := "locked:"
+		if s.Status == expiry.StatusPaid {
+			state = "sold:"
+		}
+		out[id] = state + s.OrderNo
+	}
+	return out
+}
+
+func (h *harness) refunded() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.refunds...)
+}
+
+func (h *harness) held(show, user string) int {
+	h.t.Helper()
+	n, err := h.app.seats.Held(context.Background(), show, user)
+	require.NoError(h.t, err)
+	return n
+}
+
+func (h *harness) countOrders() int {
+	h.t.Helper()
+	var n int
+	require.NoError(h.t, h.app.db.QueryRow("SELECT COUNT(*) FROM oe_order").Scan(&n))
+	return n
+}
+
+func TestPlaceThenPay(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Minute)
+	no := h.place("alice", "show1", "A1", "A2")
+	assert.Equal(t, map[string]string{"A1": "locked:" + no, "A2": "locked:" + no}, h.seatStates("show1"))
+	assert.Equal(t, 2, h.held("show1", "alice"))
+
+	code, out := h.do("POST", "/orders/"+no+"/pay", "", "")
+	require.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, "paid", out["status"])
+	assert.Equal(t, map[string]string{"A1": "sold:" + no, "A2": "sold:" + no}, h.seatStates("show1"))
+	assert.Equal(t, 2, h.held("show1", "alice"), "sold seats still count against the limit")
+
+	code, out = h.do("POST", "/orders/"+no+"/pay", "", "")
+	assert.Equal(t, http.StatusOK, code, "a repeated callback changes nothing: %v", out)
+	code, out = h.do("GET", "/orders/"+no, "alice", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "paid", out["status"])
+	code, _ = h.do("POST", "/orders/"+no+"/cancel", "alice", "")
+	assert.Equal(t, http.StatusConflict, code, "a paid order cannot be cancelled")
+	assert.Equal(t, map[string]string{"A1": "sold:" + no, "A2": "sold:" + no}, h.seatStates("show1"))
+	assert.Empty(t, h.refunded())
+}
+
+func TestOnlyTheOwnerCancels(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Minute)
+	no := h.place("alice", "show1", "B1", "B2", "B3")
+
+	code, out := h.do("POST", "/orders/"+no+"/cancel", "mallory", "")
+	assert.Equal(t, http.StatusNotFound, code, "another user's order is not found: %v", out)
+	code, _ = h.do("GET", "/orders/"+no, "mallory", "")
+	assert.Equal(t, http.StatusNotFound, code)
+	code, out = h.do("GET", "/orders/"+no, "alice", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "pending", out["status"], "untouched")
+	assert.Len(t, h.seatStates("show1"), 3)
+
+	code, out = h.do("POST", "/orders/"+no+"/cancel", "alice", "")
+	require.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, "cancelled", out["status"])
+	assert.Empty(t, h.seatStates("show1"), "seats free")
+	assert.Zero(t, h.held("show1", "alice"))
+
+	code, out = h.do("POST", "/orders/"+no+"/cancel", "alice", "")
+	assert.Equal(t, http.StatusOK, code, "cancelling again is idempotent")
+	assert.Equal(t, "cancelled", out["status"])
+	h.place("bob", "show1", "B1") // the seat can be sold again
+}
+
+func TestUnpaidOrderExpires(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Second)
+	no := h.place("alice", "show1", "C1", "C2")
+	other := h.place("bob", "show1", "C3")
+	code, _ := h.do("POST", "/orders/"+other+"/pay", "", "")
+	require.Equal(t, http.StatusOK, code)
+
+	deadline := time.Now().Add(10 * time.Second) // 1s window, 1s first level, a re-arm, a reconcile round
+	status := ""
+	for time.Now().Before(deadline) {
+		code, out := h.do("GET", "/orders/"+no, "alice", "")
+		require.Equal(t, http.StatusOK, code)
+		if status = out["status"].(string); status != "pending" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, "cancelled", status, "the order expired within 10s")
+	assert.Equal(t, map[string]string{"C3": "sold:" + other}, h.seatStates("show1"), "the expired order's seats are free, the paid one's sold")
+	assert.Zero(t, h.held("show1", "alice"))
+	assert.Equal(t, 1, h.held("show1", "bob"))
+	_, out := h.do("GET", "/orders/"+other, "bob", "")
+	assert.Equal(t, "paid", out["status"], "a paid order never expires")
+}
+
+func TestPaymentAfterCancel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Minute)
+	no := h.place("alice", "show1", "D1")
+	code, _ := h.do("POST", "/orders/"+no+"/cancel", "alice", "")
+	require.Equal(t, http.StatusOK, code)
+
+	code, out := h.do("POST", "/orders/"+no+"/pay", "", "")
+	assert.Equal(t, http.StatusConflict, code, out)
+	assert.Contains(t, out["error"], "refunded")
+	assert.Equal(t, []string{no}, h.refunded(), "the refund hook was called once")
+	_, out = h.do("GET", "/orders/"+no, "alice", "")
+	assert.Equal(t, "cancelled", out["status"])
+	assert.Empty(t, h.seatStates("show1"), "nothing sold")
+	assert.Zero(t, h.held("show1", "alice"))
+}
+
+func TestSeatTakenAndLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Minute)
+	no := h.place("alice", "show1", "E1")
+
+	code, out := h.do("POST", "/orders", "bob", `{"show_id":"show1","seats":["E2","E1"]}`)
+	assert.Equal(t, http.StatusConflict, code, out)
+	code, out = h.do("POST", "/orders", "carol", `{"show_id":"show1","seats":["F1","F2","F3","F4","F5","F6","F7"]}`)
+	assert.Equal(t, http.StatusTooManyRequests, code, out)
+	assert.Equal(t, map[string]string{"E1": "locked:" + no}, h.seatStates("show1"), "nothing locked by the rejected orders")
+	assert.Zero(t, h.held("show1", "bob"))
+	assert.Zero(t, h.held("show1", "carol"))
+	assert.Equal(t, 1, h.countOrders())
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Minute)
+	no := h.place("alice", "show1", "G1")
+	before := h.seatStates("show1")
+	long := strings.Repeat("x", expiry.MaxIDLen+1)
+
+	for _, c := range []struct {
+		method, path, user, body string
+		want                     int
+	}{
+		{"POST", "/orders", "bob", `{"show_id":`, http.StatusBadRequest},                           // malformed JSON
+		{"POST", "/orders", "bob", `{"show_id":"show1","seats":["G2"]} {}`, http.StatusBadRequest}, // two values
+		{"POST", "/orders", "bob", `{"show_id":"show1","seats":["G2"],"price":0}`, http.StatusBadRequest},
+		{"POST", "/orders", "bob", `{"show_id":"show1","seats":"G2"}`, http.StatusBadRequest},
+		{"POST", "/orders", "bob", `{"show_id":"a{b}","seats":["G2"]}`, http.StatusBadRequest}, // a Redis hash tag
+		{"POST", "/orders", "bob", `{"show_id":"show1","seats":["G|2"]}`, http.StatusBadRequest},
+		{"POST", "/orders", "bob", `{"show_id":"show1","seats":["G2","G2"]}`, http.StatusBadRequest},
+		{"POST", "/orders", "bob", `{"show_id":"show1","seats":[]}`, http.StatusBadRequest},
+		{"POST", "/orders", "bob", `{"show_id":"` + long + `","seats":["G2"]}`, http.StatusBadRequest},
+		{"POST", "/orders", "a{b}", `{"show_id":"show1","seats":["G2"]}`, http.StatusBadRequest},
+		{"POST", "/orders", "", `{"show_id":"show1","seats":["G2"]}`, http.StatusUnauthorized},
+		{"POST", "/orders/a{b}/pay", "", "", http.StatusBadRequest},
+		{"POST", "/orders/a%7Bb%7D/pay", "", "", http.StatusBadRequest},
+		{"POST", "/orders/a%2Fb/pay", "", "", http.StatusBadRequest},
+		{"POST", "/orders/" + long + "/pay", "", "", http.StatusBadRequest},
+		{"POST", "/orders/a%20b/cancel", "alice", "", http.StatusBadRequest},
+		{"POST", "/orders/" + no + "/cancel", "a{b}", "", http.StatusBadRequest},
+		{"POST", "/orders/" + no + "/cancel", "", "", http.StatusUnauthorized},
+		{"GET", "/orders/%00", "alice", "", http.StatusBadRequest},
+		{"GET", "/orders/a%27%20OR%201%3D1", "alice", "", http.StatusBadRequest},
+		{"POST", "/orders/o-NOSUCHORDER/pay", "", "", http.StatusNotFound},
+		{"POST", "/orders/o-NOSUCHORDER/cancel", "alice", "", http.StatusNotFound},
+		{"GET", "/orders/o-NOSUCHORDER", "alice", "", http.StatusNotFound},
+		{"DELETE", "/orders/" + no, "alice", "", http.StatusMethodNotAllowed},
+	} {
+		req, err := http.NewRequest(c.method, h.srv.URL+c.path, strings.NewReader(c.body))
+		require.NoError(t, err)
+		if c.user != "" {
+			req.Header.Set("X-User", c.user)
+		}
+		resp, err := h.srv.Client().Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, c.want, resp.StatusCode, "%s %s (user %q) %s → %s", c.method, c.path, c.user, c.body, body)
+	}
+
+	assert.Equal(t, 1, h.countOrders(), "no order was added")
+	assert.Equal(t, before, h.seatStates("show1"), "no seat changed")
+	assert.Equal(t, 1, h.held("show1", "alice"))
+	assert.Zero(t, h.held("show1", "bob"))
+	_, out := h.do("GET", "/orders/"+no, "alice", "")
+	assert.Equal(t, "pending", out["status"])
+	assert.Empty(t, h.refunded())
+}
+
+// serve, as main runs it, stops cleanly when its context is cancelled.
+func TestServeStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, config{Expiry: time.Minute, Limit: 6, Reconcile: 100 * time.Millisecond}, ln, logger)
+	}()
+
+	url := "http://" + ln.Addr().String()
+	var resp *http.Response
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest("POST", url+"/orders", strings.NewReader(`{"show_id":"s1","seats":["A1"]}`))
+		req.Header.Set("X-User", "alice")
+		resp, err = http.DefaultClient.Do(req)
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusCreated, resp.StatusCode)
+
+	cancelCtx()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return after cancel")
+	}
+	_, err = http.Get(url + "/orders/x")
+	assert.Error(t, err, "the listener is closed")
+	mu.Lock()
+	assert.Contains(t, logs.String(), "msg=stopped")
+	mu.Unlock()
+}
+
+func TestRocketMQNotWired(t *testing.T) {
+	err := serve(context.Background(), config{RocketMQ: "127.0.0.1:9876"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorIs(t, err, errRocketMQNotWired)
+	assert.Equal(t, "rocketmq transport: not wired yet", err.Error())
+}
+
+func TestFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-expiry", "30s", "-addr", ":9000"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, cfg.Expiry)
+	assert.Equal(t, ":9000", cfg.Addr)
+	for _, args := range [][]string{{"-expiry", "0s"}, {"-expiry", "soon"}, {"-limit", "0"}, {"-mysql", "a", "-postgres", "b"}, {"x"}} {
+		_, err := parseFlags(args, io.Discard)
+		assert.Error(t, err, args)
+	}
+	var help bytes.Buffer
+	_, err = parseFlags([]string{"-h"}, &help)
+	assert.ErrorContains(t, err, "help requested")
+	assert.Contains(t, help.String(), "-expiry")
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
