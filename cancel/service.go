@@ -134,6 +134,7 @@ func (s *Service) Pay(ctx context.Context, orderNo, userID string) (Result, erro
 	if s.seller != nil && len(res.Seats) > 0 {
 		hold := Hold{ShowID: res.Order.ShowID, OrderNo: orderNo, UserID: res.Order.UserID, Seats: res.Seats}
 		if _, err := s.seller.Sell(ctx, hold); err != nil {
+			s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSellFailed, OrderNo: orderNo, Seats: len(hold.Seats), Err: err})
 			s.log.ErrorContext(ctx, "marking seats sold failed after payment; the reconciler will mark them",
 				"order", orderNo, "show", hold.ShowID, "err", err)
 		}

@@ -146,3 +146,18 @@ func TestInvalidInput(t *testing.T) {
 	_, err = cancel.New(cancel.Config{Store: e.store})
 	assert.Error(t, err)
 }
+
+func TestSellFailureIsNotAnError(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o1", "u1", time.Hour)
+	e.seats.Fail = func(op string) error {
+		if op == "Sell" {
+			return errors.New("redis down")
+		}
+		return nil
+	}
+	res, err := e.svc.Pay(context.Background(), "o1", "u1")
+	require.NoError(t, err, "the payment is recorded; Redis is repaired later")
+	assert.True(t, res.Changed)
+	assert.Equal(t, 1, e.ev.n(expiry.KindSellFailed))
+}

@@ -35,9 +35,12 @@ const (
 	// KindRepaired: the reconciler fixed something; Reason ("expired",
 	// "released", "sold"), Seats.
 	KindRepaired
+	// KindSellFailed: seats of a paid order could not be marked sold in the
+	// seat store; Err, Seats. The reconciler repairs it.
+	KindSellFailed
 )
 
-var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired"}
+var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed"}
 
 // String returns the kind's snake_case name, suitable as a metric label.
 func (k Kind) String() string {
