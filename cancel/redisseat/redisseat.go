@@ -12,6 +12,17 @@
 // reconciler would release the other's locks as belonging to missing orders.
 // All changes run as Lua scripts on the two keys of one show, which share a
 // hash tag, so they are atomic on a single node and on Redis Cluster alike.
+//
+// Run Redis with persistence (AOF, appendfsync always or everysec). The
+// reconciler repairs locks that Redis still has; it does not rebuild seat
+// state that Redis lost: after a restart without persistence, sold seats
+// look free (SQL's unique seat key still refuses a second sale) and
+// purchase-limit counters restart at zero.
+//
+// The scripts are idempotent, so go-redis may retry them after a lost reply;
+// the retry then reports 0 seats where the first run freed them. State stays
+// right; only the counts reported (cancel.Result.Released) are low. Set the
+// client's MaxRetries to -1 where exact counts matter.
 package redisseat
 
 import (

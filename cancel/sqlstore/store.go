@@ -91,7 +91,9 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 	var now string
 	switch d {
 	case MySQL:
-		now = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3))*1000) AS SIGNED)"
+		// UTC_TIMESTAMP does not go through the session's time zone, so the
+		// clock does not jump at a daylight-saving change.
+		now = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 	case Postgres:
 		now = "CAST(EXTRACT(EPOCH FROM clock_timestamp())*1000 AS BIGINT)"
 	case SQLite:
