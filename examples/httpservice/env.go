@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -149,22 +148,14 @@ func (e *env) openRedis(ctx context.Context, cfg config) error {
 // consumer shell, and a close that stops it.
 type transport struct {
 	sender expiry.DelaySender
-	attach func(*expiry.Shell)
+	attach func(*expiry.Shell) error
 	close  func()
 	about  string
 }
 
-// errRocketMQNotWired is what -rocketmq gives until the adapter is wired.
-var errRocketMQNotWired = errors.New("rocketmq transport: not wired yet")
-
 func newTransport(cfg config) (*transport, error) {
 	if cfg.RocketMQ != "" {
-		// TODO(rocketmq): wire expiry/rocketmq here once the adapter lands:
-		// a producer on cfg.RocketMQ as the expiry.DelaySender, a push
-		// consumer on the same topic whose handler calls the shell (attach),
-		// and close = consumer shutdown (it does not wait for running
-		// handlers), then producer shutdown.
-		return nil, errRocketMQNotWired
+		return newRocketMQ(cfg)
 	}
 	// RocketMQ's default levels and one second of slack: a 15-minute order
 	// takes two hops (10m, then 5m), as it would on the broker.
@@ -172,7 +163,7 @@ func newTransport(cfg config) (*transport, error) {
 	var once sync.Once
 	return &transport{
 		sender: s,
-		attach: func(sh *expiry.Shell) { s.Attach(sh) },
+		attach: func(sh *expiry.Shell) error { s.Attach(sh); return nil },
 		close:  func() { once.Do(func() { _ = s.Close() }) },
 		about:  "expiry/inproc with RocketMQ's default levels + 1s slack",
 	}, nil

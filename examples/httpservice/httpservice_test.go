@@ -54,7 +54,7 @@ func newHarness(t *testing.T, window time.Duration) *harness {
 			h.mu.Unlock()
 		}})
 	require.NoError(t, err)
-	tr.attach(shell)
+	require.NoError(t, tr.attach(shell))
 	h.app = app
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = app.RunReconciler(ctx) })
@@ -348,10 +348,10 @@ func TestServeStopsOnCancel(t *testing.T) {
 	mu.Unlock()
 }
 
-func TestRocketMQNotWired(t *testing.T) {
-	err := serve(context.Background(), config{RocketMQ: "127.0.0.1:9876"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.ErrorIs(t, err, errRocketMQNotWired)
-	assert.Equal(t, "rocketmq transport: not wired yet", err.Error())
+func TestRocketMQUnreachable(t *testing.T) {
+	err := serve(context.Background(), config{RocketMQ: "127.0.0.1:1", Broker: "127.0.0.1:1"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rocketmq: create topic")
 }
 
 func TestFlags(t *testing.T) {

@@ -43,6 +43,7 @@ type config struct {
 	Postgres  string
 	Redis     string
 	RocketMQ  string
+	Broker    string
 	Verbose   bool
 }
 
@@ -58,7 +59,8 @@ func parseFlags(args []string, stdout io.Writer) (config, error) {
 	fs.StringVar(&c.MySQL, "mysql", "", "MySQL/MariaDB `DSN` instead of SQLite, e.g. 'oe:oe@tcp(127.0.0.1:13306)/oe'")
 	fs.StringVar(&c.Postgres, "postgres", "", "PostgreSQL `DSN` instead of SQLite, e.g. 'postgres://oe:oe@127.0.0.1:15432/oe?sslmode=disable'")
 	fs.StringVar(&c.Redis, "redis", "", "Redis `ADDR` (host:port or redis:// URL) instead of miniredis")
-	fs.StringVar(&c.RocketMQ, "rocketmq", "", "RocketMQ name server `NAMESRV` instead of the in-process sender (not wired yet)")
+	fs.StringVar(&c.RocketMQ, "rocketmq", "", "RocketMQ name server `NAMESRV` instead of the in-process sender (timer mode: a 5.x broker)")
+	fs.StringVar(&c.Broker, "rocketmq-broker", "127.0.0.1:10911", "RocketMQ broker `ADDR` on which the service creates its topic")
 	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,11 +102,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, nil, logger); err != nil {
-		if errors.Is(err, errRocketMQNotWired) {
-			fmt.Fprintln(os.Stderr, err)
-		} else {
-			fmt.Fprintln(os.Stderr, "httpservice:", oneLine(err))
-		}
+		fmt.Fprintln(os.Stderr, "httpservice:", oneLine(err))
 		os.Exit(2)
 	}
 }
@@ -129,7 +127,10 @@ func serve(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger
 	if err != nil {
 		return err
 	}
-	tr.attach(shell)
+	if err := tr.attach(shell); err != nil {
+		tr.close()
+		return err
+	}
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
 			return err

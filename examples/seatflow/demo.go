@@ -201,7 +201,9 @@ func (d *demo) wire(ctx context.Context) error {
 		return err
 	}
 	d.shell = expiry.NewShell(d.h, d, logger)
-	d.tr.attach(d.shell)
+	if err := d.tr.attach(d.shell); err != nil {
+		return setupErrorf("%w", err)
+	}
 	if d.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: lossySender{d.tr.sender, dropFirst}, Observer: d, Logger: logger}); err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -161,32 +160,21 @@ var (
 // consumer shell, how many messages wait, and a close that drops them.
 type transport struct {
 	sender   expiry.DelaySender
-	attach   func(*expiry.Shell)
+	attach   func(*expiry.Shell) error
 	inFlight func() int
 	close    func()
 	about    string
 }
 
-// errRocketMQNotWired is what -rocketmq gives until the adapter is wired.
-var errRocketMQNotWired = errors.New("rocketmq transport: not wired yet")
-
 func newTransport(cfg config, onSend func(m expiry.Message, level int, delay time.Duration)) (*transport, error) {
 	if cfg.RocketMQ != "" {
-		// TODO(rocketmq): wire expiry/rocketmq here once the adapter lands:
-		// a producer on cfg.RocketMQ as the expiry.DelaySender (levels mode:
-		// the broker's messageDelayLevel would have to be demoLevels, or the
-		// timer mode of a 5.x broker), a push consumer on the same topic whose
-		// handler calls the shell (attach), and close = consumer shutdown (it
-		// does not wait for running handlers) then producer shutdown. Use a
-		// topic or tag with the run prefix so runs do not consume each
-		// other's messages; inFlight may return -1 (unknown).
-		return nil, errRocketMQNotWired
+		return newRocketMQ(cfg, onSend)
 	}
 	s := inproc.New(inproc.Config{Levels: demoLevels, Slack: demoSlack, OnSend: onSend})
 	var once sync.Once
 	return &transport{
 		sender:   s,
-		attach:   func(sh *expiry.Shell) { s.Attach(sh) },
+		attach:   func(sh *expiry.Shell) error { s.Attach(sh); return nil },
 		inFlight: s.Pending,
 		close:    func() { once.Do(func() { _ = s.Close() }) },
 		about:    fmt.Sprintf("timer:  expiry/inproc with RocketMQ levels %q + %v slack", demoLevels.String(), demoSlack),

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
 // summaryLine is the documented form of the last line: the seven fixed keys
@@ -86,6 +88,10 @@ func TestScenarioEmbedded(t *testing.T) {
 func TestScenarioRealServers(t *testing.T) {
 	t.Parallel()
 	mysqlDSN, pgDSN, redisAddr := os.Getenv("OE_MYSQL_DSN"), os.Getenv("OE_PG_DSN"), os.Getenv("OE_REDIS_ADDR")
+	ns, broker := os.Getenv("OE_ROCKETMQ_NAMESRV"), os.Getenv("OE_ROCKETMQ_BROKER")
+	if broker == "" {
+		broker = "127.0.0.1:20911" // the test command's broker
+	}
 	for _, c := range []struct {
 		name string
 		cfg  config
@@ -93,10 +99,15 @@ func TestScenarioRealServers(t *testing.T) {
 	}{
 		{"mysql+redis", config{Orders: 12, MySQL: mysqlDSN, Redis: redisAddr}, mysqlDSN != "" && redisAddr != ""},
 		{"postgres+redis", config{Orders: 12, Postgres: pgDSN, Redis: redisAddr}, pgDSN != "" && redisAddr != ""},
+		{"mysql+redis+rocketmq-timer", config{Orders: 12, MySQL: mysqlDSN, Redis: redisAddr, RocketMQ: ns, Broker: broker, Mode: "timer"}, mysqlDSN != "" && redisAddr != "" && ns != ""},
+		{"postgres+redis+rocketmq-levels", config{Orders: 12, Postgres: pgDSN, Redis: redisAddr, RocketMQ: ns, Broker: broker, Mode: "levels"}, pgDSN != "" && redisAddr != "" && ns != ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if !c.ok {
-				t.Skip("OE_MYSQL_DSN / OE_PG_DSN / OE_REDIS_ADDR not set (run bash internal/testenv/test.sh)")
+				if testenv.Required() {
+					t.Fatal("servers are required but OE_MYSQL_DSN / OE_PG_DSN / OE_REDIS_ADDR / OE_ROCKETMQ_NAMESRV are not all set")
+				}
+				t.Skip("OE_MYSQL_DSN / OE_PG_DSN / OE_REDIS_ADDR / OE_ROCKETMQ_NAMESRV not set (run bash internal/testenv/test.sh)")
 			}
 			t.Parallel()
 			assertBalanced(t, c.cfg, runScenario(t, c.cfg))
@@ -152,7 +163,8 @@ func TestSetupFailures(t *testing.T) {
 		{"mysql", config{Orders: 3, MySQL: "oe:oe@tcp(127.0.0.1:1)/oe"}, "seatflow: MySQL/MariaDB 127.0.0.1:1/oe does not answer: "},
 		{"postgres", config{Orders: 3, Postgres: "postgres://oe:secret@127.0.0.1:1/oe"}, "seatflow: PostgreSQL 127.0.0.1:1/oe does not answer: "},
 		{"bad dsn", config{Orders: 3, MySQL: "garbage"}, "seatflow: -mysql: invalid DSN"},
-		{"rocketmq", config{Orders: 3, RocketMQ: "127.0.0.1:9876"}, "rocketmq transport: not wired yet"},
+		{"rocketmq", config{Orders: 3, RocketMQ: "127.0.0.1:1", Broker: "127.0.0.1:1", Mode: "timer"}, "seatflow: rocketmq: create topic"},
+		{"rocketmq mode", config{Orders: 3, RocketMQ: "127.0.0.1:1", Mode: "fast"}, "seatflow: -rocketmq-mode: rocketmq: unknown mode"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

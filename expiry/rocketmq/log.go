@@ -18,8 +18,9 @@ var (
 )
 
 // UseLogger routes client-go's logging (a process-wide setting of client-go)
-// to l: its errors and warnings as such, its info and debug lines at debug
-// level, so a default logger stays quiet. NewSender, NewConsumer and
+// to l: its errors as errors, everything else at debug level (its warnings
+// repeat every rebalance for conditions that are normal, such as a group's
+// retry topic not existing yet), so a default logger stays quiet. NewSender, NewConsumer and
 // EnsureTopic route it to their logger (slog.Default() if none was given
 // yet). Safe to call at any time.
 func UseLogger(l *slog.Logger) {
@@ -55,7 +56,7 @@ func (slogAdapter) log(level slog.Level, msg string, fields map[string]interface
 
 func (a slogAdapter) Debug(msg string, f map[string]interface{})   { a.log(slog.LevelDebug-4, msg, f) }
 func (a slogAdapter) Info(msg string, f map[string]interface{})    { a.log(slog.LevelDebug, msg, f) }
-func (a slogAdapter) Warning(msg string, f map[string]interface{}) { a.log(slog.LevelWarn, msg, f) }
+func (a slogAdapter) Warning(msg string, f map[string]interface{}) { a.log(slog.LevelDebug, msg, f) }
 func (a slogAdapter) Error(msg string, f map[string]interface{})   { a.log(slog.LevelError, msg, f) }
 func (a slogAdapter) Fatal(msg string, f map[string]interface{})   { a.log(slog.LevelError+4, msg, f) }
 func (slogAdapter) Level(string)                                   {}

@@ -311,6 +311,28 @@ func (c *Consumer) Start() error {
 	return nil
 }
 
+// StartConsumer creates a Consumer and starts it, trying again every half
+// second while the topic has no route yet (a topic created a moment ago
+// reaches the name server within seconds), until ctx is done.
+func StartConsumer(ctx context.Context, cfg Config, p Processor) (*Consumer, error) {
+	for {
+		c, err := NewConsumer(cfg, p)
+		if err != nil {
+			return nil, err
+		}
+		err = c.Start()
+		if err == nil {
+			return c, nil
+		}
+		_ = c.Close(context.Background()) // a failed start has shut the client down already
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // Close stops taking new messages, waits (until ctx is done) for the ones
 // being handled, then shuts the client down. client-go's own Shutdown does
 // not wait for running handlers; this does.

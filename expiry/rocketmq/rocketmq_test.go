@@ -53,21 +53,10 @@ func topic(t *testing.T) (rocketmq.Config, string) {
 	return rocketmq.Config{NameServers: ns, Topic: name, Group: name + "_g"}, addr
 }
 
-// startConsumer starts a consumer, retrying while the new topic's route
-// propagates to the name server.
 func startConsumer(t *testing.T, cfg rocketmq.Config, p rocketmq.Processor) *rocketmq.Consumer {
-	var c *rocketmq.Consumer
-	var err error
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err = rocketmq.NewConsumer(cfg, p)
-		require.NoError(t, err)
-		if err = c.Start(); err == nil || time.Now().After(deadline) {
-			break
-		}
-		_ = c.Close(context.Background())
-		time.Sleep(500 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := rocketmq.StartConsumer(ctx, cfg, p)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -338,9 +327,10 @@ func TestCloseDrains(t *testing.T) {
 	t.Parallel()
 	cfg, _ := topic(t)
 	p := &blockingProcessor{started: make(chan struct{}), finished: make(chan struct{})}
-	c, err := rocketmq.NewConsumer(cfg, p)
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := rocketmq.StartConsumer(sctx, cfg, p)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return c.Start() == nil }, 30*time.Second, 500*time.Millisecond)
 	s := newSender(t, cfg)
 	require.NoError(t, s.Send(context.Background(), expiry.Message{OrderNo: "drain-1", Hop: 1}, time.Second))
 	select {
@@ -348,9 +338,9 @@ func TestCloseDrains(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("message not delivered")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, c.Close(ctx))
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	require.NoError(t, c.Close(cctx))
 	select {
 	case <-p.finished:
 	default:
