@@ -125,8 +125,9 @@ func TestFlags(t *testing.T) {
 		want config
 		err  string
 	}{
-		{args: nil, want: config{Orders: 40}},
-		{args: []string{"-orders", "7", "-seed", "3", "-redis", "127.0.0.1:6379"}, want: config{Orders: 7, Seed: 3, Redis: "127.0.0.1:6379"}},
+		{args: nil, want: config{Orders: 40, Broker: "127.0.0.1:10911", Mode: "timer"}},
+		{args: []string{"-orders", "7", "-seed", "3", "-redis", "127.0.0.1:6379"}, want: config{Orders: 7, Seed: 3, Redis: "127.0.0.1:6379", Broker: "127.0.0.1:10911", Mode: "timer"}},
+		{args: []string{"-rocketmq", "ns:9876", "-rocketmq-broker", "b:10911", "-rocketmq-mode", "levels"}, want: config{Orders: 40, RocketMQ: "ns:9876", Broker: "b:10911", Mode: "levels"}},
 		{args: []string{"-orders", "0"}, err: "-orders 0: want 1..5000"},
 		{args: []string{"-orders", "x"}, err: `invalid value "x" for flag -orders`},
 		{args: []string{"-mysql", "a", "-postgres", "b"}, err: "exclude each other"},
