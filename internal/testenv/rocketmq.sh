@@ -20,6 +20,7 @@ _RMQ_REPO_ROOT="$(cd "$_RMQ_SRC_DIR/../.." && pwd)"
 RMQ_NAMESRV_PORT="${RMQ_NAMESRV_PORT:-19876}"
 RMQ_BROKER_PORT="${RMQ_BROKER_PORT:-20911}"
 RMQ_READY_TIMEOUT="${RMQ_READY_TIMEOUT:-120}"
+RMQ_DELAY_LEVELS="${RMQ_DELAY_LEVELS:-1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h}" # the broker's messageDelayLevel
 
 _rmq_state() { echo "${OE_STATE_DIR:-/tmp/orderexpiry-services}/rocketmq"; }
 _rmq_libdir() { echo "$_RMQ_SRC_DIR/rocketmq/target/lib"; }
@@ -107,7 +108,7 @@ maxHashSlotNum=100000
 maxIndexNum=400000
 diskMaxUsedSpaceRatio=95
 timerWheelEnable=true
-messageDelayLevel=1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
+messageDelayLevel=$RMQ_DELAY_LEVELS
 EOF
 }
 
