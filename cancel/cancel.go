@@ -29,7 +29,11 @@ import (
 // Reason says who cancelled an order. It is stored with the order.
 type Reason string
 
-// The reasons this library uses.
+// MaxReasonLen is the longest Reason the schema stores (cancel_reason).
+const MaxReasonLen = 16
+
+// The reasons this library uses; a host may use others that pass
+// expiry.ValidateID and fit MaxReasonLen.
 const (
 	ReasonTimeout   Reason = "timeout"
 	ReasonUser      Reason = "user"

@@ -68,6 +68,9 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if err := validate(req.OrderNo, req.UserID); err != nil {
 		return Result{}, err
 	}
+	if len(req.Reason) > MaxReasonLen || expiry.ValidateID("reason", string(req.Reason)) != nil {
+		return Result{}, fmt.Errorf("cancel: %w: reason %q (1-%d bytes of A-Z a-z 0-9 - _ .)", expiry.ErrInvalidID, req.Reason, MaxReasonLen)
+	}
 	res, err := s.store.CancelPending(ctx, req)
 	if err != nil || !res.Changed {
 		return res, err

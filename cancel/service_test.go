@@ -141,6 +141,11 @@ func TestInvalidInput(t *testing.T) {
 		_, err = e.svc.Pay(context.Background(), no, "")
 		assert.ErrorIs(t, err, expiry.ErrInvalidID)
 	}
+	e.place(t, "ok1", "u1", time.Hour)
+	for _, r := range []cancel.Reason{"", "far-too-long-a-reason", "bad reason"} {
+		_, err := e.svc.Cancel(context.Background(), cancel.Request{OrderNo: "ok1", Reason: r})
+		assert.ErrorIs(t, err, expiry.ErrInvalidID, "reason %q", r)
+	}
 	_, err := cancel.New(cancel.Config{Seats: e.seats})
 	assert.Error(t, err)
 	_, err = cancel.New(cancel.Config{Store: e.store})

@@ -108,6 +108,9 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 // A non-nil error is transient (store down, re-arm send failed): the message
 // must be redelivered, which is safe because Handle is idempotent.
 func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
+	if ValidateID("order number", m.OrderNo) != nil {
+		return OutcomeMissing, nil // no order has that number; retrying cannot help
+	}
 	o, err := h.orders.Order(ctx, m.OrderNo)
 	if errors.Is(err, ErrNotFound) {
 		return OutcomeMissing, nil

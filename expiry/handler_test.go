@@ -248,6 +248,16 @@ func TestHandlerBranches(t *testing.T) {
 	}
 }
 
+func TestHandlerInvalidOrderNumber(t *testing.T) {
+	canc := &stubCanceller{}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: &stubLookup{orders: []expiry.Order{{}}, errs: []error{errors.New("must not be called")}}, Canceller: canc, Sender: &recorder{}})
+	require.NoError(t, err)
+	out, err := h.Handle(context.Background(), expiry.Message{OrderNo: "a{b}", Hop: 1})
+	assert.NoError(t, err, "not a transient failure: redelivery cannot help")
+	assert.Equal(t, expiry.OutcomeMissing, out)
+	assert.Zero(t, canc.calls)
+}
+
 func TestNewHandlerRequiresDependencies(t *testing.T) {
 	for _, c := range []expiry.HandlerConfig{
 		{Canceller: &stubCanceller{}, Sender: &recorder{}},

@@ -84,7 +84,8 @@ func DecodeMessage(body []byte) (Message, error) {
 		return Message{}, fmt.Errorf("%w: %w", ErrBadMessage, err)
 	}
 	hop, err := strconv.Atoi(string(hopText))
-	if err != nil || hop < 1 || hop > MaxHop {
+	// Only the canonical form EncodeMessage writes ("01" and "+1" are not).
+	if err != nil || hop < 1 || hop > MaxHop || strconv.Itoa(hop) != string(hopText) {
 		return Message{}, fmt.Errorf("%w: hop %q is not a number in 1..%d", ErrBadMessage, hopText, MaxHop)
 	}
 	return Message{OrderNo: orderNo, Hop: hop}, nil

@@ -38,6 +38,8 @@ func TestDecodeMessageRejects(t *testing.T) {
 		"negative hop":   []byte("oe1 o1 -3"),
 		"overflow hop":   []byte("oe1 o1 99999999999999999999"),
 		"trailing":       []byte("oe1 o1 1 x"),
+		"leading zero":   []byte("oe1 o1 01"),
+		"plus sign":      []byte("oe1 o1 +1"),
 		"too long order": []byte("oe1 " + strings.Repeat("x", 65) + " 1"),
 	} {
 		t.Run(name, func(t *testing.T) {

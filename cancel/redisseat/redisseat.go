@@ -184,6 +184,12 @@ func (s *Seats) Show(ctx context.Context, show string) (map[string]cancel.SeatSt
 
 // Held returns the purchase-limit counter of user in show.
 func (s *Seats) Held(ctx context.Context, show, user string) (int, error) {
+	if err := expiry.ValidateID("show id", show); err != nil {
+		return 0, fmt.Errorf("redisseat: %w", err)
+	}
+	if err := expiry.ValidateID("user id", user); err != nil {
+		return 0, fmt.Errorf("redisseat: %w", err)
+	}
 	n, err := s.rdb.HGet(ctx, s.limitKey(show), user).Int()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
