@@ -25,7 +25,8 @@ say() { printf '[test.sh] %s\n' "$*" >&2; }
 # here, kept short so the whole command stays quick, for example:
 #   go test -run '^$' -fuzz '^FuzzParseLevels$' -fuzztime 15s ./levels
 extra_checks() {
-	:
+	say "fuzzing (internal/testenv/fuzz.sh)"
+	bash internal/testenv/fuzz.sh
 }
 # -----------------------------------------------------------------------------------------------
 
