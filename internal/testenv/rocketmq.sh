@@ -9,7 +9,8 @@
 # Executed, it runs one of them:  bash internal/testenv/rocketmq.sh start|stop|status
 #
 # State (configs, pidfiles, logs, store) lives in ${OE_STATE_DIR:-/tmp/orderexpiry-services}/rocketmq.
-# A fresh start wipes the previous store there, so no old delayed message turns up in a new run.
+# A fresh start wipes the previous store there, so no old delayed message turns up in a new run
+# (RMQ_KEEP_STORE=1 keeps it, for restart tests).
 # Ports: name server 19876; broker 20911 (plus 20909 and 20912, which the broker derives from it;
 # 20912, the HA port, listens on all interfaces: the broker has no setting for its address).
 # Needs java 17, mvn and go on PATH.
@@ -179,9 +180,10 @@ rmq_start() {
         export OE_ROCKETMQ_NAMESRV="127.0.0.1:$RMQ_NAMESRV_PORT"
         return 0
     fi
-    # Anything half-alive or not answering: stop it and start afresh.
+    # Anything half-alive or not answering: stop it and start afresh
+    # (RMQ_KEEP_STORE=1 keeps the store: a restart with messages in flight).
     rmq_stop
-    rm -rf "${state:?}/home"
+    [[ ${RMQ_KEEP_STORE:-0} == 1 ]] || rm -rf "${state:?}/home"
     mkdir -p "$state/home"
     _rmq_write_confs "$state"
 
