@@ -75,19 +75,27 @@ export OE_REQUIRE_SERVERS=1
 norace=(github.com/seatflow/orderexpiry/expiry/rocketmq)
 mapfile -t race < <(go list ./... | grep -vxF -f <(printf '%s\n' "${norace[@]}"))
 
-say "go test -race -count=1 -timeout 15m (${#race[@]} packages)"
-status=0
-go test -race -count=1 -timeout 15m "${race[@]}" || status=$?
-if ((status != 0)); then
-	say "FAIL: go test -race exited $status"
-	exit "$status"
-fi
-say "go test -count=1 -timeout 10m ${norace[*]} (client-go races, see above)"
-go test -count=1 -timeout 10m "${norace[@]}" || status=$?
-if ((status != 0)); then
-	say "FAIL: go test exited $status"
-	exit "$status"
-fi
+# Tests run with -v so that the FIGURE lines the reliability tests log (the
+# figures in the README's Reliability section) reach this output; the full
+# log goes to a file, and only package results, failures and FIGURE lines are
+# shown, with the context of any failure.
+LOG_DIR="${OE_TEST_LOG_DIR:-${TMPDIR:-/tmp}}"
+run_go_test() { # name, go test args...
+	local name="$1" log status=0
+	shift
+	log="$LOG_DIR/orderexpiry-$name.log"
+	say "go test $* (full log: $log)"
+	go test "$@" >"$log" 2>&1 || status=$?
+	grep -E '^(ok|FAIL|panic:)|^\s*--- FAIL|FIGURE|^\s*--- SKIP' "$log" || true
+	if ((status != 0)); then
+		say "FAIL: go test exited $status; the failures in context:"
+		grep -E -B2 -A40 '^\s*--- FAIL|^panic:|DATA RACE|^FAIL\s' "$log" | head -400 >&2 || tail -200 "$log" >&2
+		return "$status"
+	fi
+}
+
+run_go_test race -race -count=1 -timeout 15m -v "${race[@]}"
+run_go_test norace -count=1 -timeout 10m -v "${norace[@]}"  # client-go races, see above
 
 extra_checks
 say "PASS"
