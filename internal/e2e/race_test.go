@@ -121,7 +121,7 @@ func raceTest(t *testing.T, db *sql.DB, d sqlstore.Dialect) {
 		cancelled += w.Ledger.Cancelled[p.OrderNo]
 	}
 	assert.Equal(t, orders, paid+cancelled, "exactly one winner per order")
-	t.Logf("FIGURE race %s: orders=%d callers_per_order=6 paid=%d cancelled=%d discrepancies=%d violations=%d", d, orders, paid, cancelled, w.Ledger.Kind(expiry.KindDiscrepancy), len(bad))
+	t.Logf("FIGURE race %s: orders=%d callers_per_order=4 reconcilers=2 paid=%d cancelled=%d discrepancies=%d violations=%d", d, orders, paid, cancelled, w.Ledger.Kind(expiry.KindDiscrepancy), len(bad))
 }
 
 func isDiscrepancy(err error) bool { return err != nil && errors.Is(err, cancel.ErrDiscrepancy) }
