@@ -24,7 +24,7 @@ func ExampleService_Pay() {
 	_, _ = seats.Lock(ctx, p.Hold(), 0)
 	_ = store.Place(ctx, p)
 
-	cancelled, _ := svc.Timeout(ctx, "A1")
+	cancelled, _, _ := svc.Timeout(ctx, "A1")
 	fmt.Println("timeout cancelled:", cancelled)
 	_, err := svc.Pay(ctx, "A1", "u1")
 	fmt.Println(errors.Is(err, cancel.ErrDiscrepancy))

@@ -93,9 +93,9 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 
 // Timeout cancels an order whose time is up, guarded by the store's clock. It
 // implements expiry.Canceller.
-func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, error) {
+func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, expiry.Order, error) {
 	res, err := s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonTimeout, OnlyIfDue: true})
-	return res.Changed, err
+	return res.Changed, res.Order, err
 }
 
 // UserCancel cancels userID's own pending order. Another user's order gives

@@ -81,7 +81,7 @@ func TestReleaseFailureIsNotAnError(t *testing.T) {
 		}
 		return nil
 	}
-	cancelled, err := e.svc.Timeout(context.Background(), "o1")
+	cancelled, _, err := e.svc.Timeout(context.Background(), "o1")
 	require.NoError(t, err, "the order is cancelled; Redis is repaired later")
 	assert.True(t, cancelled)
 	assert.Equal(t, 1, e.ev.n(expiry.KindReleaseFailed))
@@ -105,7 +105,7 @@ func TestUserCancelOwnership(t *testing.T) {
 func TestPayLosesToCancel(t *testing.T) {
 	e := newEnv(t)
 	e.place(t, "o1", "u1", -time.Second)
-	ok, err := e.svc.Timeout(context.Background(), "o1")
+	ok, _, err := e.svc.Timeout(context.Background(), "o1")
 	require.NoError(t, err)
 	require.True(t, ok)
 	res, err := e.svc.Pay(context.Background(), "o1", "u1")

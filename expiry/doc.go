@@ -12,10 +12,12 @@
 //     in-process sender in expiry/inproc) delivers the message at least once.
 //     Its consumer hands the body to a Shell, which decodes and validates it,
 //     restores the trace id, times the work and calls the Handler.
-//  3. The Handler looks the order up: missing or no longer pending, it does
-//     nothing (the order's state machine is the whole of idempotency); not yet
-//     due by the store's clock, it re-arms the message for the time left; due,
-//     it asks the Canceller (package cancel) to cancel it with reason timeout.
+//  3. The Handler asks the Canceller (package cancel) to cancel the order
+//     with reason timeout; the store's compare-and-set does it only if the
+//     order is pending and due by the store's clock. Otherwise the answer
+//     carries the order: missing or no longer pending, the Handler does
+//     nothing (the order's state machine is the whole of idempotency); not
+//     yet due, it re-arms the message for the time left.
 //
 // Every outcome goes to an Observer, which a host implements to count things;
 // the default does nothing. The package imports no driver.

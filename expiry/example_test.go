@@ -27,7 +27,7 @@ func Example() {
 		OnSend: func(m expiry.Message, level int, d time.Duration) {
 			fmt.Printf("hop %d: level %d (%v)\n", m.Hop, level, d)
 		}})
-	h, _ := expiry.NewHandler(expiry.HandlerConfig{Orders: store, Canceller: svc, Sender: sender})
+	h, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
 	sender.Attach(expiry.NewShell(h, nil, nil))
 	sched, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Clock: clock})
 

@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// OrderLookup is the read side of the order store that the Handler uses.
+// OrderLookup reads one order; the SQL store implements it (hosts use it to
+// show an order, the Handler does not need it).
 //
 // Order returns the order with ReadAt set to the store's clock at the read,
-// or an error wrapping ErrNotFound. Any other error is transient (the store
-// is unreachable) and makes the message come back later. It must be safe for
-// concurrent use.
+// or an error wrapping ErrNotFound. Any other error is transient. It must be
+// safe for concurrent use.
 type OrderLookup interface {
 	Order(ctx context.Context, orderNo string) (Order, error)
 }
@@ -21,12 +21,14 @@ type OrderLookup interface {
 // Canceller cancels an order whose time is up; package cancel provides one.
 //
 // Timeout cancels orderNo only if it is still pending and due by the store's
-// clock, and reports whether this call cancelled it. False with a nil error
-// means nothing was changed: the order was already paid or cancelled, or is
-// not due yet. It is idempotent and safe for concurrent use: of any number of
-// concurrent calls at most one returns true.
+// clock. It returns true when this call cancelled it. Otherwise it returns
+// false and the order as the store found it (ReadAt set), which says why:
+// already paid or cancelled, or pending and not due yet. A missing order is
+// an error wrapping ErrNotFound; other errors are transient. It is
+// idempotent and safe for concurrent use: of any number of concurrent calls
+// at most one returns true.
 type Canceller interface {
-	Timeout(ctx context.Context, orderNo string) (cancelled bool, err error)
+	Timeout(ctx context.Context, orderNo string) (cancelled bool, o Order, err error)
 }
 
 // Outcome is what the Handler did with a message.
@@ -38,19 +40,17 @@ const (
 	OutcomeFailed Outcome = iota
 	// OutcomeMissing: no such order; nothing to do.
 	OutcomeMissing
-	// OutcomeFinal: the order was already paid or cancelled; nothing to do.
+	// OutcomeFinal: the order was already paid or cancelled (by a payment,
+	// a user, the reconciler or an earlier delivery); nothing to do.
 	// Duplicate deliveries end here (invariant I5).
 	OutcomeFinal
 	// OutcomeRearmed: not due yet; a message was sent for the time left.
 	OutcomeRearmed
 	// OutcomeCancelled: this message cancelled the order.
 	OutcomeCancelled
-	// OutcomeLostRace: the order was pending and due, but a payment or a user
-	// cancel decided it first.
-	OutcomeLostRace
 )
 
-var outcomeNames = [...]string{"failed", "missing", "final", "rearmed", "cancelled", "lost_race"}
+var outcomeNames = [...]string{"failed", "missing", "final", "rearmed", "cancelled"}
 
 // String returns the outcome's snake_case name, suitable as a metric label.
 func (o Outcome) String() string {
@@ -60,24 +60,21 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// minRearm is the delay used when the store says "not due" although its own
-// clock read "due" a moment before (the expire_at boundary): short, but never
-// zero, so the message cannot spin.
+// minRearm is the shortest re-arm: an order pending at its expire_at
+// boundary is re-armed shortly, never with zero, so the message cannot spin.
 const minRearm = 100 * time.Millisecond
 
 // Handler is the decision tree run for every delivered message. It keeps no
 // state of its own and is safe for concurrent use.
 type Handler struct {
-	orders OrderLookup
 	cancel Canceller
 	sender DelaySender
 	obs    Observer
 	log    *slog.Logger
 }
 
-// HandlerConfig wires a Handler. Orders, Canceller and Sender are required.
+// HandlerConfig wires a Handler. Canceller and Sender are required.
 type HandlerConfig struct {
-	Orders    OrderLookup
 	Canceller Canceller
 	Sender    DelaySender  // used to re-arm
 	Observer  Observer     // nil: NopObserver
@@ -87,14 +84,12 @@ type HandlerConfig struct {
 // NewHandler returns a Handler, or an error naming a missing dependency.
 func NewHandler(c HandlerConfig) (*Handler, error) {
 	switch {
-	case c.Orders == nil:
-		return nil, errors.New("expiry: HandlerConfig.Orders is nil")
 	case c.Canceller == nil:
 		return nil, errors.New("expiry: HandlerConfig.Canceller is nil")
 	case c.Sender == nil:
 		return nil, errors.New("expiry: HandlerConfig.Sender is nil")
 	}
-	return &Handler{orders: c.Orders, cancel: c.Canceller, sender: c.Sender, obs: OrNop(c.Observer), log: orDefault(c.Logger)}, nil
+	return &Handler{cancel: c.Canceller, sender: c.Sender, obs: OrNop(c.Observer), log: orDefault(c.Logger)}, nil
 }
 
 // Handle decides what a delivered message means:
@@ -102,8 +97,12 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 //   - order missing, or not pending: nothing (OutcomeMissing, OutcomeFinal);
 //   - pending but not due by the store's clock: re-arm with the time left
 //     (OutcomeRearmed);
-//   - due: cancel with reason timeout (OutcomeCancelled, or OutcomeLostRace
-//     when a payment or user cancel got there first).
+//   - due: cancelled with reason timeout (OutcomeCancelled).
+//
+// It tries the cancel first: the store's compare-and-set checks "pending and
+// due" by its own clock in the same statement, so the common case (a due
+// order) is one transaction, and any other answer comes with the order as
+// the store saw it.
 //
 // A non-nil error is transient (store down, re-arm send failed): the message
 // must be redelivered, which is safe because Handle is idempotent.
@@ -111,36 +110,19 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 	if ValidateID("order number", m.OrderNo) != nil {
 		return OutcomeMissing, nil // no order has that number; retrying cannot help
 	}
-	o, err := h.orders.Order(ctx, m.OrderNo)
-	if errors.Is(err, ErrNotFound) {
+	cancelled, o, err := h.cancel.Timeout(ctx, m.OrderNo)
+	switch {
+	case errors.Is(err, ErrNotFound):
 		return OutcomeMissing, nil
-	}
-	if err != nil {
-		return OutcomeFailed, fmt.Errorf("expiry: look up order %s: %w", m.OrderNo, err)
-	}
-	if o.Status != StatusPending {
-		return OutcomeFinal, nil
-	}
-	if left := o.Remaining(); left > 0 {
-		return h.rearm(ctx, m, left)
-	}
-	cancelled, err := h.cancel.Timeout(ctx, m.OrderNo)
-	if err != nil {
+	case err != nil:
 		return OutcomeFailed, fmt.Errorf("expiry: cancel order %s: %w", m.OrderNo, err)
-	}
-	if cancelled {
+	case cancelled:
 		return OutcomeCancelled, nil
-	}
-	// Not cancelled: either someone else decided, or the store's guard found
-	// it not due after all. Only a fresh read tells which.
-	o, err = h.orders.Order(ctx, m.OrderNo)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return OutcomeFailed, fmt.Errorf("expiry: look up order %s: %w", m.OrderNo, err)
-	}
-	if err == nil && o.Status == StatusPending {
+	case o.Status != StatusPending:
+		return OutcomeFinal, nil
+	default: // pending, not due by the store's clock
 		return h.rearm(ctx, m, max(o.Remaining(), minRearm))
 	}
-	return OutcomeLostRace, nil
 }
 
 func (h *Handler) rearm(ctx context.Context, m Message, left time.Duration) (Outcome, error) {
@@ -150,7 +132,9 @@ func (h *Handler) rearm(ctx context.Context, m Message, left time.Duration) (Out
 		return OutcomeFailed, fmt.Errorf("expiry: re-arm order %s: %w", m.OrderNo, err)
 	}
 	h.obs.Observe(ctx, Event{Kind: KindRearmed, OrderNo: m.OrderNo, Hop: next.Hop, Delay: left})
-	h.log.DebugContext(ctx, "order not due, re-armed", "order", m.OrderNo, "left", left, "hop", next.Hop)
+	if h.log.Enabled(ctx, slog.LevelDebug) {
+		h.log.DebugContext(ctx, "order not due, re-armed", "order", m.OrderNo, "left", left, "hop", next.Hop)
+	}
 	return OutcomeRearmed, nil
 }
 

@@ -3,6 +3,7 @@ package expiry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func newWorld(t *testing.T) *world {
 	var err error
 	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Seller: w.seats, Observer: w.rec})
 	require.NoError(t, err)
-	w.h, err = expiry.NewHandler(expiry.HandlerConfig{Orders: w.store, Canceller: w.svc, Sender: w.rec, Observer: w.rec})
+	w.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.rec, Observer: w.rec})
 	require.NoError(t, err)
 	return w
 }
@@ -171,29 +172,20 @@ func TestHandlerArticleCases(t *testing.T) {
 	})
 }
 
-// stubLookup and stubCanceller script the branches a real store reaches only
-// under races.
-type stubLookup struct {
-	orders []expiry.Order
-	errs   []error
-	calls  int
-}
-
-func (s *stubLookup) Order(context.Context, string) (expiry.Order, error) {
-	i := min(s.calls, len(s.orders)-1)
-	s.calls++
-	return s.orders[i], s.errs[i]
-}
-
+// stubCanceller scripts the store's answers, including ones a real store
+// gives only under races.
 type stubCanceller struct {
 	cancelled bool
+	order     expiry.Order
 	err       error
 	calls     int
+	trace     string
 }
 
-func (s *stubCanceller) Timeout(context.Context, string) (bool, error) {
+func (s *stubCanceller) Timeout(ctx context.Context, _ string) (bool, expiry.Order, error) {
 	s.calls++
-	return s.cancelled, s.err
+	s.trace = expiry.TraceID(ctx)
+	return s.cancelled, s.order, s.err
 }
 
 func TestHandlerBranches(t *testing.T) {
@@ -203,37 +195,31 @@ func TestHandlerBranches(t *testing.T) {
 	}
 	boom := errors.New("boom")
 	for _, tc := range []struct {
-		name        string
-		orders      []expiry.Order
-		errs        []error
-		canceller   stubCanceller
-		sendErr     error
-		want        expiry.Outcome
-		wantErr     bool
-		wantSent    time.Duration // 0: nothing sent
-		wantCancels int
+		name      string
+		canceller stubCanceller
+		sendErr   error
+		want      expiry.Outcome
+		wantErr   bool
+		wantSent  time.Duration // 0: nothing sent
 	}{
-		{name: "missing", orders: []expiry.Order{{}}, errs: []error{expiry.ErrNotFound}, want: expiry.OutcomeMissing},
-		{name: "store down", orders: []expiry.Order{{}}, errs: []error{boom}, want: expiry.OutcomeFailed, wantErr: true},
-		{name: "cancelled already", orders: []expiry.Order{{Status: expiry.StatusCancelled}}, errs: []error{nil}, want: expiry.OutcomeFinal},
-		{name: "not due", orders: []expiry.Order{pending(3 * time.Second)}, errs: []error{nil}, want: expiry.OutcomeRearmed, wantSent: 3 * time.Second},
-		{name: "re-arm send fails", orders: []expiry.Order{pending(time.Second)}, errs: []error{nil}, sendErr: boom, want: expiry.OutcomeFailed, wantErr: true},
-		{name: "due exactly", orders: []expiry.Order{pending(0)}, errs: []error{nil}, canceller: stubCanceller{cancelled: true}, want: expiry.OutcomeCancelled, wantCancels: 1},
-		{name: "cancel fails", orders: []expiry.Order{pending(-time.Second)}, errs: []error{nil}, canceller: stubCanceller{err: boom}, want: expiry.OutcomeFailed, wantErr: true, wantCancels: 1},
-		{name: "lost to payment", orders: []expiry.Order{pending(-time.Second), {Status: expiry.StatusPaid}}, errs: []error{nil, nil}, want: expiry.OutcomeLostRace, wantCancels: 1},
-		{name: "store clock says not due", orders: []expiry.Order{pending(-time.Millisecond), pending(2 * time.Second)}, errs: []error{nil, nil}, want: expiry.OutcomeRearmed, wantSent: 2 * time.Second, wantCancels: 1},
-		{name: "store clock boundary never spins", orders: []expiry.Order{pending(0), pending(0)}, errs: []error{nil, nil}, want: expiry.OutcomeRearmed, wantSent: 100 * time.Millisecond, wantCancels: 1},
-		{name: "re-read fails", orders: []expiry.Order{pending(0), {}}, errs: []error{nil, boom}, want: expiry.OutcomeFailed, wantErr: true, wantCancels: 1},
+		{name: "missing", canceller: stubCanceller{err: fmt.Errorf("x: %w", expiry.ErrNotFound)}, want: expiry.OutcomeMissing},
+		{name: "store down", canceller: stubCanceller{err: boom}, want: expiry.OutcomeFailed, wantErr: true},
+		{name: "cancelled", canceller: stubCanceller{cancelled: true, order: expiry.Order{Status: expiry.StatusCancelled}}, want: expiry.OutcomeCancelled},
+		{name: "already cancelled", canceller: stubCanceller{order: expiry.Order{Status: expiry.StatusCancelled}}, want: expiry.OutcomeFinal},
+		{name: "paid first", canceller: stubCanceller{order: expiry.Order{Status: expiry.StatusPaid}}, want: expiry.OutcomeFinal},
+		{name: "not due", canceller: stubCanceller{order: pending(3 * time.Second)}, want: expiry.OutcomeRearmed, wantSent: 3 * time.Second},
+		{name: "re-arm send fails", canceller: stubCanceller{order: pending(time.Second)}, sendErr: boom, want: expiry.OutcomeFailed, wantErr: true},
+		{name: "boundary never spins", canceller: stubCanceller{order: pending(0)}, want: expiry.OutcomeRearmed, wantSent: 100 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{err: tc.sendErr}
 			canc := tc.canceller
-			h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: &stubLookup{orders: tc.orders, errs: tc.errs}, Canceller: &canc, Sender: rec, Observer: rec})
+			h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: &canc, Sender: rec, Observer: rec})
 			require.NoError(t, err)
 			out, err := h.Handle(context.Background(), expiry.Message{OrderNo: "o1", Hop: 4})
 			assert.Equal(t, tc.want, out)
 			assert.Equal(t, tc.wantErr, err != nil, "err = %v", err)
-			assert.Equal(t, tc.wantCancels, canc.calls)
+			assert.Equal(t, 1, canc.calls, "one call to the store")
 			if tc.wantSent > 0 {
 				require.Len(t, rec.sent, 1)
 				assert.Equal(t, tc.wantSent, rec.sent[0].delay)
@@ -249,8 +235,8 @@ func TestHandlerBranches(t *testing.T) {
 }
 
 func TestHandlerInvalidOrderNumber(t *testing.T) {
-	canc := &stubCanceller{}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: &stubLookup{orders: []expiry.Order{{}}, errs: []error{errors.New("must not be called")}}, Canceller: canc, Sender: &recorder{}})
+	canc := &stubCanceller{err: errors.New("must not be called")}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: canc, Sender: &recorder{}})
 	require.NoError(t, err)
 	out, err := h.Handle(context.Background(), expiry.Message{OrderNo: "a{b}", Hop: 1})
 	assert.NoError(t, err, "not a transient failure: redelivery cannot help")
@@ -260,9 +246,8 @@ func TestHandlerInvalidOrderNumber(t *testing.T) {
 
 func TestNewHandlerRequiresDependencies(t *testing.T) {
 	for _, c := range []expiry.HandlerConfig{
-		{Canceller: &stubCanceller{}, Sender: &recorder{}},
-		{Orders: &stubLookup{}, Sender: &recorder{}},
-		{Orders: &stubLookup{}, Canceller: &stubCanceller{}},
+		{Sender: &recorder{}},
+		{Canceller: &stubCanceller{}},
 	} {
 		_, err := expiry.NewHandler(c)
 		assert.Error(t, err)
@@ -270,7 +255,7 @@ func TestNewHandlerRequiresDependencies(t *testing.T) {
 }
 
 func TestOutcomeAndKindNames(t *testing.T) {
-	assert.Equal(t, "lost_race", expiry.OutcomeLostRace.String())
+	assert.Equal(t, "rearmed", expiry.OutcomeRearmed.String())
 	assert.Equal(t, "unknown", expiry.Outcome(99).String())
 	assert.Equal(t, "bad_message", expiry.KindBadMessage.String())
 	assert.Equal(t, "unknown", expiry.Kind(0).String())

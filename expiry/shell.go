@@ -59,6 +59,8 @@ func (s *Shell) Process(ctx context.Context, body []byte, traceID string) Verdic
 		s.log.ErrorContext(ctx, "expiry message failed; it will be redelivered", "order", m.OrderNo, "hop", m.Hop, "trace", traceID, "err", err)
 		return Retry
 	}
-	s.log.DebugContext(ctx, "expiry message handled", "order", m.OrderNo, "hop", m.Hop, "outcome", outcome, "trace", traceID)
+	if s.log.Enabled(ctx, slog.LevelDebug) { // spares the hot path the attribute allocations
+		s.log.DebugContext(ctx, "expiry message handled", "order", m.OrderNo, "hop", m.Hop, "outcome", outcome, "trace", traceID)
+	}
 	return Ack
 }

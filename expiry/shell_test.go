@@ -39,7 +39,7 @@ func TestShell(t *testing.T) {
 
 	// A transient failure asks for redelivery.
 	w.store.Fail = func(op string) error {
-		if op == "Order" {
+		if op == "CancelPending" {
 			return errors.New("database down")
 		}
 		return nil
@@ -48,17 +48,9 @@ func TestShell(t *testing.T) {
 }
 
 func TestShellRestoresTraceID(t *testing.T) {
-	var got string
-	lookup := lookupFunc(func(ctx context.Context, no string) (expiry.Order, error) {
-		got = expiry.TraceID(ctx)
-		return expiry.Order{}, expiry.ErrNotFound
-	})
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: lookup, Canceller: &stubCanceller{}, Sender: &recorder{}})
+	canc := &stubCanceller{err: expiry.ErrNotFound}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: canc, Sender: &recorder{}})
 	require.NoError(t, err)
 	assert.Equal(t, expiry.Ack, expiry.NewShell(h, nil, nil).Process(context.Background(), []byte("oe1 o1 1"), "abc"))
-	assert.Equal(t, "abc", got)
+	assert.Equal(t, "abc", canc.trace)
 }
-
-type lookupFunc func(ctx context.Context, no string) (expiry.Order, error)
-
-func (f lookupFunc) Order(ctx context.Context, no string) (expiry.Order, error) { return f(ctx, no) }

@@ -93,7 +93,7 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: a.store, Canceller: a.svc, Sender: c.Sender, Observer: c.Observer, Logger: a.log})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: a.svc, Sender: c.Sender, Observer: c.Observer, Logger: a.log})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -197,7 +197,7 @@ func (d *demo) wire(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if d.h, err = expiry.NewHandler(expiry.HandlerConfig{Orders: store, Canceller: d.svc, Sender: d.tr.sender, Observer: d, Logger: logger}); err != nil {
+	if d.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: d.svc, Sender: d.tr.sender, Observer: d, Logger: logger}); err != nil {
 		return err
 	}
 	d.shell = expiry.NewShell(d.h, d, logger)

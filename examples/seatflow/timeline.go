@@ -87,8 +87,6 @@ func (d *demo) Observe(_ context.Context, e expiry.Event) {
 			d.tl.say(e.OrderNo, "hop %d arrived: order already decided, ignored", e.Hop)
 		case expiry.OutcomeMissing:
 			d.tl.say(e.OrderNo, "hop %d arrived: no such order, ignored", e.Hop)
-		case expiry.OutcomeLostRace:
-			d.tl.say(e.OrderNo, "hop %d arrived due, but lost the race", e.Hop)
 		case expiry.OutcomeFailed:
 			d.tl.say(e.OrderNo, "hop %d failed, will be redelivered: %v", e.Hop, e.Err)
 		}

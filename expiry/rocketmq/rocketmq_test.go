@@ -125,7 +125,7 @@ func newChain(t *testing.T, mode rocketmq.Mode) *chain {
 		c.hops[m.OrderNo]++
 		c.mu.Unlock()
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: c.w.Store, Canceller: c.w.Service, Sender: c.sender, Observer: c.w.Ledger})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: c.w.Service, Sender: c.sender, Observer: c.w.Ledger})
 	require.NoError(t, err)
 	c.shell = expiry.NewShell(h, c.w.Ledger, nil)
 	c.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.sender, Observer: c.w.Ledger})

@@ -359,7 +359,7 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Orders: m.fo, Canceller: m.svc, Sender: m.snd, Observer: m.obs, Logger: quiet})
+	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Sender: m.snd, Observer: m.obs, Logger: quiet})
 	if err != nil {
 		rt.Fatal(err)
 	}

@@ -117,7 +117,7 @@ func newSecWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, rdb *redis.Client
 	quiet := secQuiet()
 	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Seller: w.seats, Observer: w.obs, Logger: quiet})
 	require.NoError(t, err)
-	w.handler, err = expiry.NewHandler(expiry.HandlerConfig{Orders: w.store, Canceller: w.svc, Sender: w.sent, Observer: w.obs, Logger: quiet})
+	w.handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.sent, Observer: w.obs, Logger: quiet})
 	require.NoError(t, err)
 	w.shell = expiry.NewShell(w.handler, w.obs, quiet)
 	w.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: w.sent, Observer: w.obs, Logger: quiet})
@@ -367,7 +367,7 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 					_, err := s.svc.Cancel(ctx, cancel.Request{OrderNo: v, Reason: cancel.ReasonUser})
 					return err
 				}},
-				{"Timeout/order", func(s *secWorld) error { _, err := s.svc.Timeout(ctx, v); return err }},
+				{"Timeout/order", func(s *secWorld) error { _, _, err := s.svc.Timeout(ctx, v); return err }},
 				{"Handler.Handle/order", func(s *secWorld) error {
 					// Not an error (redelivery cannot help): "missing", without
 					// asking the store, which on the closed database would fail.

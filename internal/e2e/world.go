@@ -115,7 +115,7 @@ func NewWorld(t testing.TB, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalC
 	w := &World{DB: db, Store: store, Seats: seats, Ledger: NewLedger(), Rearms: &Rearms{}, ShowID: show, Limit: 0}
 	w.Service, err = cancel.New(cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Seller: w.Seats, Observer: w.Ledger})
 	require.NoError(t, err)
-	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Orders: store, Canceller: w.Service, Sender: w.Rearms, Observer: w.Ledger})
+	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: w.Rearms, Observer: w.Ledger})
 	require.NoError(t, err)
 	w.reconfig = reconcile.Config{Expired: store, Canceller: w.Service, Locks: w.Seats, Orders: store,
 		Seats: countingReleaser{w.Seats, w.Ledger}, Seller: w.Seats, Batch: 100, Grace: time.Minute, Observer: w.Ledger}

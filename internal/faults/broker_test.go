@@ -81,7 +81,7 @@ func TestBrokerFaults(t *testing.T) {
 	sender, err := rocketmq.NewSender(cfg)
 	require.NoError(t, err)
 	defer sender.Close()
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: w.Store, Canceller: w.Service, Sender: sender, Observer: w.Ledger})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: sender, Observer: w.Ledger})
 	require.NoError(t, err)
 	cfg.Group = topic + "_c"
 	sctx, cancelStart := context.WithTimeout(ctx, 60*time.Second)

@@ -232,7 +232,7 @@ func (c chainCase) run(ctx context.Context, orders int) (string, error) {
 		hops[m.OrderNo]++
 		mu.Unlock()
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Orders: store, Canceller: svc, Sender: s, Logger: slog.New(slog.DiscardHandler)})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: s, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return "", err
 	}

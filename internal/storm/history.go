@@ -80,7 +80,7 @@ const (
 	// discrepancy: cancelled; a re-arm: pending).
 	ResSaw
 	// ResSawFinal: no change; at some moment the order was paid or cancelled
-	// (expiry.OutcomeFinal and OutcomeLostRace).
+	// (expiry.OutcomeFinal).
 	ResSawFinal
 	// ResNoChange: no change, nothing observed (a direct timeout that found
 	// the order not due or already decided).
@@ -355,7 +355,7 @@ func HandleOutput(o expiry.Outcome, err error) Output {
 	switch o {
 	case expiry.OutcomeCancelled:
 		return Output{Res: ResChanged}
-	case expiry.OutcomeFinal, expiry.OutcomeLostRace:
+	case expiry.OutcomeFinal:
 		return Output{Res: ResSawFinal}
 	case expiry.OutcomeRearmed:
 		return Output{Res: ResSaw, Status: expiry.StatusPending}

@@ -193,7 +193,7 @@ func TestOutputs(t *testing.T) {
 	assert.Equal(t, notOwner, PayOutput(cancel.Result{}, fmt.Errorf("x: %w", cancel.ErrNotOwner)))
 	assert.Equal(t, Output{Res: ResUnknown, Err: "refused"}, PayOutput(cancel.Result{}, boom))
 	assert.Equal(t, sawPaid, CancelOutput(cancel.Result{Order: expiry.Order{Status: expiry.StatusPaid}}, nil))
-	assert.Equal(t, sawFinal, HandleOutput(expiry.OutcomeLostRace, nil))
+	assert.Equal(t, sawFinal, HandleOutput(expiry.OutcomeFinal, nil))
 	assert.Equal(t, sawPend, HandleOutput(expiry.OutcomeRearmed, nil))
 	assert.Equal(t, ResUnknown, HandleOutput(expiry.OutcomeFailed, boom).Res)
 	assert.Equal(t, noChange, TimeoutOutput(false, nil))

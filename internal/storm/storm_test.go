@@ -287,7 +287,7 @@ func newRig(t *testing.T, w *e2e.World, cfg config) *rig {
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) { r.hookCalls.Add(1) }})
 	require.NoError(t, err)
 	w.Service = r.svc
-	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Orders: w.Store, Canceller: r.svc, Sender: broker{r}, Observer: w.Ledger, Logger: logger})
+	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: r.svc, Sender: broker{r}, Observer: w.Ledger, Logger: logger})
 	require.NoError(t, err)
 	return r
 }
@@ -347,7 +347,7 @@ func (r *rig) earlyTimeout(no string) {
 	ctx, stop := r.opCtx()
 	defer stop()
 	done := r.hist.Begin(storm.Input{Order: no, Kind: storm.OpTimeout, Owner: r.owners[no]})
-	ok, err := r.svc.Timeout(ctx, no)
+	ok, _, err := r.svc.Timeout(ctx, no)
 	done(storm.TimeoutOutput(ok, err))
 	r.errs.Err("timeout", err)
 }
@@ -599,7 +599,7 @@ func runStorm(t *testing.T, d sqlstore.Dialect, cfg config) outcome {
 	sanity := func(t *testing.T) { // the storm must have been one: faults, errors, races, every path
 		assert.Positive(t, r.errs.Total(""), "no call saw an error: the faults did not reach the library")
 		assert.Positive(t, races, "no race was decided")
-		for _, k := range []string{"cancelled", "rearmed", "final", "lost_race"} {
+		for _, k := range []string{"cancelled", "rearmed", "final"} {
 			assert.Positive(t, r.outcomes.Get(k), "no handler outcome %s", k)
 		}
 		assert.Positive(t, w.Ledger.Kind(expiry.KindDiscrepancy), "no payment lost a race")
