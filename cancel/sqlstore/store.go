@@ -82,7 +82,7 @@ type Store struct {
 }
 
 type queries struct {
-	now, order, cancel, cancelOwner, cancelDue, orderOwner, seats, deleteSeats,
+	now, order, cancel, cancelOwner, cancelDue, orderSeats, deleteSeats,
 	pay, payOwner, sellSeats, insertOrder, insertSeat, expired string
 }
 
@@ -113,8 +113,8 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		cancel:      bind(cancelSQL),
 		cancelOwner: bind(cancelSQL + " AND user_id = ?"),
 		cancelDue:   bind(cancelSQL + " AND expire_at_ms <= NOW_MS"),
-		orderOwner:  bind("SELECT user_id, show_id, expire_at_ms, NOW_MS FROM oe_order WHERE order_no = ?"),
-		seats:       bind("SELECT seat_id FROM oe_order_seat WHERE order_no = ? ORDER BY seat_id"),
+		// One round trip for the order and its seats (NULL seat: none).
+		orderSeats:  bind("SELECT o.user_id, o.show_id, o.expire_at_ms, NOW_MS, s.seat_id FROM oe_order o LEFT JOIN oe_order_seat s ON s.order_no = o.order_no WHERE o.order_no = ? ORDER BY s.seat_id"),
 		deleteSeats: bind("DELETE FROM oe_order_seat WHERE order_no = ?"),
 		pay:         bind(paySQL),
 		payOwner:    bind(paySQL + " AND user_id = ?"),
@@ -282,24 +282,29 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 
 func (s *Store) readForTransition(ctx context.Context, tx *sql.Tx, orderNo string) (cancel.Result, error) {
 	res := cancel.Result{Order: expiry.Order{No: orderNo}}
-	var expireMS, nowMS int64
-	if err := tx.QueryRowContext(ctx, s.q.orderOwner, orderNo).Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS); err != nil {
-		return res, err
-	}
-	res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
-	rows, err := tx.QueryContext(ctx, s.q.seats, orderNo)
+	rows, err := tx.QueryContext(ctx, s.q.orderSeats, orderNo)
 	if err != nil {
 		return res, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var seat string
-		if err := rows.Scan(&seat); err != nil {
+		var expireMS, nowMS int64
+		var seat sql.NullString
+		if err := rows.Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS, &seat); err != nil {
 			return res, err
 		}
-		res.Seats = append(res.Seats, seat)
+		res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+		if seat.Valid {
+			res.Seats = append(res.Seats, seat.String)
+		}
 	}
-	return res, rows.Err()
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	if res.Order.UserID == "" {
+		return res, sql.ErrNoRows // the row we just changed is gone: cannot happen in a transaction
+	}
+	return res, nil
 }
 
 const maxAttempts = 4
