@@ -35,6 +35,7 @@ type Config struct {
 	Clock expiry.Clock // nil: expiry.SystemClock
 	// Levels, when it has levels, makes the sender round each delay to a
 	// level with Levels.Plan(delay, Slack), as RocketMQ's levels mode does.
+	// As there, Slack 0 means one second and a negative Slack none.
 	Levels levels.Table
 	Slack  time.Duration
 	// RetryDelay is how long a message the consumer asked to retry waits
@@ -67,6 +68,9 @@ func New(c Config) *Sender {
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second
+	}
+	if c.Slack == 0 {
+		c.Slack = time.Second
 	}
 	return &Sender{cfg: c, timers: map[uint64]expiry.Timer{}}
 }

@@ -74,6 +74,9 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("rocketmq: unknown mode %q (want levels or timer)", s)
 }
 
+// DefaultSlack is the Slack a zero Config gets.
+const DefaultSlack = time.Second
+
 // TraceProperty is the message property that carries the trace id.
 const TraceProperty = "oe_trace"
 
@@ -99,7 +102,8 @@ type Config struct {
 	// Table means levels.Default.
 	Levels levels.Table
 	// Slack lets the last hop land up to this long after the deadline, which
-	// saves hops (ModeLevels). One second is a good value.
+	// saves hops (ModeLevels): 0 means one second (a 10s order is then one
+	// hop, not six); a negative Slack means none, the article's rule.
 	Slack time.Duration
 	// MaxTimerDelay caps a timer message's delay (ModeTimer); 0 means three
 	// days, the broker's default timerMaxDelaySec.
@@ -124,6 +128,9 @@ func (c *Config) check() error {
 	}
 	if c.Levels.Len() == 0 {
 		c.Levels = levels.Default
+	}
+	if c.Slack == 0 {
+		c.Slack = DefaultSlack
 	}
 	if c.MaxTimerDelay <= 0 {
 		c.MaxTimerDelay = 72 * time.Hour

@@ -67,6 +67,17 @@ func TestPlan(t *testing.T) {
 	assert.Equal(t, levels.Default.For(5*time.Minute), level, "slack lets 4m59.95s take the 5m level")
 	assert.Equal(t, 5*time.Minute, d)
 
+	none, err := rocketmq.NewSender(rocketmq.Config{NameServers: []string{"127.0.0.1:1"}, Topic: "t", Group: "plan3", Slack: -1})
+	require.NoError(t, err)
+	defer none.Close()
+	_, d = none.Plan(10*time.Second - 5*time.Millisecond)
+	assert.Equal(t, 5*time.Second, d, "negative slack: the article's rule")
+	dflt, err := rocketmq.NewSender(rocketmq.Config{NameServers: []string{"127.0.0.1:1"}, Topic: "t", Group: "plan4"})
+	require.NoError(t, err)
+	defer dflt.Close()
+	_, d = dflt.Plan(10*time.Second - 5*time.Millisecond)
+	assert.Equal(t, 10*time.Second, d, "zero slack means DefaultSlack")
+
 	timer, err := rocketmq.NewSender(rocketmq.Config{NameServers: []string{"127.0.0.1:1"}, Topic: "t", Group: "plan2", Mode: rocketmq.ModeTimer})
 	require.NoError(t, err)
 	defer timer.Close()

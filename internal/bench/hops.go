@@ -258,7 +258,7 @@ type brokerCase struct {
 
 func (c *common) hopsBroker(tbl levels.Table, expiries []time.Duration, n int) error {
 	cases := []brokerCase{
-		{rocketmq.ModeLevels, 0, "rule, slack 0"},
+		{rocketmq.ModeLevels, -1, "rule, slack 0"},
 		{rocketmq.ModeLevels, time.Second, "rule, slack 1s"},
 		{rocketmq.ModeTimer, 0, "timer"},
 	}

@@ -59,7 +59,7 @@ func main() {
 	cases := []chainCase{
 		{name: "10s", b: def, mode: rocketmq.ModeLevels, slack: time.Second, expiry: 10 * time.Second},
 		{name: "7s", b: def, mode: rocketmq.ModeLevels, slack: time.Second, expiry: 7 * time.Second},
-		{name: "7s", b: def, mode: rocketmq.ModeLevels, slack: 0, expiry: 7 * time.Second},
+		{name: "7s", b: def, mode: rocketmq.ModeLevels, slack: -1, expiry: 7 * time.Second},
 		{name: "10s", b: def, mode: rocketmq.ModeTimer, expiry: 10 * time.Second},
 		{name: "7s", b: def, mode: rocketmq.ModeTimer, expiry: 7 * time.Second},
 	}
@@ -70,7 +70,7 @@ func main() {
 		}
 		scaled.table = t
 		cases = append(cases,
-			chainCase{name: "15 min as 15s (scaled table)", b: scaled, mode: rocketmq.ModeLevels, slack: 0, expiry: 15 * time.Second},
+			chainCase{name: "15 min as 15s (scaled table)", b: scaled, mode: rocketmq.ModeLevels, slack: -1, expiry: 15 * time.Second},
 			chainCase{name: "15 min as 15s (scaled table)", b: scaled, mode: rocketmq.ModeLevels, slack: time.Second, expiry: 15 * time.Second},
 			chainCase{name: "15s", b: def, mode: rocketmq.ModeTimer, expiry: 15 * time.Second},
 		)
@@ -287,11 +287,11 @@ func (c chainCase) run(ctx context.Context, orders int) (string, error) {
 	}
 	sim := "1"
 	if c.mode == rocketmq.ModeLevels {
-		sim = fmt.Sprint(levels.Simulate(c.b.table, c.expiry, c.slack, func(int) time.Duration { return 50 * time.Millisecond }).Hops())
+		sim = fmt.Sprint(levels.Simulate(c.b.table, c.expiry, max(c.slack, 0), func(int) time.Duration { return 50 * time.Millisecond }).Hops())
 	}
 	slack := "-"
 	if c.mode == rocketmq.ModeLevels {
-		slack = c.slack.String()
+		slack = max(c.slack, 0).String() // -1 asks for none
 	}
 	return fmt.Sprintf("| %s | %s | %s | %.2f | %d | %s | %s | %s | %s | %d |", c.name, c.mode, slack, float64(total)/float64(orders), maxHops, sim,
 		ms(pct(late, .5)), ms(pct(late, .99)), ms(pct(late, 1)), early), nil
