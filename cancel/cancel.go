@@ -201,6 +201,17 @@ type SeatState struct {
 	LockedAt time.Time // for locked seats
 }
 
+// Claim is one seat claimed in SQL (oe_order_seat) by a pending or paid
+// order: the source of truth from which the seat store is rebuilt after it
+// lost its data.
+type Claim struct {
+	ShowID  string
+	SeatID  string
+	OrderNo string
+	UserID  string
+	Status  expiry.Status // pending (the seat is locked) or paid (sold)
+}
+
 // SeatLock is one seat locked in the seat store, as the reconciler sees it.
 type SeatLock struct {
 	ShowID   string

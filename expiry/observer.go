@@ -33,7 +33,7 @@ const (
 	// order; it was acknowledged and dropped. Err.
 	KindBadMessage
 	// KindRepaired: the reconciler fixed something; Reason ("expired",
-	// "released", "sold"), Seats.
+	// "released", "sold", "restored"), Seats.
 	KindRepaired
 	// KindSellFailed: seats of a paid order could not be marked sold in the
 	// seat store; Err, Seats. The reconciler repairs it.

@@ -9,7 +9,10 @@
 //   - #4 seat locks: seats locked in Redis whose order is no longer pending
 //     are fixed: released when the order is cancelled, or missing for longer
 //     than a grace period (a crash between the Redis lock and the SQL commit);
-//     marked sold when the order is paid (a lost Sell).
+//     marked sold when the order is paid (a lost Sell);
+//   - and, when the seat store says it lost its data, a rebuild: every seat
+//     claimed in SQL by a pending or paid order is given back its lock or
+//     sale and its user's counter (Config.Claims and Config.Restorer).
 //
 // Every action is a compare-and-set (the SQL cancel) or a script that checks
 // the seat is still locked by that order, so several hosts may run rounds at
@@ -56,6 +59,25 @@ type LockScanner interface {
 	ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error)
 }
 
+// ClaimScanner lists SQL's seat claims of pending and paid orders, a batch
+// at a time, in key order after cursor ("" starts; "" returned: done). Safe
+// for concurrent use.
+type ClaimScanner interface {
+	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
+}
+
+// SeatRestorer rebuilds the seat store from SQL after it lost its data.
+//
+// Lost reports that it did (its marker is gone). Restore gives each claim's
+// seat its state if the seat is free (and counts it for the user); it is
+// idempotent. MarkRestored records a completed rebuild. Safe for concurrent
+// use.
+type SeatRestorer interface {
+	Lost(ctx context.Context) (bool, error)
+	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
+	MarkRestored(ctx context.Context) error
+}
+
 // Canceller is the cancel path; *cancel.Service implements it.
 type Canceller interface {
 	Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error)
@@ -70,6 +92,12 @@ type Config struct {
 	Orders    StatusReader
 	Seats     cancel.SeatReleaser
 	Seller    cancel.SeatSeller
+	// Claims and Restorer, both or neither, rebuild the seat store from SQL
+	// when it lost its data (cancel/sqlstore and cancel/redisseat). A rebuild
+	// that races a cancel may lock a seat of the cancelled order again for a
+	// round, until scan #4 releases it: safe, if a little late.
+	Claims   ClaimScanner
+	Restorer SeatRestorer
 	// Batch is how many orders or seat entries one query handles; 0: 200.
 	Batch int
 	// MaxPerRound bounds the orders cancelled and the seat entries examined
@@ -93,6 +121,10 @@ type Reconciler struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	cursor string
+	// restoring is the cursor of a rebuild in progress ("" with rebuilding
+	// false: none).
+	restoring  string
+	rebuilding bool
 }
 
 // New returns a Reconciler, or an error naming a missing dependency.
@@ -108,6 +140,8 @@ func New(c Config) (*Reconciler, error) {
 		return nil, errors.New("reconcile: Config.Orders is nil")
 	case c.Seats == nil:
 		return nil, errors.New("reconcile: Config.Seats is nil")
+	case (c.Claims == nil) != (c.Restorer == nil):
+		return nil, errors.New("reconcile: Config.Claims and Config.Restorer go together")
 	}
 	if c.Batch <= 0 {
 		c.Batch = 200
@@ -135,6 +169,7 @@ type Report struct {
 	Locks     int // seat locks examined by scan #4
 	Released  int // seats released by scan #4
 	Sold      int // seats marked sold by scan #4
+	Restored  int // seats given back their state by a rebuild from SQL
 	// Complete is true when scan #4 finished a pass over the seat store.
 	Complete bool
 }
@@ -146,8 +181,63 @@ func (r *Reconciler) Round(ctx context.Context) (Report, error) {
 	if err := r.expired(ctx, &rep); err != nil {
 		return rep, err
 	}
+	if err := r.restore(ctx, &rep); err != nil {
+		return rep, err
+	}
 	err := r.locks(ctx, &rep)
 	return rep, err
+}
+
+// restore runs (or continues) a rebuild of the seat store from SQL when the
+// store says it lost its data; it marks the store restored after a complete
+// pass. Bounded by MaxPerRound claims per round.
+func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
+	if r.c.Restorer == nil {
+		return nil
+	}
+	r.mu.Lock()
+	cursor, rebuilding := r.restoring, r.rebuilding
+	r.mu.Unlock()
+	if !rebuilding {
+		lost, err := r.c.Restorer.Lost(ctx)
+		if err != nil {
+			return fmt.Errorf("reconcile: seat store state: %w", err)
+		}
+		if !lost {
+			return nil
+		}
+		r.log.WarnContext(ctx, "seat store lost its data; rebuilding it from SQL")
+	}
+	for seen := 0; seen < r.c.MaxPerRound; {
+		claims, next, err := r.c.Claims.Claims(ctx, cursor, min(r.c.Batch, r.c.MaxPerRound-seen))
+		if err != nil {
+			return fmt.Errorf("reconcile: scan claims: %w", err)
+		}
+		n, err := r.c.Restorer.Restore(ctx, claims)
+		rep.Restored += n
+		if err != nil {
+			return fmt.Errorf("reconcile: restore seats: %w", err)
+		}
+		if n > 0 {
+			r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
+		}
+		seen += len(claims)
+		cursor = next
+		if next == "" {
+			r.mu.Lock()
+			r.restoring, r.rebuilding = "", false
+			r.mu.Unlock()
+			if err := r.c.Restorer.MarkRestored(ctx); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+			r.log.InfoContext(ctx, "seat store rebuilt from SQL", "seats", rep.Restored)
+			return nil
+		}
+	}
+	r.mu.Lock()
+	r.restoring, r.rebuilding = cursor, true
+	r.mu.Unlock()
+	return nil
 }
 
 func (r *Reconciler) expired(ctx context.Context, rep *Report) error {

@@ -245,3 +245,57 @@ func TestRunStopsWithContext(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, expiry.StatusCancelled, e.status(t, "o1"))
 }
+
+// After the seat store lost its data, a round rebuilds it from SQL's
+// claims: pending orders' seats locked, paid orders' seats sold, counters
+// right (I2, I8); then the store is marked restored and rounds stop
+// rebuilding.
+func TestRebuildAfterDataLoss(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	pending := e.place(t, "pending", time.Hour)
+	paid := e.place(t, "paid", time.Hour)
+	gone := e.place(t, "gone", time.Hour)
+	_, err := e.svc.Pay(ctx, "paid", "u1")
+	require.NoError(t, err)
+	_, err = e.svc.UserCancel(ctx, "gone", "u1")
+	require.NoError(t, err)
+	newRec := func(max int) *reconcile.Reconciler {
+		r, err := reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: e.seats, Orders: e.store,
+			Seats: e.seats, Seller: e.seats, Claims: e.store, Restorer: e.seats, Batch: 1, MaxPerRound: max, Now: e.clock})
+		require.NoError(t, err)
+		return r
+	}
+	rep, err := newRec(100).Round(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Restored, "a first pass over an intact store changes nothing")
+
+	e.seats.Wipe() // Redis restarted without persistence
+	r := newRec(2) // two claims per round: the rebuild spans rounds
+	total := 0
+	for i := 0; i < 5; i++ {
+		rep, err := r.Round(ctx)
+		require.NoError(t, err)
+		total += rep.Restored
+	}
+	assert.Equal(t, 4, total, "2 seats of the pending order, 2 of the paid one")
+	show, _ := e.seats.Show(ctx, "s")
+	for _, s := range pending.Seats {
+		assert.Equal(t, expiry.StatusPending, show[s].Status)
+	}
+	for _, s := range paid.Seats {
+		assert.Equal(t, expiry.StatusPaid, show[s].Status)
+	}
+	for _, s := range gone.Seats {
+		assert.NotContains(t, show, s)
+	}
+	n, _ := e.seats.Held(ctx, "s", "u1")
+	assert.Equal(t, 4, n, "I8")
+	lost, _ := e.seats.Lost(ctx)
+	assert.False(t, lost)
+	rep, err = r.Round(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Restored)
+	_, err = reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: e.seats, Orders: e.store, Seats: e.seats, Claims: e.store})
+	assert.Error(t, err, "Claims without Restorer")
+}

@@ -37,6 +37,7 @@ type Store interface {
 	cancel.OrderStore
 	Expired(ctx context.Context, limit int) ([]string, error)
 	Statuses(ctx context.Context, nos []string) (map[string]expiry.Status, error)
+	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 }
 
 // StoreHarness is one fresh, empty store.
@@ -222,6 +223,35 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		st, err = h.Store.Statuses(ctx, many)
 		require.NoError(t, err)
 		assert.Equal(t, map[string]expiry.Status{a.OrderNo: expiry.StatusPending}, st)
+	})
+
+	t.Run("Claims", func(t *testing.T) {
+		h, now := setup(t)
+		a := place(t, h, "u1", now.Add(time.Hour), "a1", "a2")
+		b := place(t, h, "u2", now.Add(time.Hour), "b1")
+		c := place(t, h, "u3", now.Add(time.Hour), "c1")
+		_, err := h.Store.PayPending(ctx, b.OrderNo, "")
+		require.NoError(t, err)
+		_, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: c.OrderNo, Reason: cancel.ReasonUser})
+		require.NoError(t, err)
+		var all []cancel.Claim
+		cursor, calls := "", 0
+		for {
+			batch, next, err := h.Store.Claims(ctx, cursor, 2)
+			require.NoError(t, err)
+			all = append(all, batch...)
+			calls++
+			if next == "" {
+				break
+			}
+			require.Less(t, calls, 10)
+			cursor = next
+		}
+		assert.Equal(t, []cancel.Claim{
+			{ShowID: "show-1", SeatID: "a1", OrderNo: a.OrderNo, UserID: "u1", Status: expiry.StatusPending},
+			{ShowID: "show-1", SeatID: "a2", OrderNo: a.OrderNo, UserID: "u1", Status: expiry.StatusPending},
+			{ShowID: "show-1", SeatID: "b1", OrderNo: b.OrderNo, UserID: "u2", Status: expiry.StatusPaid},
+		}, all, "pending and paid claims in key order; a cancelled order has none")
 	})
 
 	// I1 under contention: pay, user cancel and timeout race on each order.

@@ -22,6 +22,9 @@ type SeatStore interface {
 	ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error)
 	Show(ctx context.Context, show string) (map[string]cancel.SeatState, error)
 	Held(ctx context.Context, show, user string) (int, error)
+	Lost(ctx context.Context) (bool, error)
+	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
+	MarkRestored(ctx context.Context) error
 }
 
 // RunSeats runs the seat-store suite; newSeats must return a store in which
@@ -179,6 +182,52 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		wg.Wait()
 		assert.Equal(t, int64(4), total.Load(), "I2: each seat released once")
 		assert.Equal(t, 0, held(t, s, a.ShowID, "u1"), "I8: never below zero")
+	})
+
+	t.Run("Restore", func(t *testing.T) {
+		s := newSeats(t)
+		lost, err := s.Lost(ctx)
+		require.NoError(t, err)
+		assert.True(t, lost, "a store never rebuilt counts as lost")
+		show := id("show")
+		other := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u9", Seats: []string{"x"}}
+		_, err = s.Lock(ctx, other, 0)
+		require.NoError(t, err)
+		lockedA := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u1", Seats: []string{"a2"}}
+		_, err = s.Lock(ctx, lockedA, 0)
+		require.NoError(t, err)
+		claims := []cancel.Claim{
+			{ShowID: show, SeatID: "a1", OrderNo: lockedA.OrderNo, UserID: "u1", Status: expiry.StatusPending}, // lost lock
+			{ShowID: show, SeatID: "a2", OrderNo: lockedA.OrderNo, UserID: "u1", Status: expiry.StatusPending}, // still there
+			{ShowID: show, SeatID: "p1", OrderNo: "paid-1", UserID: "u2", Status: expiry.StatusPaid},           // lost sale
+			{ShowID: show, SeatID: "x", OrderNo: "paid-2", UserID: "u3", Status: expiry.StatusPaid},            // held by another order: left alone
+		}
+		n, err := s.Restore(ctx, claims)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		n, err = s.Restore(ctx, claims)
+		require.NoError(t, err)
+		assert.Zero(t, n, "idempotent")
+		st, err := s.Show(ctx, show)
+		require.NoError(t, err)
+		assert.Equal(t, expiry.StatusPending, st["a1"].Status)
+		assert.Equal(t, lockedA.OrderNo, st["a1"].OrderNo)
+		assert.Equal(t, expiry.StatusPaid, st["p1"].Status)
+		assert.Equal(t, other.OrderNo, st["x"].OrderNo)
+		assert.Equal(t, 2, held(t, s, show, "u1"), "I8: the restored lock counts")
+		assert.Equal(t, 1, held(t, s, show, "u2"))
+		assert.Equal(t, 0, held(t, s, show, "u3"))
+		// A paid claim turns the order's own lock into a sale.
+		n, err = s.Restore(ctx, []cancel.Claim{{ShowID: show, SeatID: "a2", OrderNo: lockedA.OrderNo, UserID: "u1", Status: expiry.StatusPaid}})
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		assert.Equal(t, 2, held(t, s, show, "u1"), "a sale of a counted lock does not count twice")
+		require.NoError(t, s.MarkRestored(ctx))
+		lost, err = s.Lost(ctx)
+		require.NoError(t, err)
+		assert.False(t, lost)
+		_, err = s.Restore(ctx, []cancel.Claim{{ShowID: "a{b}", SeatID: "1", OrderNo: "o", UserID: "u", Status: expiry.StatusPaid}})
+		assert.ErrorIs(t, err, expiry.ErrInvalidID)
 	})
 
 	t.Run("HostileIDs", func(t *testing.T) {

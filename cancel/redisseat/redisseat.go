@@ -13,11 +13,11 @@
 // All changes run as Lua scripts on the two keys of one show, which share a
 // hash tag, so they are atomic on a single node and on Redis Cluster alike.
 //
-// Run Redis with persistence (AOF, appendfsync always or everysec). The
-// reconciler repairs locks that Redis still has; it does not rebuild seat
-// state that Redis lost: after a restart without persistence, sold seats
-// look free (SQL's unique seat key still refuses a second sale) and
-// purchase-limit counters restart at zero.
+// Run Redis with persistence (AOF, appendfsync always or everysec). If
+// Redis loses its data anyway, the namespace's marker key <ns>:restored is
+// gone with it; the reconciler notices (Lost) and rebuilds seats and
+// counters from SQL's claims (Restore). Until it has, sold seats look free
+// (SQL's unique seat key still refuses a second sale) and counters are low.
 //
 // The scripts are idempotent, so go-redis may retry them after a lost reply;
 // the retry then reports 0 seats where the first run freed them. State stays
@@ -263,4 +263,66 @@ func parseCursor(c string) (string, uint64, error) {
 		return "", 0, fmt.Errorf("redisseat: bad scan cursor %q", c)
 	}
 	return show, n, nil
+}
+
+func (s *Seats) markerKey() string { return s.ns + ":restored" }
+
+// Lost reports whether the namespace's marker key is missing: Redis lost its
+// data (or this namespace was never rebuilt), so the seat state must be
+// rebuilt from SQL. Part of reconcile.SeatRestorer.
+func (s *Seats) Lost(ctx context.Context) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.markerKey()).Result()
+	if err != nil {
+		return false, fmt.Errorf("redisseat: lost: %w", err)
+	}
+	return n == 0, nil
+}
+
+// MarkRestored sets the marker key once a rebuild pass is complete. Part of
+// reconcile.SeatRestorer.
+func (s *Seats) MarkRestored(ctx context.Context) error {
+	if err := s.rdb.Set(ctx, s.markerKey(), s.now().UnixMilli(), 0).Err(); err != nil {
+		return fmt.Errorf("redisseat: mark restored: %w", err)
+	}
+	return nil
+}
+
+// Restore gives free seats the state of their SQL claims (locked for a
+// pending order, sold for a paid one), raising the user's counter for each,
+// and turns a paid order's locks into sales; seats held otherwise are left
+// alone. It is idempotent and returns the number of seats changed. Part of
+// reconcile.SeatRestorer.
+func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error) {
+	byShow := map[string][]any{}
+	var shows []string
+	for _, c := range claims {
+		for _, f := range [...]struct{ kind, id string }{{"show id", c.ShowID}, {"seat id", c.SeatID}, {"order number", c.OrderNo}, {"user id", c.UserID}} {
+			if err := expiry.ValidateID(f.kind, f.id); err != nil {
+				return 0, fmt.Errorf("redisseat: restore: %w", err)
+			}
+		}
+		kind := "L"
+		if c.Status == expiry.StatusPaid {
+			kind = "S"
+		} else if c.Status != expiry.StatusPending {
+			continue // a cancelled order has no claim to restore
+		}
+		if byShow[c.ShowID] == nil {
+			shows = append(shows, c.ShowID)
+			byShow[c.ShowID] = []any{s.now().UnixMilli()}
+		}
+		byShow[c.ShowID] = append(byShow[c.ShowID], c.SeatID, c.OrderNo, c.UserID, kind)
+	}
+	changed := 0
+	for _, show := range shows {
+		if err := s.rdb.SAdd(ctx, s.showsKey(), show).Err(); err != nil {
+			return changed, fmt.Errorf("redisseat: restore %s: %w", show, err)
+		}
+		n, err := restoreScript.Run(ctx, s.rdb, []string{s.seatsKey(show), s.limitKey(show)}, byShow[show]...).Int()
+		if err != nil {
+			return changed, fmt.Errorf("redisseat: restore %s: %w", show, err)
+		}
+		changed += n
+	}
+	return changed, nil
 }

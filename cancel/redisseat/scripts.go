@@ -93,3 +93,34 @@ end
 if revived > 0 then redis.call('HINCRBY', KEYS[2], ARGV[2], revived) end
 return sold
 `)
+
+// restoreScript rebuilds seat state from SQL claims after Redis lost it.
+//
+// KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show.
+// ARGV[1] now in epoch ms; then, per claim, four values: seat id, order
+// number, user id, and "L" (the order is pending) or "S" (paid).
+// A free seat gets the claim's state and the user's counter goes up by one;
+// a seat locked by the claim's order of a paid claim becomes sold (counter
+// unchanged); anything else (the same state already, or another order's
+// seat) is left alone. Returns the number of seats changed.
+var restoreScript = redis.NewScript(`
+local changed = 0
+for i = 2, #ARGV, 4 do
+  local seat, order, user, kind = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local v = redis.call('HGET', KEYS[1], seat)
+  local mine = 'L|' .. order .. '|'
+  if not v then
+    if kind == 'S' then
+      redis.call('HSET', KEYS[1], seat, 'S|' .. order .. '|' .. user)
+    else
+      redis.call('HSET', KEYS[1], seat, mine .. user .. '|' .. ARGV[1])
+    end
+    redis.call('HINCRBY', KEYS[2], user, 1)
+    changed = changed + 1
+  elseif kind == 'S' and string.sub(v, 1, #mine) == mine then
+    redis.call('HSET', KEYS[1], seat, 'S|' .. order .. '|' .. user)
+    changed = changed + 1
+  end
+end
+return changed
+`)

@@ -83,7 +83,7 @@ type Store struct {
 
 type queries struct {
 	now, order, cancel, cancelOwner, cancelDue, orderSeats, deleteSeats,
-	pay, payOwner, sellSeats, insertOrder, insertSeat, expired string
+	pay, payOwner, sellSeats, insertOrder, insertSeat, expired, claims string
 }
 
 // New returns a Store for db in dialect.
@@ -124,6 +124,7 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		// The clock in a scalar subquery is evaluated once, so the planner
 		// can bound the index range with it (a volatile function in the
 		// WHERE clause turns the bound into a filter on PostgreSQL).
+		claims: bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE s.show_id > ? OR (s.show_id = ? AND s.seat_id > ?) ORDER BY s.show_id, s.seat_id LIMIT ?"),
 		expired: bind("SELECT order_no FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) ORDER BY expire_at_ms LIMIT ?"),
 	}}, nil
 }
@@ -423,4 +424,38 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]expiry.S
 		}
 	}
 	return out, nil
+}
+
+// Claims returns up to limit seat claims of pending and paid orders in
+// (show, seat) order after the cursor ("" starts; the returned cursor is ""
+// when there are no more), following the primary key. It implements
+// reconcile.ClaimScanner: the reconciler rebuilds the seat store from it.
+func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
+	if limit <= 0 {
+		return nil, "", nil
+	}
+	show, seat, _ := strings.Cut(cursor, "|")
+	rows, err := s.db.QueryContext(ctx, s.q.claims, show, show, seat, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
+	}
+	defer rows.Close()
+	out := make([]cancel.Claim, 0, limit)
+	for rows.Next() {
+		var c cancel.Claim
+		var st uint8
+		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &st); err != nil {
+			return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
+		}
+		c.Status = expiry.Status(st)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
+	}
+	if len(out) < limit {
+		return out, "", nil
+	}
+	last := out[len(out)-1]
+	return out, last.ShowID + "|" + last.SeatID, nil
 }

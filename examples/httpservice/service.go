@@ -101,7 +101,8 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 		return nil, nil, err
 	}
 	a.rec, err = reconcile.New(reconcile.Config{Expired: a.store, Canceller: a.svc, Orders: a.store,
-		Locks: a.seats, Seats: a.seats, Seller: a.seats, Observer: c.Observer, Logger: a.log})
+		Locks: a.seats, Seats: a.seats, Seller: a.seats, Claims: a.store, Restorer: a.seats,
+		Observer: c.Observer, Logger: a.log})
 	if err != nil {
 		return nil, nil, err
 	}

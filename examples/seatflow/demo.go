@@ -210,8 +210,15 @@ func (d *demo) wire(ctx context.Context) error {
 	d.rec, err = reconcile.New(reconcile.Config{
 		Expired: store, Canceller: d.svc, Orders: store,
 		Locks: d.seats, Seats: d.seats, Seller: d.seats,
+		Claims: store, Restorer: d.seats, // rebuild Redis from SQL if it loses its data
 		Observer: d, Logger: logger,
 	})
+	if err == nil {
+		// This run's namespace is new, so complete: nothing to rebuild. (A
+		// long-lived service does not do this; its reconciler's first round
+		// checks the store against SQL.)
+		err = d.seats.MarkRestored(ctx)
+	}
 	return err
 }
 

@@ -118,7 +118,11 @@ func NewWorld(t testing.TB, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalC
 	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: w.Rearms, Observer: w.Ledger})
 	require.NoError(t, err)
 	w.reconfig = reconcile.Config{Expired: store, Canceller: w.Service, Locks: w.Seats, Orders: store,
-		Seats: countingReleaser{w.Seats, w.Ledger}, Seller: w.Seats, Batch: 100, Grace: time.Minute, Observer: w.Ledger}
+		Seats: countingReleaser{w.Seats, w.Ledger}, Seller: w.Seats, Claims: store, Restorer: w.Seats,
+		Batch: 100, Grace: time.Minute, Observer: w.Ledger}
+	// A new namespace is complete by definition: no rebuild from SQL unless
+	// a test makes Redis lose it.
+	require.NoError(t, w.Seats.MarkRestored(ctx))
 	return w
 }
 

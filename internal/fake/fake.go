@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -188,10 +189,47 @@ func (s *Store) Statuses(_ context.Context, nos []string) (map[string]expiry.Sta
 	return out, nil
 }
 
+// Claims implements reconcile.ClaimScanner; the cursor is "show|seat".
+func (s *Store) Claims(_ context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
+	if err := s.fail("Claims"); err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		return nil, "", nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var all []cancel.Claim
+	for key, no := range s.claims {
+		o := s.orders[no]
+		all = append(all, cancel.Claim{ShowID: key[0], SeatID: key[1], OrderNo: no, UserID: o.o.UserID, Status: o.o.Status})
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].ShowID != all[j].ShowID {
+			return all[i].ShowID < all[j].ShowID
+		}
+		return all[i].SeatID < all[j].SeatID
+	})
+	start := 0
+	if show, seat, ok := strings.Cut(cursor, "|"); ok {
+		start = sort.Search(len(all), func(i int) bool {
+			return all[i].ShowID > show || all[i].ShowID == show && all[i].SeatID > seat
+		})
+	}
+	end := min(start+max(limit, 0), len(all))
+	out := all[start:end]
+	if end == len(all) {
+		return out, "", nil
+	}
+	last := out[len(out)-1]
+	return out, last.ShowID + "|" + last.SeatID, nil
+}
+
 // Seats is an in-memory seat store with the semantics of cancel/redisseat.
 // Safe for concurrent use.
 type Seats struct {
-	mu    sync.Mutex
+	mu       sync.Mutex
+	restored bool
 	now   func() time.Time
 	seats map[string]map[string]cancel.SeatState // show → seat → state
 	held  map[[2]string]int                      // (show, user) → seats held
@@ -359,4 +397,68 @@ func (s *Seats) ScanLocks(_ context.Context, cursor string, count int) ([]cancel
 		return locks, "", nil
 	}
 	return locks, all[end].show + "|" + all[end].seat, nil
+}
+
+// Wipe forgets every seat, counter and the restored marker, as a Redis
+// restart without persistence does.
+func (s *Seats) Wipe() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seats, s.held, s.restored = map[string]map[string]cancel.SeatState{}, map[[2]string]int{}, false
+}
+
+// Lost implements reconcile.SeatRestorer.
+func (s *Seats) Lost(context.Context) (bool, error) {
+	if err := s.fail("Lost"); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.restored, nil
+}
+
+// MarkRestored implements reconcile.SeatRestorer.
+func (s *Seats) MarkRestored(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.restored = true
+	return nil
+}
+
+// Restore implements reconcile.SeatRestorer (see redisseat.Seats.Restore).
+func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
+	if err := s.fail("Restore"); err != nil {
+		return 0, err
+	}
+	for _, c := range claims {
+		if err := (cancel.Hold{ShowID: c.ShowID, OrderNo: c.OrderNo, UserID: c.UserID, Seats: []string{c.SeatID}}).Validate(); err != nil {
+			return 0, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := 0
+	now := s.now().Truncate(time.Millisecond)
+	for _, c := range claims {
+		if c.Status != expiry.StatusPending && c.Status != expiry.StatusPaid {
+			continue
+		}
+		if s.seats[c.ShowID] == nil {
+			s.seats[c.ShowID] = map[string]cancel.SeatState{}
+		}
+		st, ok := s.seats[c.ShowID][c.SeatID]
+		switch {
+		case !ok:
+			s.seats[c.ShowID][c.SeatID] = cancel.SeatState{Status: c.Status, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: now}
+			if c.Status == expiry.StatusPaid {
+				s.seats[c.ShowID][c.SeatID] = cancel.SeatState{Status: c.Status, OrderNo: c.OrderNo, UserID: c.UserID}
+			}
+			s.held[[2]string{c.ShowID, c.UserID}]++
+			changed++
+		case c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo:
+			s.seats[c.ShowID][c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}
+			changed++
+		}
+	}
+	return changed, nil
 }
