@@ -124,7 +124,7 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		// The clock in a scalar subquery is evaluated once, so the planner
 		// can bound the index range with it (a volatile function in the
 		// WHERE clause turns the bound into a filter on PostgreSQL).
-		claims: bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE s.show_id > ? OR (s.show_id = ? AND s.seat_id > ?) ORDER BY s.show_id, s.seat_id LIMIT ?"),
+		claims:  bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE s.show_id > ? OR (s.show_id = ? AND s.seat_id > ?) ORDER BY s.show_id, s.seat_id LIMIT ?"),
 		expired: bind("SELECT order_no FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) ORDER BY expire_at_ms LIMIT ?"),
 	}}, nil
 }

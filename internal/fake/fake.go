@@ -230,9 +230,9 @@ func (s *Store) Claims(_ context.Context, cursor string, limit int) ([]cancel.Cl
 type Seats struct {
 	mu       sync.Mutex
 	restored bool
-	now   func() time.Time
-	seats map[string]map[string]cancel.SeatState // show → seat → state
-	held  map[[2]string]int                      // (show, user) → seats held
+	now      func() time.Time
+	seats    map[string]map[string]cancel.SeatState // show → seat → state
+	held     map[[2]string]int                      // (show, user) → seats held
 	// Fail, when set, is returned by every call whose name it is given
 	// ("Lock", "Release", "Sell", "ScanLocks").
 	Fail func(op string) error
