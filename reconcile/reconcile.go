@@ -100,6 +100,8 @@ type Config struct {
 	Restorer SeatRestorer
 	// Batch is how many orders or seat entries one query handles; 0: 200.
 	Batch int
+	// Workers is how many expired orders are cancelled at once; 0: 4.
+	Workers int
 	// MaxPerRound bounds the orders cancelled and the seat entries examined
 	// in one round (each); 0: 5000.
 	MaxPerRound int
@@ -148,6 +150,9 @@ func New(c Config) (*Reconciler, error) {
 	}
 	if c.MaxPerRound <= 0 {
 		c.MaxPerRound = 5000
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
 	}
 	if c.Grace <= 0 {
 		c.Grace = time.Minute
@@ -246,26 +251,64 @@ func (r *Reconciler) expired(ctx context.Context, rep *Report) error {
 		if err != nil {
 			return fmt.Errorf("reconcile: scan expired: %w", err)
 		}
-		for _, no := range nos {
-			res, err := r.c.Canceller.Cancel(ctx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
-			if errors.Is(err, expiry.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("reconcile: cancel %s: %w", no, err)
-			}
-			if res.Changed {
-				rep.Expired++
-				r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
-			} else {
-				rep.LostRaces++
-			}
+		if err := r.cancelAll(ctx, nos, rep); err != nil {
+			return err
 		}
 		if len(nos) < r.c.Batch {
 			return nil
 		}
 	}
 	return nil
+}
+
+// cancelAll cancels nos with up to Workers calls at once: each is its own
+// transaction, so the database, not this loop, is the limit.
+func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) error {
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	work := make(chan string)
+	for w := 0; w < min(r.c.Workers, len(nos)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for no := range work {
+				res, err := r.c.Canceller.Cancel(ctx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
+				if errors.Is(err, expiry.ErrNotFound) {
+					continue
+				}
+				mu.Lock()
+				switch {
+				case err != nil:
+					if firstErr == nil {
+						firstErr = fmt.Errorf("reconcile: cancel %s: %w", no, err)
+					}
+				case res.Changed:
+					rep.Expired++
+				default:
+					rep.LostRaces++
+				}
+				mu.Unlock()
+				if err == nil && res.Changed {
+					r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
+				}
+			}
+		}()
+	}
+	for _, no := range nos {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed {
+			break
+		}
+		work <- no
+	}
+	close(work)
+	wg.Wait()
+	return firstErr
 }
 
 func (r *Reconciler) locks(ctx context.Context, rep *Report) error {
