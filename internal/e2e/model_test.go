@@ -373,7 +373,11 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 		rt.Fatal(err)
 	}
 	m.rcfg = reconcile.Config{Expired: m.fo, Canceller: m.svc, Locks: m.fs, Orders: m.fo, Seats: m.fs, Seller: m.fs,
-		Batch: 100, Grace: env.grace, Observer: m.obs, Logger: quiet, Now: m.appNow}
+		Batch: 100, Grace: env.grace, Observer: m.obs, Logger: quiet, Now: m.appNow,
+		// One cancel at a time: the model attributes each seat change to the
+		// call that made it, which concurrent workers within a round would
+		// blur (concurrency is the race and storm tests' job).
+		Workers: 1}
 	for i := range m.hosts {
 		m.hosts[i], err = reconcile.New(m.rcfg)
 		if err != nil {

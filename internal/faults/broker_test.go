@@ -136,12 +136,24 @@ func TestBrokerFaults(t *testing.T) {
 	for i := 20; i < 23; i++ {
 		place(i, 5*time.Second)
 	}
+	// No reconciler runs yet: these must be cancelled by their own
+	// messages once the consumer has found the restarted broker (client-go
+	// rebalances every 20 s).
+	require.Eventually(t, func() bool {
+		st, err := w.Store.Statuses(ctx, nos(placed[after:]))
+		if err != nil {
+			return false
+		}
+		for _, s := range st {
+			if s == expiry.StatusPending {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 250*time.Millisecond, "orders placed after the restart are cancelled by their messages")
 
 	// 3. A reconciler host runs every two seconds until every order is decided.
-	// Its grace period is irrelevant here (every order exists); its rounds
-	// start once the post-restart orders have had time for their message.
 	rec := w.Reconciler(t)
-	time.Sleep(8 * time.Second)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		_, err := rec.Round(ctx)
