@@ -295,7 +295,7 @@ mysql_start() {
 		--port="$MYSQL_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
 		--log-error="$MYSQL_LOG" \
 		--character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci \
-		--max-connections=500 --innodb-buffer-pool-size=128M \
+		--max-connections=500 --innodb-buffer-pool-size=768M \
 		--innodb-flush-log-at-trx-commit=2 --innodb-doublewrite=0 \
 		--innodb-buffer-pool-dump-at-shutdown=0 --innodb-buffer-pool-load-at-startup=0 9>&- ||
 		fail_with_log mariadb "$MYSQL_LOG"
