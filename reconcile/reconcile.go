@@ -171,7 +171,7 @@ func New(c Config) (*Reconciler, error) {
 type Report struct {
 	Expired   int // orders cancelled by scan #1
 	LostRaces int // expired orders someone else decided first
-	Locks     int // seat locks examined by scan #4
+	Locks     int // seat locks found by scan #4
 	Released  int // seats released by scan #4
 	Sold      int // seats marked sold by scan #4
 	Restored  int // seats given back their state by a rebuild from SQL
@@ -315,7 +315,8 @@ func (r *Reconciler) locks(ctx context.Context, rep *Report) error {
 	r.mu.Lock()
 	cursor := r.cursor
 	r.mu.Unlock()
-	for rep.Locks < r.c.MaxPerRound {
+	// Each call examines about Batch entries, locked or not.
+	for calls := 0; calls*r.c.Batch < r.c.MaxPerRound; calls++ {
 		locks, next, err := r.c.Locks.ScanLocks(ctx, cursor, r.c.Batch)
 		if err != nil {
 			return fmt.Errorf("reconcile: scan seat locks: %w", err)
@@ -331,9 +332,6 @@ func (r *Reconciler) locks(ctx context.Context, rep *Report) error {
 		if next == "" {
 			rep.Complete = true
 			return nil
-		}
-		if len(locks) == 0 {
-			rep.Locks++ // an empty batch still costs a call; count it so a round ends
 		}
 	}
 	return nil

@@ -319,7 +319,11 @@ func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error) error {
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
-		time.Sleep(time.Duration(attempt) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * time.Millisecond):
+		}
 	}
 	return err
 }
