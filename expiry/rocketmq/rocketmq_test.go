@@ -178,11 +178,18 @@ func (c *chain) hopsOf(no string) int {
 
 func (c *chain) assertReleased(t *testing.T, p cancel.Placement) {
 	ctx := context.Background()
-	show, err := c.w.Seats.Show(ctx, p.ShowID)
-	require.NoError(t, err)
-	for _, s := range p.Seats {
-		assert.NotContains(t, show, s, "seat %s is available again", s)
-	}
+	// The seats go back after the cancel commits (the second boundary), so
+	// "cancelled" may be seen a moment before they are free.
+	require.Eventually(t, func() bool {
+		show, err := c.w.Seats.Show(ctx, p.ShowID)
+		require.NoError(t, err)
+		for _, s := range p.Seats {
+			if _, locked := show[s]; locked {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 20*time.Millisecond, "the seats of %s are available again", p.OrderNo)
 	var n int
 	require.NoError(t, c.w.DB.QueryRow("SELECT COUNT(*) FROM oe_order_seat WHERE order_no = ?", p.OrderNo).Scan(&n))
 	assert.Zero(t, n, "order_seat rows are gone")
