@@ -36,6 +36,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/internal/e2e"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
@@ -158,13 +159,7 @@ func newCrashEnv(t *testing.T) *crashEnv {
 
 // place places an order as a host does: seats locked, then the order inserted.
 func (e *crashEnv) place(t *testing.T, p cancel.Placement) {
-	ctx := context.Background()
-	_, err := e.seats.Lock(ctx, p.Hold(), 0)
-	require.NoError(t, err)
-	tx, err := e.db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	require.NoError(t, e.store.Place(ctx, tx, p))
-	require.NoError(t, tx.Commit())
+	require.NoError(t, e2e.Place(context.Background(), e.db, e.store, e.seats, 0, p))
 }
 
 // releaseCounter counts the seats each order really had freed.

@@ -44,6 +44,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/internal/e2e"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
@@ -126,13 +127,7 @@ func newSecWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, rdb *redis.Client
 }
 
 func (w *secWorld) place(t *testing.T, p cancel.Placement) {
-	ctx := context.Background()
-	_, err := w.seats.Lock(ctx, p.Hold(), 0)
-	require.NoError(t, err)
-	tx, err := w.db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	require.NoError(t, w.store.Place(ctx, tx, p))
-	require.NoError(t, tx.Commit())
+	require.NoError(t, e2e.Place(context.Background(), w.db, w.store, w.seats, 0, p))
 }
 
 // snapshot is every row of both tables and every Redis key of the namespace.

@@ -136,13 +136,21 @@ func (w *World) Reconciler(t testing.TB) *reconcile.Reconciler {
 // Place does what a host does: lock the seats in Redis, then insert the
 // order in one SQL transaction; if that fails, give the seats back.
 func (w *World) Place(ctx context.Context, p cancel.Placement) error {
-	if _, err := w.Seats.Lock(ctx, p.Hold(), w.Limit); err != nil {
+	return Place(ctx, w.DB, w.Store, w.Seats, w.Limit, p)
+}
+
+// Place is the host's placing sequence on any store and seat store: lock the
+// seats (limit: the purchase limit, 0 none), insert the order in one
+// transaction, and give the seats back if that fails, except after a failed
+// COMMIT, whose outcome is unknown (the reconciler decides).
+func Place(ctx context.Context, db *sql.DB, store *sqlstore.Store, seats *redisseat.Seats, limit int, p cancel.Placement) error {
+	if _, err := seats.Lock(ctx, p.Hold(), limit); err != nil {
 		return err
 	}
-	tx, err := w.DB.BeginTx(ctx, nil)
-	commitUnknown := false // a failed COMMIT may have committed: keep the seats
+	tx, err := db.BeginTx(ctx, nil)
+	commitUnknown := false
 	if err == nil {
-		if err = w.Store.Place(ctx, tx, p); err == nil {
+		if err = store.Place(ctx, tx, p); err == nil {
 			err = tx.Commit()
 			commitUnknown = err != nil
 		} else {
@@ -150,10 +158,10 @@ func (w *World) Place(ctx context.Context, p cancel.Placement) error {
 		}
 	}
 	if err != nil && !commitUnknown {
-		if _, rerr := w.Seats.Release(ctx, p.Hold()); rerr != nil {
+		if _, rerr := seats.Release(ctx, p.Hold()); rerr != nil {
 			return fmt.Errorf("%w (and releasing its seats: %v)", err, rerr)
 		}
 		return err
 	}
-	return nil
+	return err
 }
