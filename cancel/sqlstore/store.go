@@ -335,9 +335,22 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback() // fn's error is the one to report
-		return err
+		return ctxCause(ctx, err)
 	}
-	return tx.Commit()
+	return ctxCause(ctx, tx.Commit())
+}
+
+// ctxCause names the context's error when database/sql reports only
+// sql.ErrTxDone: a context that ends mid-transaction makes database/sql
+// roll the transaction back on its own, and the next statement (or the
+// COMMIT) then fails with ErrTxDone, which says nothing about why. Callers
+// branch on context.DeadlineExceeded and context.Canceled; nothing was
+// committed.
+func ctxCause(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+		return fmt.Errorf("%w (the transaction was rolled back: %w)", ctx.Err(), err)
+	}
+	return err
 }
 
 // retryable reports serialization failures and deadlocks.
