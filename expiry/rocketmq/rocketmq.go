@@ -12,8 +12,11 @@
 //     exact delay, as the relative property TIMER_DELAY_MS so that the
 //     broker's clock counts it. Delays above Config.MaxTimerDelay (the
 //     broker's timerMaxDelaySec) are capped, and the Handler re-arms at the
-//     cap. A broker that refuses timer messages makes Send fail with an error
-//     wrapping ErrTimerRefused; there is no silent fallback.
+//     cap. A 5.x broker with timerWheelEnable=false refuses timer messages:
+//     Send fails with an error wrapping ErrTimerRefused, and there is no
+//     silent fallback. A 4.x broker does not know the property and delivers
+//     at once, so every hop would come straight back and be re-armed: never
+//     use ModeTimer against 4.x.
 //
 // The order number is the message key, the body is expiry's versioned
 // encoding, and the trace id travels in the user property "oe_trace".
@@ -84,8 +87,18 @@ const TraceProperty = "oe_trace"
 const timerDelayProperty = "TIMER_DELAY_MS"
 
 // ErrTimerRefused reports that the broker does not accept timer messages
-// (a 4.x broker, or timerWheelEnable=false): use ModeLevels.
+// (a 5.x broker with timerWheelEnable=false). It is permanent: use ModeLevels
+// or enable the timer wheel. The broker's timer flow control is not this
+// error; it is transient, and the Shell retries it like any failed send.
 var ErrTimerRefused = errors.New("rocketmq: broker refused a timer message")
+
+// timerRefused recognises the broker's refusal. The broker answers
+// SYSTEM_ERROR, a code it uses for much else, so the remark is what tells
+// (5.x: "accurate timer message is not enabled, timerWheelEnable is false").
+func timerRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "timer message is not enabled") || strings.Contains(msg, "timerWheelEnable is false")
+}
 
 // Config configures a Sender or a Consumer.
 type Config struct {
@@ -214,7 +227,7 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 	defer cancel()
 	res, err := s.p.SendSync(ctx, msg)
 	if err != nil {
-		if s.cfg.Mode == ModeTimer && strings.Contains(err.Error(), "timer") {
+		if s.cfg.Mode == ModeTimer && timerRefused(err) {
 			return fmt.Errorf("rocketmq: send %s: %w: %v", m.OrderNo, ErrTimerRefused, err)
 		}
 		return fmt.Errorf("rocketmq: send %s: %w", m.OrderNo, err)

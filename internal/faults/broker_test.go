@@ -31,6 +31,7 @@ type privateBroker struct {
 	state string
 	ns    string
 	addr  string
+	env   []string // extra settings for rocketmq.sh (RMQ_TIMER_WHEEL=false)
 }
 
 const nsPort, brokerPort = 39876, 40911
@@ -40,6 +41,7 @@ func (b *privateBroker) script(keepStore bool, verb string) {
 	require.NoError(b.t, err)
 	cmd := exec.Command("bash", filepath.Join(root, "internal/testenv/rocketmq.sh"), verb)
 	cmd.Env = append(os.Environ(), "OE_STATE_DIR="+b.state, "RMQ_NAMESRV_PORT="+strconv.Itoa(nsPort), "RMQ_BROKER_PORT="+strconv.Itoa(brokerPort))
+	cmd.Env = append(cmd.Env, b.env...)
 	if keepStore {
 		cmd.Env = append(cmd.Env, "RMQ_KEEP_STORE=1")
 	}

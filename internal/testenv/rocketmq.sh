@@ -22,6 +22,7 @@ RMQ_NAMESRV_PORT="${RMQ_NAMESRV_PORT:-19876}"
 RMQ_BROKER_PORT="${RMQ_BROKER_PORT:-20911}"
 RMQ_READY_TIMEOUT="${RMQ_READY_TIMEOUT:-120}"
 RMQ_DELAY_LEVELS="${RMQ_DELAY_LEVELS:-1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h}" # the broker's messageDelayLevel
+RMQ_TIMER_WHEEL="${RMQ_TIMER_WHEEL:-true}" # the broker's timerWheelEnable (false: it refuses timer messages)
 
 _rmq_state() { echo "${OE_STATE_DIR:-/tmp/orderexpiry-services}/rocketmq"; }
 _rmq_libdir() { echo "$_RMQ_SRC_DIR/rocketmq/target/lib"; }
@@ -108,7 +109,7 @@ mappedFileSizeTimerLog=16777216
 maxHashSlotNum=100000
 maxIndexNum=400000
 diskMaxUsedSpaceRatio=95
-timerWheelEnable=true
+timerWheelEnable=$RMQ_TIMER_WHEEL
 messageDelayLevel=$RMQ_DELAY_LEVELS
 EOF
 }
