@@ -18,6 +18,10 @@
 // changed, go-sql-driver/mysql's clientFoundRows). Serialization failures and
 // deadlocks (PostgreSQL 40001/40P01, MariaDB 1020/1213) are retried; the
 // retry sees the winner's status, so they end as "lost the race".
+//
+// With go-sql-driver/mysql, add interpolateParams=true to the DSN: each
+// statement is then one round trip instead of a prepare and an execute. The
+// expiry path ran 10–64 % faster with it in internal/bench (part 2).
 package sqlstore
 
 import (

@@ -18,6 +18,7 @@ import (
 // invisibly, and is not counted either).
 type counts struct {
 	begin, commit, rollback, exec, query, prepare, stmtExec, stmtQuery atomic.Int64
+	lastSQL                                                            atomic.Pointer[string] // text of the last query or prepare
 }
 
 func (c *counts) total() int64 {
@@ -86,6 +87,7 @@ func (c *countConn) Prepare(q string) (driver.Stmt, error) {
 
 func (c *countConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
 	c.c.prepare.Add(1)
+	c.c.lastSQL.Store(&q)
 	var s driver.Stmt
 	var err error
 	if p, ok := c.Conn.(driver.ConnPrepareContext); ok {
@@ -132,6 +134,7 @@ func (c *countConn) QueryContext(ctx context.Context, q string, args []driver.Na
 	r, err := e.QueryContext(ctx, q, args)
 	if err != driver.ErrSkip {
 		c.c.query.Add(1)
+		c.c.lastSQL.Store(&q)
 	}
 	return r, err
 }
