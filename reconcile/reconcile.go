@@ -12,7 +12,9 @@
 //     marked sold when the order is paid (a lost Sell);
 //   - and, when the seat store says it lost its data, a rebuild: every seat
 //     claimed in SQL by a pending or paid order is given back its lock or
-//     sale and its user's counter (Config.Claims and Config.Restorer).
+//     sale and its user's counter (Config.Claims and Config.Restorer); each
+//     batch is then checked against SQL again, so a cancel that committed
+//     while the batch was being restored does not leave its seats locked.
 //
 // Every action is a compare-and-set (the SQL cancel) or a script that checks
 // the seat is still locked by that order, so several hosts may run rounds at
@@ -93,9 +95,11 @@ type Config struct {
 	Seats     cancel.SeatReleaser
 	Seller    cancel.SeatSeller
 	// Claims and Restorer, both or neither, rebuild the seat store from SQL
-	// when it lost its data (cancel/sqlstore and cancel/redisseat). A rebuild
-	// that races a cancel may lock a seat of the cancelled order again for a
-	// round, until scan #4 releases it: safe, if a little late.
+	// when it lost its data (cancel/sqlstore and cancel/redisseat). Each
+	// restored batch is checked against SQL again, so a seat restored for an
+	// order that a cancel or payment decided meanwhile is released or sold
+	// in the same round (a decision after the check finds the restored lock
+	// itself).
 	Claims   ClaimScanner
 	Restorer SeatRestorer
 	// Batch is how many orders or seat entries one query handles; 0: 200.
@@ -226,6 +230,9 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 		if n > 0 {
 			r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
 		}
+		if err := r.recheck(ctx, claims, rep); err != nil {
+			return err
+		}
 		seen += len(claims)
 		cursor = next
 		if next == "" {
@@ -243,6 +250,22 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 	r.restoring, r.rebuilding = cursor, true
 	r.mu.Unlock()
 	return nil
+}
+
+// recheck closes the race between reading claims and restoring them: a
+// cancel that committed (and released, finding nothing) in between would
+// otherwise leave the restored lock until scan #4 came by. The restored locks
+// of pending claims go through scan #4's repair at once. They came from SQL,
+// so an order now missing is gone, not uncommitted: no grace period (a zero
+// LockedAt is always past it).
+func (r *Reconciler) recheck(ctx context.Context, claims []cancel.Claim, rep *Report) error {
+	var locks []cancel.SeatLock
+	for _, c := range claims {
+		if c.Status == expiry.StatusPending { // paid is final: its sale stands
+			locks = append(locks, cancel.SeatLock{ShowID: c.ShowID, SeatID: c.SeatID, OrderNo: c.OrderNo, UserID: c.UserID})
+		}
+	}
+	return r.fixLocks(ctx, locks, rep)
 }
 
 func (r *Reconciler) expired(ctx context.Context, rep *Report) error {

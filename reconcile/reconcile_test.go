@@ -299,3 +299,66 @@ func TestRebuildAfterDataLoss(t *testing.T) {
 	_, err = reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: e.seats, Orders: e.store, Seats: e.seats, Claims: e.store})
 	assert.Error(t, err, "Claims without Restorer")
 }
+
+// racingClaims decides orders (through the full cancel or pay path, whose
+// Redis step finds nothing to do after the wipe) right after the claims were
+// read and before they are restored: the race a rebuild must not lose.
+type racingClaims struct {
+	reconcile.ClaimScanner
+	decide func()
+	once   sync.Once
+}
+
+func (c *racingClaims) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
+	claims, next, err := c.ClaimScanner.Claims(ctx, cursor, limit)
+	c.once.Do(c.decide)
+	return claims, next, err
+}
+
+// noLocks hides the seat store from scan #4, so only the rebuild's own
+// re-check can repair what the race left.
+type noLocks struct{}
+
+func (noLocks) ScanLocks(context.Context, string, int) ([]cancel.SeatLock, string, error) {
+	return nil, "", nil
+}
+
+func TestRebuildRacingDecisions(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	cancelled := e.place(t, "c", time.Hour)
+	paid := e.place(t, "p", time.Hour)
+	still := e.place(t, "k", time.Hour)
+	e.seats.Wipe()
+	claims := &racingClaims{ClaimScanner: e.store, decide: func() {
+		res, err := e.svc.UserCancel(ctx, "c", "u1")
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		res, err = e.svc.Pay(ctx, "p", "u1")
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+	}}
+	r, err := reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: noLocks{}, Orders: e.store,
+		Seats: e.seats, Seller: e.seats, Claims: claims, Restorer: e.seats, Now: e.clock})
+	require.NoError(t, err)
+	rep, err := r.Round(ctx)
+	require.NoError(t, err)
+
+	show, err := e.seats.Show(ctx, "s")
+	require.NoError(t, err)
+	for _, s := range cancelled.Seats {
+		assert.NotContains(t, show, s, "I2: the cancelled order's seat is free in the same round")
+	}
+	for _, s := range paid.Seats {
+		assert.Equal(t, expiry.StatusPaid, show[s].Status, "the paid order's restored lock became a sale")
+	}
+	for _, s := range still.Seats {
+		assert.Equal(t, expiry.StatusPending, show[s].Status, "the pending order keeps its locks")
+	}
+	held, err := e.seats.Held(ctx, "s", "u1")
+	require.NoError(t, err)
+	assert.Equal(t, 4, held, "I8: the counter counts the paid and the pending order's seats, not the cancelled one's")
+	assert.Equal(t, 2, rep.Released, "the re-check released the cancelled order's two restored locks")
+	// The payment's own Sell found the seats free and sold them (sellScript
+	// revives lost locks), so the re-check had nothing left to sell.
+}
