@@ -1,0 +1,73 @@
+package rocketmq_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/rocketmq"
+)
+
+// A host wires the transport once at startup: the topic, a Sender for the
+// after-commit schedule and the Handler's re-arms, and a Consumer that feeds
+// the Shell. svc is the host's cancel.Service (see the cancel package) and db
+// its database; it needs a broker, so it is compiled here but not run.
+func Example() {
+	var (
+		svc *cancel.Service // cancel.New(cancel.Config{Store: …, Seats: …})
+		db  *sql.DB
+	)
+	ctx := context.Background()
+	ns := []string{"127.0.0.1:9876"}
+	if err := rocketmq.EnsureTopic(ctx, ns, "127.0.0.1:10911", "order_expiry"); err != nil {
+		log.Fatal(err)
+	}
+	cfg := rocketmq.Config{NameServers: ns, Topic: "order_expiry", Group: "order_expiry_p", Mode: rocketmq.ModeTimer}
+	sender, err := rocketmq.NewSender(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sender.Close()
+
+	handler, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg.Group = "order_expiry_c"
+	consumer, err := rocketmq.StartConsumer(ctx, cfg, expiry.NewShell(handler, nil, nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer consumer.Close(context.Background()) // drains handlers in flight
+
+	// Placing an order: the message is sent only once the transaction commits.
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender})
+	if err != nil {
+		log.Fatal(err)
+	}
+	expireAt := time.Now().Add(15 * time.Minute)
+	err = sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
+		// INSERT the order and its seats here (sqlstore.Store.Place).
+		after.Add("A1001", expireAt)
+		return nil
+	})
+	if err != nil {
+		log.Println("order not placed:", err)
+	}
+}
+
+// ParseMode reads the mode from configuration.
+func ExampleParseMode() {
+	for _, s := range []string{"levels", "timer", "fast"} {
+		m, err := rocketmq.ParseMode(s)
+		fmt.Println(m, err)
+	}
+	// Output:
+	// levels <nil>
+	// timer <nil>
+	// levels rocketmq: unknown mode "fast" (want levels or timer)
+}
