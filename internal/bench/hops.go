@@ -131,6 +131,7 @@ func runHops(c *common, args []string) error {
 	brokerF := fs.String("broker-run", "auto", "real-broker sub-part: auto (if the broker answers), on, off")
 	brokerN := fs.Int("broker-orders", 10, "orders per case in the real-broker run")
 	brokerExp := fs.String("broker-expiries", "7s,10s", "expiries of the real-broker run")
+	chart := fs.String("chart", "", "also draw the simulated lateness distributions (CDF) of the 10s and 15m orders into this SVG file (.png: a PNG)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -164,6 +165,20 @@ func runHops(c *common, args []string) error {
 		}
 	}
 	t.print(os.Stdout)
+	if *chart != "" {
+		var panels []chartPanel
+		for _, e := range []time.Duration{10 * time.Second, 15 * time.Minute} {
+			pn := chartPanel{title: fmtDur(e) + " expiry, simulated"}
+			for _, m := range simModes {
+				pn.series = append(pn.series, chartSeries{name: m.name, late: results[fmt.Sprint(e, m.name)].late})
+			}
+			panels = append(panels, pn)
+		}
+		if err := writeLatenessChart(*chart, panels); err != nil {
+			return err
+		}
+		fmt.Printf("\nLateness distributions of the 10s and 15m rows: `%s`.\n", *chart)
+	}
 
 	// Goals.
 	fmt.Printf("\n**Goals** (from the same simulation):\n\n")
