@@ -27,6 +27,21 @@ say() { printf '[test.sh] %s\n' "$*" >&2; }
 extra_checks() {
 	say "fuzzing (internal/testenv/fuzz.sh)"
 	bash internal/testenv/fuzz.sh
+	no_servers
+}
+
+# no_servers: plain `go test ./...` on a machine without servers must pass, the integration
+# tests skipping with the server they missed (a promise of the README's Tests section).
+no_servers() {
+	local log="$LOG_DIR/orderexpiry-noservers.log"
+	say "go test ./... as on a machine without servers (full log: $log)"
+	if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR \
+		-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER go test -count=1 -v ./... >"$log" 2>&1; then
+		say "FAIL: go test ./... fails without servers instead of skipping:"
+		grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL\s' "$log" | head -200 >&2 || tail -100 "$log" >&2
+		return 1
+	fi
+	say "without servers: $(grep -c -- '--- SKIP' "$log") tests skipped, each naming what it missed"
 }
 # -----------------------------------------------------------------------------------------------
 
