@@ -222,6 +222,20 @@ func TestUnpaidOrderExpires(t *testing.T) {
 	assert.Equal(t, 1, h.held("show1", "bob"))
 	_, out := h.do("GET", "/orders/"+other, "bob", "")
 	assert.Equal(t, "paid", out["status"], "a paid order never expires")
+
+	// What happened is on /metrics: one order paid with one seat, one
+	// cancelled with two (by its message or, if that was slow, the reconciler).
+	resp, err := h.srv.Client().Get(h.srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	metrics := string(raw)
+	assert.Contains(t, metrics, `orderexpiry_events_total{detail="",kind="paid"} 1`)
+	assert.Contains(t, metrics, `orderexpiry_seats_total{kind="paid"} 1`)
+	assert.Contains(t, metrics, `orderexpiry_seats_total{kind="cancelled"} 2`)
+	assert.Regexp(t, `orderexpiry_events_total\{detail="(timeout|reconcile)",kind="cancelled"\} 1`, metrics)
 }
 
 func TestPaymentAfterCancel(t *testing.T) {

@@ -7,6 +7,7 @@
 //	GET  /orders/{no}         read the caller's order
 //	POST /orders/{no}/pay     payment callback (409 when it lost to a cancel)
 //	POST /orders/{no}/cancel  the caller cancels (user in the X-User header)
+//	GET  /metrics             Prometheus metrics (expiry/prometheus)
 //
 // with the reconciler running beside the server; SIGINT/SIGTERM stop all of
 // it cleanly. By default it runs on embedded infrastructure (a SQLite file in

@@ -11,12 +11,15 @@ import (
 	"net/http"
 	"time"
 
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/prometheus"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
@@ -35,7 +38,9 @@ type Config struct {
 	Limit          int           // seats one user may hold in one show; 0: 6
 	ReconcileEvery time.Duration // 0: one minute
 	Logger         *slog.Logger  // nil: slog.Default()
-	Observer       expiry.Observer
+	// Observer, if set, receives the library's events besides the service's
+	// own Prometheus metrics (served on GET /metrics).
+	Observer expiry.Observer
 	// OnDiscrepancy is called when a payment arrives for a cancelled order:
 	// refund it. Nil: logged only.
 	OnDiscrepancy func(context.Context, cancel.Discrepancy)
@@ -51,6 +56,7 @@ type App struct {
 	sched          *expiry.Scheduler
 	rec            *reconcile.Reconciler
 	log            *slog.Logger
+	metrics        *prom.Registry
 	expiry         time.Duration
 	limit          int
 	reconcileEvery time.Duration
@@ -72,7 +78,17 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	if a.reconcileEvery <= 0 {
 		a.reconcileEvery = time.Minute
 	}
-	var err error
+	// One Observer for every component: the Prometheus metrics, and the
+	// caller's observer if any.
+	a.metrics = prom.NewRegistry()
+	metrics, err := prometheus.New(a.metrics, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	obs := expiry.Observer(metrics)
+	if c.Observer != nil {
+		obs = fanOut{metrics, c.Observer}
+	}
 	if a.store, err = sqlstore.New(c.DB, c.Dialect); err != nil {
 		return nil, nil, err
 	}
@@ -89,24 +105,33 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 		}
 	}
 	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Seller: a.seats,
-		Observer: c.Observer, Logger: a.log, OnDiscrepancy: onDiscrepancy})
+		Observer: obs, Logger: a.log, OnDiscrepancy: onDiscrepancy})
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: a.svc, Sender: c.Sender, Observer: c.Observer, Logger: a.log})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: a.svc, Sender: c.Sender, Observer: obs, Logger: a.log})
 	if err != nil {
 		return nil, nil, err
 	}
-	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Observer: c.Observer, Logger: a.log}); err != nil {
+	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Observer: obs, Logger: a.log}); err != nil {
 		return nil, nil, err
 	}
 	a.rec, err = reconcile.New(reconcile.Config{Expired: a.store, Canceller: a.svc, Orders: a.store,
 		Locks: a.seats, Seats: a.seats, Seller: a.seats, Claims: a.store, Restorer: a.seats,
-		Observer: c.Observer, Logger: a.log})
+		Observer: obs, Logger: a.log})
 	if err != nil {
 		return nil, nil, err
 	}
-	return a, expiry.NewShell(h, c.Observer, a.log), nil
+	return a, expiry.NewShell(h, obs, a.log), nil
+}
+
+// fanOut hands every event to each of its observers.
+type fanOut []expiry.Observer
+
+func (f fanOut) Observe(ctx context.Context, e expiry.Event) {
+	for _, o := range f {
+		o.Observe(ctx, e)
+	}
 }
 
 // RunReconciler repairs what the message path lost, every ReconcileEvery,
@@ -159,12 +184,14 @@ func (a *App) Place(ctx context.Context, p cancel.Placement) error {
 //	GET  /orders/{no}         the caller's order (X-User) → 200
 //	POST /orders/{no}/pay     payment callback → 200; after a cancel 409
 //	POST /orders/{no}/cancel  the caller's cancel (X-User) → 200; paid 409
+//	GET  /metrics             the library's events as Prometheus metrics
 func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", a.placeOrder)
 	mux.HandleFunc("GET /orders/{no}", a.getOrder)
 	mux.HandleFunc("POST /orders/{no}/pay", a.payOrder)
 	mux.HandleFunc("POST /orders/{no}/cancel", a.cancelOrder)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
 	return mux
 }
 
