@@ -23,7 +23,7 @@ say() { printf '[test.sh] %s\n' "$*" >&2; }
 # ---- extra_checks -----------------------------------------------------------------------------
 # Runs after go test passed, with the servers up and the OE_* variables exported. Add fuzz runs
 # here, kept short so the whole command stays quick, for example:
-#   go test -run '^$' -fuzz '^FuzzParseLevels$' -fuzztime 15s ./levels
+#   go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 20000x ./levels
 extra_checks() {
 	say "fuzzing (internal/testenv/fuzz.sh)"
 	bash internal/testenv/fuzz.sh
