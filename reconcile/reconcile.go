@@ -176,8 +176,8 @@ type Report struct {
 	Expired   int // orders cancelled by scan #1
 	LostRaces int // expired orders someone else decided first
 	Locks     int // seat locks found by scan #4
-	Released  int // seats released by scan #4
-	Sold      int // seats marked sold by scan #4
+	Released  int // seats released by scan #4 (or by a rebuild's re-check)
+	Sold      int // seats marked sold by scan #4 (or by a rebuild's re-check)
 	Restored  int // seats given back their state by a rebuild from SQL
 	// Complete is true when scan #4 finished a pass over the seat store.
 	Complete bool
