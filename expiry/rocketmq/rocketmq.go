@@ -89,7 +89,9 @@ const timerDelayProperty = "TIMER_DELAY_MS"
 // ErrTimerRefused reports that the broker does not accept timer messages
 // (a 5.x broker with timerWheelEnable=false). It is permanent: use ModeLevels
 // or enable the timer wheel. The broker's timer flow control is not this
-// error; it is transient, and the Shell retries it like any failed send.
+// error: it is transient and handled like any failed send (a failed re-arm
+// comes back through the broker's retry, a failed first send is left to the
+// reconciler).
 var ErrTimerRefused = errors.New("rocketmq: broker refused a timer message")
 
 // timerRefused recognises the broker's refusal. The broker answers
