@@ -11,13 +11,18 @@
 // share a Redis but not a database must use different namespaces, or one's
 // reconciler would release the other's locks as belonging to missing orders.
 // All changes run as Lua scripts on the two keys of one show, which share a
-// hash tag, so they are atomic on a single node and on Redis Cluster alike.
+// hash tag, so they are atomic on a single node and on Redis Cluster alike
+// (the test command runs the store's suite on a three-master cluster).
 //
 // Run Redis with persistence (AOF, appendfsync always or everysec). If
 // Redis loses its data anyway, the namespace's marker key <ns>:restored is
 // gone with it; the reconciler notices (Lost) and rebuilds seats and
 // counters from SQL's claims (Restore). Until it has, sold seats look free
 // (SQL's unique seat key still refuses a second sale) and counters are low.
+// On Redis Cluster the marker lives on one shard: a shard that loses its
+// data while the marker's shard keeps it goes unnoticed, so give every shard
+// a replica and persistence, or delete the marker after a shard's loss to
+// force a rebuild.
 //
 // The scripts are idempotent, so go-redis may retry them after a lost reply;
 // the retry then reports 0 seats where the first run freed them. State stays

@@ -1,12 +1,16 @@
 package redisseat_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/canceltest"
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/internal/testenv"
@@ -18,6 +22,76 @@ func TestRedis(t *testing.T) {
 		require.NoError(t, err)
 		return s
 	})
+}
+
+// The scripts touch only the keys of one show, which share a hash tag, so
+// they must pass the same suite on a real three-master Redis Cluster.
+func TestRedisCluster(t *testing.T) {
+	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
+		s, err := redisseat.New(testenv.RedisCluster(t), "oe-"+testenv.Unique())
+		require.NoError(t, err)
+		return s
+	})
+}
+
+// TestRedisClusterAcrossNodes: shows spread over the cluster's masters are
+// locked, scanned by the reconciler's pass and released, with every count
+// exact: nothing in the store assumes one node.
+func TestRedisClusterAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.RedisCluster(t)
+	s, err := redisseat.New(rdb, "oe-"+testenv.Unique())
+	require.NoError(t, err)
+
+	shards, err := rdb.ClusterShards(ctx).Result()
+	require.NoError(t, err)
+	nodeOf := func(slot int64) string {
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if slot >= r.Start && slot <= r.End {
+					return sh.Nodes[0].ID
+				}
+			}
+		}
+		return ""
+	}
+	nodes := map[string]bool{}
+	var holds []cancel.Hold
+	for i := 0; i < 24; i++ {
+		show := fmt.Sprintf("show%02d-%s", i, testenv.Unique())
+		slot, err := rdb.ClusterKeySlot(ctx, "{"+show+"}").Result()
+		require.NoError(t, err)
+		nodes[nodeOf(slot)] = true
+		h := cancel.Hold{ShowID: show, OrderNo: fmt.Sprintf("o%02d", i), UserID: "u1", Seats: []string{"A1", "A2"}}
+		n, err := s.Lock(ctx, h, 2)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		holds = append(holds, h)
+	}
+	require.GreaterOrEqual(t, len(nodes), 2, "the shows must land on more than one master")
+
+	seen := map[string]int{}
+	cursor := ""
+	for pass := 0; ; pass++ {
+		require.Less(t, pass, 1000, "the scan must end")
+		locks, next, err := s.ScanLocks(ctx, cursor, 10)
+		require.NoError(t, err)
+		for _, l := range locks {
+			seen[l.OrderNo]++
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	for _, h := range holds {
+		assert.GreaterOrEqual(t, seen[h.OrderNo], 2, "both seats of %s found by the scan", h.OrderNo)
+		n, err := s.Release(ctx, h)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		held, err := s.Held(ctx, h.ShowID, "u1")
+		require.NoError(t, err)
+		assert.Zero(t, held, "I8 on %s", h.ShowID)
+	}
 }
 
 // miniredis runs the same Lua scripts; the embedded demo relies on it.

@@ -10,6 +10,7 @@
 # Each server has its own data directory under ${OE_STATE_DIR:-/tmp/orderexpiry-services} and
 # its own port, so it never clashes with a system server:
 #   Redis       127.0.0.1:16379   no persistence
+#   Redis Cluster 127.0.0.1:17001-17003 (bus ports +10000), three masters, no persistence
 #   MariaDB     127.0.0.1:13306   user oe/oe (ALL PRIVILEGES ON *.*), database oe
 #   PostgreSQL  127.0.0.1:15432   role oe/oe (SUPERUSER), database oe owned by oe
 # Data directories survive stop, so a second start is quick; tests create their own databases.
@@ -28,6 +29,9 @@ PG_PORT="${OE_PG_PORT:-15432}"
 READY_TIMEOUT="${OE_READY_TIMEOUT:-60}" # seconds each server gets to answer
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RMQ_SCRIPT="$HERE/rocketmq.sh"
+
+REDIS_CLUSTER_PORTS=(${OE_REDIS_CLUSTER_PORTS:-17001 17002 17003})
+RC_DIR="$STATE_DIR/redis-cluster"
 
 REDIS_DIR="$STATE_DIR/redis"
 REDIS_PIDFILE="$REDIS_DIR/redis.pid"
@@ -237,6 +241,72 @@ redis_stop() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Redis Cluster: three masters holding all 16384 slots, so the seat store's scripts are proven
+# where keys of different shows live on different nodes.
+
+rc_nodes() {
+	local p out=()
+	for p in "${REDIS_CLUSTER_PORTS[@]}"; do out+=("127.0.0.1:$p"); done
+	echo "${out[*]}"
+}
+
+# rc_ok: every node answers and sees the cluster as ok with every slot assigned.
+rc_ok() {
+	local p info
+	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+		info="$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | tr -d '\r')" || return 1
+		[[ $info == *cluster_state:ok* && $info == *cluster_slots_assigned:16384* ]] || return 1
+	done
+}
+
+rc_ping_one() { [[ "$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$1" ping 2>/dev/null)" == PONG ]]; }
+
+redis_cluster_start() {
+	local p all=1
+	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+		pid_of "$RC_DIR/$p/redis.pid" redis-server >/dev/null || all=0
+	done
+	if ((all)) && rc_ok; then
+		log "redis cluster: reusing $(rc_nodes)"
+		return 0
+	fi
+	# Anything less than a healthy cluster is started afresh: a half-made one cannot be trusted.
+	redis_cluster_stop
+	rm -rf "$RC_DIR"
+	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+		ensure_port_free "$p" "redis cluster"
+		ensure_port_free "$((p + 10000))" "redis cluster bus"
+		mkdir -p "$RC_DIR/$p"
+		"$REDIS_SERVER" --daemonize yes --pidfile "$RC_DIR/$p/redis.pid" --logfile "$RC_DIR/$p/redis.log" \
+			--dir "$RC_DIR/$p" --bind 127.0.0.1 --port "$p" --protected-mode yes \
+			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
+			--save "" --appendonly no >>"$RC_DIR/$p/redis.log" 2>&1 9>&- || fail_with_log "redis cluster $p" "$RC_DIR/$p/redis.log"
+	done
+	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+		wait_ready "$READY_TIMEOUT" "$RC_DIR/$p/redis.pid" redis-server rc_ping_one "$p" || fail_with_log "redis cluster $p" "$RC_DIR/$p/redis.log"
+	done
+	# shellcheck disable=SC2046 # one argument per node
+	timeout 60 "$REDIS_CLI" --cluster create $(rc_nodes) --cluster-replicas 0 --cluster-yes >"$RC_DIR/create.log" 2>&1 ||
+		fail_with_log "redis cluster create" "$RC_DIR/create.log"
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	until rc_ok; do
+		((SECONDS < deadline)) || fail_with_log "redis cluster (state not ok)" "$RC_DIR/create.log"
+		sleep 0.2
+	done
+	log "redis cluster: started $(rc_nodes)"
+}
+
+redis_cluster_stop() {
+	local p pid
+	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+		if pid="$(pid_of "$RC_DIR/$p/redis.pid" redis-server)"; then
+			stop_pid "$pid" "redis cluster $p" TERM 20
+		fi
+		rm -f "$RC_DIR/$p/redis.pid"
+	done
+}
+
+# ---------------------------------------------------------------------------------------------
 # MariaDB
 
 mysql_root() {
@@ -418,6 +488,7 @@ cmd_start() {
 	install_missing
 	lock_state
 	redis_start
+	redis_cluster_start
 	mysql_start
 	pg_start
 	if rmq_load; then
@@ -441,6 +512,8 @@ cmd_stop() {
 		rm -f "$RMQ_ENV_FILE"
 	fi
 	redis_stop
+	redis_cluster_stop
+	log "redis cluster: stopped"
 	mysql_stop
 	pg_stop
 	log "stopped"
@@ -454,6 +527,12 @@ cmd_status() {
 		log "redis:    running, pid $pid, answering on 127.0.0.1:$REDIS_PORT"
 	else
 		log "redis:    not running"
+		ok=1
+	fi
+	if [[ -n $REDIS_CLI ]] && rc_ok; then
+		log "redis cluster: running, ok on $(rc_nodes)"
+	else
+		log "redis cluster: not running"
 		ok=1
 	fi
 	if pid="$(pid_of "$MYSQL_PIDFILE" mariadbd)" && [[ -n $MYSQL_CLIENT ]] && TMO=5 mysql_oe -N -e 'SELECT 1' oe >/dev/null 2>&1; then
@@ -475,6 +554,7 @@ cmd_env() {
 	echo "export OE_MYSQL_DSN='oe:oe@tcp(127.0.0.1:$MYSQL_PORT)/oe'"
 	echo "export OE_PG_DSN='postgres://oe:oe@127.0.0.1:$PG_PORT/oe?sslmode=disable'"
 	echo "export OE_REDIS_ADDR=127.0.0.1:$REDIS_PORT"
+	echo "export OE_REDIS_CLUSTER=$(rc_nodes | tr ' ' ',')"
 	if rmq_load >/dev/null; then
 		local namesrv="${OE_ROCKETMQ_NAMESRV:-}"
 		[[ -s $RMQ_ENV_FILE ]] && namesrv="$(head -n1 "$RMQ_ENV_FILE")"

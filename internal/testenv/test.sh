@@ -4,7 +4,7 @@
 #   bash internal/testenv/test.sh
 #
 # It checks formatting (gofmt -l) and go vet, starts the real servers with services.sh (MariaDB,
-# PostgreSQL, Redis, and RocketMQ when internal/testenv/rocketmq.sh exists), exports their
+# PostgreSQL, Redis, a Redis Cluster, and RocketMQ when internal/testenv/rocketmq.sh exists), exports their
 # addresses with OE_REQUIRE_SERVERS=1 (so no integration test can silently skip), runs
 # go test -race over every package, then extra_checks. It exits with go test's status.
 #
@@ -35,7 +35,7 @@ extra_checks() {
 no_servers() {
 	local log="$LOG_DIR/orderexpiry-noservers.log"
 	say "go test ./... as on a machine without servers (full log: $log)"
-	if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR \
+	if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR -u OE_REDIS_CLUSTER \
 		-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER go test -count=1 -v ./... >"$log" 2>&1; then
 		say "FAIL: go test ./... fails without servers instead of skipping:"
 		grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL\s' "$log" | head -200 >&2 || tail -100 "$log" >&2

@@ -37,6 +37,7 @@ const (
 	EnvMySQL    = "OE_MYSQL_DSN"        // go-sql-driver DSN naming any database, e.g. oe:oe@tcp(127.0.0.1:13306)/oe
 	EnvPostgres = "OE_PG_DSN"           // pgx DSN (URL or key=value), e.g. postgres://oe:oe@127.0.0.1:15432/oe?sslmode=disable
 	EnvRedis    = "OE_REDIS_ADDR"       // host:port
+	EnvCluster  = "OE_REDIS_CLUSTER"    // host:port[,host:port...] of a Redis Cluster's nodes
 	EnvRocketMQ = "OE_ROCKETMQ_NAMESRV" // host:port[;host:port...]
 	EnvRequire  = "OE_REQUIRE_SERVERS"  // "1": missing servers fail tests instead of skipping them
 )
@@ -263,6 +264,40 @@ func Redis(t testing.TB) *redis.Client {
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
 		unavailable(t, "Redis", EnvRedis, fmt.Sprintf("%s does not answer: %v", addr, err))
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// RedisCluster returns a go-redis *redis.ClusterClient for the nodes in
+// OE_REDIS_CLUSTER, closed at cleanup (no FLUSH: tests use unique keys). It
+// skips (or fails, when Required) unless every listed node answers and the
+// cluster reports itself ok.
+func RedisCluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	var addrs []string
+	for _, a := range strings.Split(os.Getenv(EnvCluster), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		unavailable(t, "Redis Cluster", EnvCluster, EnvCluster+" is not set")
+	}
+	for _, addr := range addrs {
+		conn, err := net.DialTimeout("tcp", addr, pingTimeout)
+		if err != nil {
+			unavailable(t, "Redis Cluster", EnvCluster, fmt.Sprintf("node %s does not answer: %v", addr, err))
+		}
+		_ = conn.Close()
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: pingTimeout})
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	info, err := client.ClusterInfo(ctx).Result()
+	if err != nil || !strings.Contains(info, "cluster_state:ok") {
+		_ = client.Close()
+		unavailable(t, "Redis Cluster", EnvCluster, fmt.Sprintf("%v does not answer as a healthy cluster: %v %q", addrs, err, info))
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	return client

@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,6 +138,41 @@ func TestPostgresDropsSchemaAtCleanup(t *testing.T) {
 		"schema %s must be dropped when its test ends", name)
 }
 
+// TestRedisClusterSpreadsKeys: the cluster the test command starts has more
+// than one master, and keys of different hash tags land on different ones,
+// so a test that passes on it has really crossed nodes.
+func TestRedisClusterSpreadsKeys(t *testing.T) {
+	client := RedisCluster(t)
+	ctx := ctxT(t)
+	var mu sync.Mutex // ForEachMaster calls back concurrently
+	masters := map[string]bool{}
+	require.NoError(t, client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		mu.Lock()
+		masters[m.Options().Addr] = true
+		mu.Unlock()
+		return nil
+	}))
+	require.GreaterOrEqual(t, len(masters), 2, "a cluster of one master proves nothing")
+	nodes := map[string]bool{}
+	for i := 0; i < 32; i++ {
+		key := fmt.Sprintf("oe:testenv:{t%d}:%s", i, Unique())
+		require.NoError(t, client.Set(ctx, key, "v", time.Minute).Err())
+		slot, err := client.ClusterKeySlot(ctx, key).Result()
+		require.NoError(t, err)
+		shards, err := client.ClusterShards(ctx).Result()
+		require.NoError(t, err)
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if slot >= r.Start && slot <= r.End {
+					nodes[sh.Nodes[0].ID] = true
+				}
+			}
+		}
+		require.NoError(t, client.Del(ctx, key).Err())
+	}
+	assert.GreaterOrEqual(t, len(nodes), 2, "32 hash tags all on one node")
+}
+
 func TestRedisRoundTrip(t *testing.T) {
 	client := Redis(t)
 	ctx := ctxT(t)
@@ -254,6 +290,7 @@ func TestMissingServerSkipsOrFails(t *testing.T) {
 		{EnvMySQL, "oe:oe@tcp(127.0.0.1:1)/oe", func(tb testing.TB) { MySQL(tb) }},
 		{EnvPostgres, "postgres://oe:oe@127.0.0.1:1/oe?sslmode=disable", func(tb testing.TB) { Postgres(tb) }},
 		{EnvRedis, "127.0.0.1:1", func(tb testing.TB) { Redis(tb) }},
+		{EnvCluster, "127.0.0.1:1,127.0.0.1:2", func(tb testing.TB) { RedisCluster(tb) }},
 		{EnvRocketMQ, "127.0.0.1:1", func(tb testing.TB) { RocketMQ(tb) }},
 	}
 	for _, h := range helpers {
