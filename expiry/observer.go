@@ -90,3 +90,30 @@ func OrNop(o Observer) Observer {
 	}
 	return o
 }
+
+// MultiObserver returns an Observer that hands every event to each of
+// observers in turn (nil ones are skipped): metrics and a host's own audit,
+// say. With no observer left it returns NopObserver.
+func MultiObserver(observers ...Observer) Observer {
+	var all multiObserver
+	for _, o := range observers {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	switch len(all) {
+	case 0:
+		return NopObserver
+	case 1:
+		return all[0]
+	}
+	return all
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(ctx context.Context, e Event) {
+	for _, o := range m {
+		o.Observe(ctx, e)
+	}
+}

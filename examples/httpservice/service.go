@@ -85,10 +85,7 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	obs := expiry.Observer(metrics)
-	if c.Observer != nil {
-		obs = fanOut{metrics, c.Observer}
-	}
+	obs := expiry.MultiObserver(metrics, c.Observer)
 	if a.store, err = sqlstore.New(c.DB, c.Dialect); err != nil {
 		return nil, nil, err
 	}
@@ -123,15 +120,6 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 		return nil, nil, err
 	}
 	return a, expiry.NewShell(h, obs, a.log), nil
-}
-
-// fanOut hands every event to each of its observers.
-type fanOut []expiry.Observer
-
-func (f fanOut) Observe(ctx context.Context, e expiry.Event) {
-	for _, o := range f {
-		o.Observe(ctx, e)
-	}
 }
 
 // RunReconciler repairs what the message path lost, every ReconcileEvery,

@@ -1,0 +1,43 @@
+package expiry_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+type kinds []expiry.Kind
+
+func (k *kinds) Observe(_ context.Context, e expiry.Event) { *k = append(*k, e.Kind) }
+
+func TestMultiObserver(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		build func(a, b *kinds) expiry.Observer
+		wantA []expiry.Kind
+		wantB []expiry.Kind
+	}{
+		{"both get every event, in order", func(a, b *kinds) expiry.Observer { return expiry.MultiObserver(a, b) },
+			[]expiry.Kind{expiry.KindPaid, expiry.KindCancelled}, []expiry.Kind{expiry.KindPaid, expiry.KindCancelled}},
+		{"nil observers are skipped", func(a, b *kinds) expiry.Observer { return expiry.MultiObserver(nil, a, nil) },
+			[]expiry.Kind{expiry.KindPaid, expiry.KindCancelled}, nil},
+		{"none left is the no-op", func(a, b *kinds) expiry.Observer { return expiry.MultiObserver(nil) },
+			nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var a, b kinds
+			o := tc.build(&a, &b)
+			o.Observe(ctx, expiry.Event{Kind: expiry.KindPaid})
+			o.Observe(ctx, expiry.Event{Kind: expiry.KindCancelled})
+			assert.Equal(t, kinds(tc.wantA), a)
+			assert.Equal(t, kinds(tc.wantB), b)
+		})
+	}
+	assert.Equal(t, expiry.NopObserver, expiry.MultiObserver(), "no observers at all")
+	var only kinds
+	assert.Same(t, &only, expiry.MultiObserver(nil, &only).(*kinds), "a single observer is returned as is")
+}
