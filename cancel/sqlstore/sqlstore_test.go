@@ -3,9 +3,12 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 
@@ -63,4 +66,47 @@ func TestPostgres(t *testing.T) {
 	canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness {
 		return harness(t, testenv.Postgres(t), sqlstore.Postgres)
 	})
+}
+
+// TestOneConnectionPool: the store prepares its statements before it begins
+// a transaction. Preparing inside one would need a second connection, and a
+// pool the transactions have exhausted (here: a pool of one) would never
+// give it; the first cancel would hang.
+func TestOneConnectionPool(t *testing.T) {
+	db := openSQLite(t)
+	db.SetMaxOpenConns(1)
+	h := harness(t, db, sqlstore.SQLite)
+	ctx, cancelCtx := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelCtx()
+	now, err := h.Now(ctx)
+	require.NoError(t, err)
+	for i, pay := range []bool{false, true} {
+		p := cancel.Placement{OrderNo: fmt.Sprintf("one-%d", i), UserID: "u1", ShowID: "s1", Seats: []string{fmt.Sprintf("A%d", i)}, ExpireAt: now.Add(-time.Second)}
+		require.NoError(t, h.Place(ctx, p))
+		var res cancel.Result
+		if pay {
+			res, err = h.Store.PayPending(ctx, p.OrderNo, "u1")
+		} else {
+			res, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+		}
+		require.NoError(t, err, "the first transition on a fresh store must not wait for a second connection")
+		require.True(t, res.Changed)
+		require.Equal(t, p.Seats, res.Seats)
+	}
+}
+
+func TestCloseThenUse(t *testing.T) {
+	ctx := context.Background()
+	db := openSQLite(t)
+	s, err := sqlstore.New(db, sqlstore.SQLite)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	_, err = s.Expired(ctx, 10) // prepares a statement
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close is idempotent")
+	nos, err := s.Expired(ctx, 10)
+	require.NoError(t, err, "a closed store prepares again")
+	assert.Empty(t, nos)
+	require.NoError(t, db.Ping(), "the *sql.DB is the host's and stays open")
 }
