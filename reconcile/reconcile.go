@@ -230,8 +230,10 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 		if n > 0 {
 			r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
 		}
-		if err := r.recheck(ctx, claims, rep); err != nil {
-			return err
+		if n > 0 { // nothing restored: no lock of this batch can be stale
+			if err := r.recheck(ctx, claims, rep); err != nil {
+				return err
+			}
 		}
 		seen += len(claims)
 		cursor = next
