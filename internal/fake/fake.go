@@ -224,4 +224,3 @@ func (s *Store) Claims(_ context.Context, cursor string, limit int) ([]cancel.Cl
 	last := out[len(out)-1]
 	return out, last.ShowID + "|" + last.SeatID, nil
 }
-
