@@ -37,10 +37,14 @@ import (
 // ExpiredFinder finds pending orders that are past due.
 //
 // Expired returns up to limit numbers of orders that are pending and past
-// expire_at by the store's clock, oldest first, following an index (never a
-// full scan). Safe for concurrent use; errors are transient.
+// expire_at by the store's clock, in (expire_at, order number) order,
+// strictly after cursor ("" starts), following an index (never a full scan),
+// and the cursor to continue from ("" when fewer than limit were returned).
+// Keyset paging lets a round go past orders it skips (one whose cancel keeps
+// failing) instead of meeting them first in every batch. Safe for
+// concurrent use; errors are transient.
 type ExpiredFinder interface {
-	Expired(ctx context.Context, limit int) ([]string, error)
+	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
 }
 
 // StatusReader reads the status of many orders at once.
@@ -70,14 +74,19 @@ type ClaimScanner interface {
 
 // SeatRestorer rebuilds the seat store from SQL after it lost its data.
 //
-// Lost reports that it did (its marker is gone). Restore gives each claim's
+// Lost reports that it did (its marker is gone) and names the rebuild with a
+// token: every caller gets the same token until MarkRestored succeeds or the
+// store loses its data again (a new token then). Restore gives each claim's
 // seat its state if the seat is free (and counts it for the user); it is
-// idempotent. MarkRestored records a completed rebuild. Safe for concurrent
-// use.
+// idempotent. MarkRestored records a completed rebuild under token, only if
+// token is still current (atomically); otherwise it returns an error
+// wrapping cancel.ErrRestoreInterrupted and the rebuild starts over, so a
+// second loss during a rebuild is never marked restored over a half-empty
+// store. Safe for concurrent use.
 type SeatRestorer interface {
-	Lost(ctx context.Context) (bool, error)
+	Lost(ctx context.Context) (token string, lost bool, err error)
 	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
-	MarkRestored(ctx context.Context) error
+	MarkRestored(ctx context.Context, token string) error
 }
 
 // Canceller is the cancel path; *cancel.Service implements it.
