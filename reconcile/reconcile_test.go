@@ -362,3 +362,74 @@ func TestRebuildRacingDecisions(t *testing.T) {
 	// The payment's own Sell found the seats free and sold them (sellScript
 	// revives lost locks), so the re-check had nothing left to sell.
 }
+
+// stuckCanceller blocks on one order until its context ends, as a cancel does
+// whose row another session holds with SELECT … FOR UPDATE.
+type stuckCanceller struct {
+	reconcile.Canceller
+	stuck string
+}
+
+func (s stuckCanceller) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	if req.OrderNo == s.stuck {
+		<-ctx.Done()
+		return cancel.Result{}, ctx.Err()
+	}
+	return s.Canceller.Cancel(ctx, req)
+}
+
+// I12: one stuck order neither stops the round nor holds back the other
+// scans: the other expired orders are cancelled, and the stale lock of an
+// order cancelled elsewhere is released in the same round.
+func TestStuckOrderDoesNotStopTheRound(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "a-stuck", time.Minute) // oldest: first in every scan
+	for i := 0; i < 5; i++ {
+		e.place(t, fmt.Sprintf("b%d", i), 2*time.Minute)
+	}
+	stale := e.place(t, "stale", time.Hour)
+	_, err := e.store.CancelPending(context.Background(), cancel.Request{OrderNo: "stale", Reason: cancel.ReasonUser})
+	require.NoError(t, err) // cancelled in SQL, its release lost: still locked
+	e.advance(3 * time.Minute)
+
+	r, err := reconcile.New(reconcile.Config{Expired: e.store, Canceller: stuckCanceller{e.svc, "a-stuck"}, Locks: e.seats,
+		Orders: e.store, Seats: e.seats, Seller: e.seats, Grace: time.Minute, Now: e.clock})
+	require.NoError(t, err)
+	ctx, cancelRound := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelRound()
+	rep, _ := r.Round(ctx)
+	require.NoError(t, ctx.Err(), "the round ended on its own, long before its context")
+	assert.Equal(t, 5, rep.Expired, "the other expired orders were cancelled")
+	assert.Equal(t, expiry.StatusPending, e.status(t, "a-stuck"))
+	show, err := e.seats.Show(context.Background(), "s")
+	require.NoError(t, err)
+	for _, seat := range stale.Seats {
+		assert.NotContains(t, show, seat, "scan #4 ran despite the stuck order")
+	}
+}
+
+// Nonsense in the configuration is an error naming the field, not a panic or
+// a silent default.
+func TestConfigNonsenseIsRejected(t *testing.T) {
+	e := newEnv(t)
+	base := reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: e.seats, Orders: e.store, Seats: e.seats}
+	for name, mod := range map[string]func(*reconcile.Config){
+		"Batch":       func(c *reconcile.Config) { c.Batch = -1 },
+		"Workers":     func(c *reconcile.Config) { c.Workers = -2 },
+		"MaxPerRound": func(c *reconcile.Config) { c.MaxPerRound = -5 },
+		"Grace":       func(c *reconcile.Config) { c.Grace = -time.Second },
+	} {
+		c := base
+		mod(&c)
+		_, err := reconcile.New(c)
+		if assert.Error(t, err, name) {
+			assert.Contains(t, err.Error(), name)
+		}
+	}
+	r, err := reconcile.New(base)
+	require.NoError(t, err)
+	assert.NotPanics(t, func() {
+		err = r.Run(context.Background(), 0)
+	})
+	assert.Error(t, err, "a zero interval is refused")
+}
