@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -33,27 +34,28 @@ type env struct {
 	dialect sqlstore.Dialect
 	rdb     *redis.Client
 	about   []string
-	closers []func()
+	closers []func() error
 }
 
 func openEnv(ctx context.Context, cfg config) (*env, error) {
 	e := &env{}
 	if err := e.openDB(ctx, cfg); err != nil {
-		e.close()
-		return nil, err
+		return nil, errors.Join(err, e.close())
 	}
 	if err := e.openRedis(ctx, cfg); err != nil {
-		e.close()
-		return nil, err
+		return nil, errors.Join(err, e.close())
 	}
 	return e, nil
 }
 
-func (e *env) close() {
+// close closes what was opened, last first, and returns every error.
+func (e *env) close() error {
+	var errs []error
 	for i := len(e.closers) - 1; i >= 0; i-- {
-		e.closers[i]()
+		errs = append(errs, e.closers[i]())
 	}
 	e.closers = nil
+	return errors.Join(errs...)
 }
 
 func (e *env) openDB(ctx context.Context, cfg config) error {
@@ -78,7 +80,7 @@ func (e *env) openDB(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("temporary directory: %w", err)
 		}
-		e.closers = append(e.closers, func() { _ = os.RemoveAll(dir) })
+		e.closers = append(e.closers, func() error { return os.RemoveAll(dir) })
 		path := filepath.Join(dir, "orders.db")
 		// A busy timeout and immediate transactions let several connections
 		// write one SQLite file without "database is locked" errors.
@@ -90,7 +92,7 @@ func (e *env) openDB(ctx context.Context, cfg config) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", about, err)
 	}
-	e.closers = append(e.closers, func() { _ = db.Close() })
+	e.closers = append(e.closers, db.Close)
 	db.SetMaxOpenConns(16)
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
@@ -110,7 +112,7 @@ func (e *env) openRedis(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("miniredis: %w", err)
 		}
-		e.closers = append(e.closers, mr.Close)
+		e.closers = append(e.closers, func() error { mr.Close(); return nil })
 		opts, about = &redis.Options{Addr: mr.Addr()}, "miniredis "+mr.Addr()
 	} else {
 		if strings.Contains(cfg.Redis, "://") {
@@ -129,11 +131,13 @@ func (e *env) openRedis(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("%s does not answer: %w", about, err)
 		}
-		_ = conn.Close()
+		if err := conn.Close(); err != nil {
+			return fmt.Errorf("%s: %w", about, err)
+		}
 	}
 	opts.DialTimeout = pingTimeout
 	rdb := redis.NewClient(opts)
-	e.closers = append(e.closers, func() { _ = rdb.Close() })
+	e.closers = append(e.closers, rdb.Close)
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
@@ -145,12 +149,23 @@ func (e *env) openRedis(ctx context.Context, cfg config) error {
 }
 
 // transport is the delayed-message path: a sender, a way to attach the
-// consumer shell, and a close that stops it.
+// consumer shell, and a close that stops it (the first call does, and
+// returns its error; later calls return nil).
 type transport struct {
 	sender expiry.DelaySender
 	attach func(*expiry.Shell) error
-	close  func()
+	close  func() error
 	about  string
+}
+
+// closeOnce returns a close function that runs f once.
+func closeOnce(f func() error) func() error {
+	var once sync.Once
+	return func() error {
+		var err error
+		once.Do(func() { err = f() })
+		return err
+	}
 }
 
 func newTransport(cfg config) (*transport, error) {
@@ -160,11 +175,10 @@ func newTransport(cfg config) (*transport, error) {
 	// RocketMQ's default levels and one second of slack: a 15-minute order
 	// takes two hops (10m, then 5m), as it would on the broker.
 	s := inproc.New(inproc.Config{Levels: levels.Default, Slack: time.Second})
-	var once sync.Once
 	return &transport{
 		sender: s,
 		attach: func(sh *expiry.Shell) error { s.Attach(sh); return nil },
-		close:  func() { once.Do(func() { _ = s.Close() }) },
+		close:  closeOnce(s.Close),
 		about:  "expiry/inproc with RocketMQ's default levels + 1s slack",
 	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -48,23 +49,28 @@ func newHarness(t *testing.T, window time.Duration) *harness {
 	}
 	app, shell, err := New(ctx, Config{DB: e.db, Dialect: e.dialect, Redis: e.rdb, Sender: tr.sender,
 		Expiry: cfg.Expiry, Limit: cfg.Limit, ReconcileEvery: cfg.Reconcile, Logger: logger,
-		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) {
+		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			h.mu.Lock()
-			h.refunds = append(h.refunds, d.OrderNo)
+			h.refunds = append(h.refunds, d.OrderNo+" "+d.PaymentID)
 			h.mu.Unlock()
+			return nil
 		}})
 	require.NoError(t, err)
 	require.NoError(t, tr.attach(shell))
 	h.app = app
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = app.RunReconciler(ctx) })
+	wg.Go(func() {
+		if err := app.RunReconciler(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("the reconciler stopped: %v", err)
+		}
+	})
 	h.srv = httptest.NewServer(app.Handler())
 	t.Cleanup(func() {
 		h.srv.Close()
 		cancelCtx()
 		wg.Wait()
-		tr.close()
-		e.close()
+		assert.NoError(t, tr.close())
+		assert.NoError(t, e.close())
 	})
 	return h
 }
@@ -100,12 +106,21 @@ func (h *harness) do(method, path, user, body string) (int, map[string]any) {
 // place places an order and returns its number.
 func (h *harness) place(user, show string, seats ...string) string {
 	h.t.Helper()
-	body, _ := json.Marshal(placeRequest{ShowID: show, Seats: seats})
+	body, err := json.Marshal(placeRequest{ShowID: show, Seats: seats})
+	require.NoError(h.t, err)
 	code, out := h.do("POST", "/orders", user, string(body))
 	require.Equal(h.t, http.StatusCreated, code, out)
 	require.Equal(h.t, "pending", out["status"])
 	require.Equal(h.t, user, out["user_id"])
 	return out["order_no"].(string)
+}
+
+// pay sends the payment callback for order no with the provider's payment id.
+func (h *harness) pay(no, paymentID string) (int, map[string]any) {
+	h.t.Helper()
+	body, err := json.Marshal(payRequest{PaymentID: paymentID})
+	require.NoError(h.t, err)
+	return h.do("POST", "/orders/"+no+"/pay", "", string(body))
 }
 
 // seatStates returns the seats of show in Redis: "locked:<order>" or "sold:<order>".
@@ -151,21 +166,33 @@ func TestPlaceThenPay(t *testing.T) {
 	assert.Equal(t, map[string]string{"A1": "locked:" + no, "A2": "locked:" + no}, h.seatStates("show1"))
 	assert.Equal(t, 2, h.held("show1", "alice"))
 
-	code, out := h.do("POST", "/orders/"+no+"/pay", "", "")
+	code, out := h.pay(no, "pay-1")
 	require.Equal(t, http.StatusOK, code, out)
 	assert.Equal(t, "paid", out["status"])
+	assert.Equal(t, "pay-1", out["payment_id"])
 	assert.Equal(t, map[string]string{"A1": "sold:" + no, "A2": "sold:" + no}, h.seatStates("show1"))
 	assert.Equal(t, 2, h.held("show1", "alice"), "sold seats still count against the limit")
 
-	code, out = h.do("POST", "/orders/"+no+"/pay", "", "")
+	code, out = h.pay(no, "pay-1")
 	assert.Equal(t, http.StatusOK, code, "a repeated callback changes nothing: %v", out)
+	assert.Equal(t, "pay-1", out["payment_id"])
+	assert.Empty(t, h.refunded())
+
+	// A second payment for the paid order: 409, refunded once however often
+	// the provider repeats it.
+	for range 2 {
+		code, out = h.pay(no, "pay-2")
+		assert.Equal(t, http.StatusConflict, code, out)
+		assert.Contains(t, out["error"], "refunded")
+	}
+	assert.Equal(t, []string{no + " pay-2"}, h.refunded())
 	code, out = h.do("GET", "/orders/"+no, "alice", "")
 	require.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "paid", out["status"])
 	code, _ = h.do("POST", "/orders/"+no+"/cancel", "alice", "")
 	assert.Equal(t, http.StatusConflict, code, "a paid order cannot be cancelled")
 	assert.Equal(t, map[string]string{"A1": "sold:" + no, "A2": "sold:" + no}, h.seatStates("show1"))
-	assert.Empty(t, h.refunded())
+	assert.Equal(t, []string{no + " pay-2"}, h.refunded())
 }
 
 func TestOnlyTheOwnerCancels(t *testing.T) {
@@ -199,7 +226,7 @@ func TestUnpaidOrderExpires(t *testing.T) {
 	h := newHarness(t, time.Second)
 	no := h.place("alice", "show1", "C1", "C2")
 	other := h.place("bob", "show1", "C3")
-	code, _ := h.do("POST", "/orders/"+other+"/pay", "", "")
+	code, _ := h.pay(other, "pay-1")
 	require.Equal(t, http.StatusOK, code)
 
 	deadline := time.Now().Add(10 * time.Second) // 1s window, 1s first level, a re-arm, a reconcile round
@@ -245,10 +272,12 @@ func TestPaymentAfterCancel(t *testing.T) {
 	code, _ := h.do("POST", "/orders/"+no+"/cancel", "alice", "")
 	require.Equal(t, http.StatusOK, code)
 
-	code, out := h.do("POST", "/orders/"+no+"/pay", "", "")
-	assert.Equal(t, http.StatusConflict, code, out)
-	assert.Contains(t, out["error"], "refunded")
-	assert.Equal(t, []string{no}, h.refunded(), "the refund hook was called once")
+	for range 3 { // the provider retries a callback answered 409
+		code, out := h.pay(no, "pay-1")
+		assert.Equal(t, http.StatusConflict, code, out)
+		assert.Contains(t, out["error"], "refunded")
+	}
+	assert.Equal(t, []string{no + " pay-1"}, h.refunded(), "the refund hook was called once for the payment")
 	_, out = h.do("GET", "/orders/"+no, "alice", "")
 	assert.Equal(t, "cancelled", out["status"])
 	assert.Empty(t, h.seatStates("show1"), "nothing sold")
@@ -268,6 +297,35 @@ func TestSeatTakenAndLimit(t *testing.T) {
 	assert.Zero(t, h.held("show1", "bob"))
 	assert.Zero(t, h.held("show1", "carol"))
 	assert.Equal(t, 1, h.countOrders())
+}
+
+// An order number placed already (a retry after an unknown commit, a double
+// submit) is refused, 409, and the live order keeps its seats.
+func TestOrderNumberPlacedAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Minute)
+	ctx := context.Background()
+	p := cancel.Placement{OrderNo: "o-again", UserID: "alice", ShowID: "show1", Seats: []string{"H1", "H2"},
+		ExpireAt: time.Now().Add(time.Minute).Truncate(time.Millisecond)}
+	require.NoError(t, h.app.Place(ctx, p))
+	live := map[string]string{"H1": "locked:o-again", "H2": "locked:o-again"}
+
+	err := h.app.Place(ctx, p) // a double submit: its seats are the live order's
+	assert.ErrorIs(t, err, cancel.ErrSeatUnavailable)
+	other := p
+	other.Seats = []string{"H3"} // the same number on a free seat: locked, then given back
+	err = h.app.Place(ctx, other)
+	assert.ErrorIs(t, err, cancel.ErrOrderExists)
+	rec := httptest.NewRecorder()
+	h.app.fail(rec, httptest.NewRequest("POST", "/orders", nil), err)
+	assert.Equal(t, http.StatusConflict, rec.Code, rec.Body.String())
+
+	assert.Equal(t, live, h.seatStates("show1"), "the live order keeps its seats, H3 is free again")
+	assert.Equal(t, 2, h.held("show1", "alice"))
+	assert.Equal(t, 1, h.countOrders())
+	code, out := h.do("GET", "/orders/o-again", "alice", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "pending", out["status"])
 }
 
 func TestBadInputChangesNothing(t *testing.T) {
@@ -292,16 +350,21 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"POST", "/orders", "bob", `{"show_id":"` + long + `","seats":["G2"]}`, http.StatusBadRequest},
 		{"POST", "/orders", "a{b}", `{"show_id":"show1","seats":["G2"]}`, http.StatusBadRequest},
 		{"POST", "/orders", "", `{"show_id":"show1","seats":["G2"]}`, http.StatusUnauthorized},
-		{"POST", "/orders/a{b}/pay", "", "", http.StatusBadRequest},
-		{"POST", "/orders/a%7Bb%7D/pay", "", "", http.StatusBadRequest},
-		{"POST", "/orders/a%2Fb/pay", "", "", http.StatusBadRequest},
-		{"POST", "/orders/" + long + "/pay", "", "", http.StatusBadRequest},
+		{"POST", "/orders/a{b}/pay", "", `{"payment_id":"p1"}`, http.StatusBadRequest},
+		{"POST", "/orders/a%7Bb%7D/pay", "", `{"payment_id":"p1"}`, http.StatusBadRequest},
+		{"POST", "/orders/a%2Fb/pay", "", `{"payment_id":"p1"}`, http.StatusBadRequest},
+		{"POST", "/orders/" + long + "/pay", "", `{"payment_id":"p1"}`, http.StatusBadRequest},
+		{"POST", "/orders/" + no + "/pay", "", "", http.StatusBadRequest},                      // no body
+		{"POST", "/orders/" + no + "/pay", "", `{}`, http.StatusBadRequest},                    // no payment id
+		{"POST", "/orders/" + no + "/pay", "", `{"payment_id":"p{1}"}`, http.StatusBadRequest}, // a Redis hash tag
+		{"POST", "/orders/" + no + "/pay", "", `{"payment_id":"` + long + `"}`, http.StatusBadRequest},
+		{"POST", "/orders/" + no + "/pay", "", `{"payment_id":"p1","amount":1}`, http.StatusBadRequest},
 		{"POST", "/orders/a%20b/cancel", "alice", "", http.StatusBadRequest},
 		{"POST", "/orders/" + no + "/cancel", "a{b}", "", http.StatusBadRequest},
 		{"POST", "/orders/" + no + "/cancel", "", "", http.StatusUnauthorized},
 		{"GET", "/orders/%00", "alice", "", http.StatusBadRequest},
 		{"GET", "/orders/a%27%20OR%201%3D1", "alice", "", http.StatusBadRequest},
-		{"POST", "/orders/o-NOSUCHORDER/pay", "", "", http.StatusNotFound},
+		{"POST", "/orders/o-NOSUCHORDER/pay", "", `{"payment_id":"p1"}`, http.StatusNotFound},
 		{"POST", "/orders/o-NOSUCHORDER/cancel", "alice", "", http.StatusNotFound},
 		{"GET", "/orders/o-NOSUCHORDER", "alice", "", http.StatusNotFound},
 		{"DELETE", "/orders/" + no, "alice", "", http.StatusMethodNotAllowed},
@@ -313,8 +376,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 		}
 		resp, err := h.srv.Client().Do(req)
 		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
 		assert.Equal(t, c.want, resp.StatusCode, "%s %s (user %q) %s → %s", c.method, c.path, c.user, c.body, body)
 	}
 

@@ -117,20 +117,27 @@ func serve(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger
 	if err != nil {
 		return err
 	}
-	defer tr.close()
+	defer func() {
+		if err := tr.close(); err != nil {
+			logger.Warn("transport did not close cleanly", "err", err)
+		}
+	}()
 	e, err := openEnv(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer e.close()
+	defer func() {
+		if err := e.close(); err != nil {
+			logger.Warn("closing the database or Redis", "err", err)
+		}
+	}()
 	app, shell, err := New(ctx, Config{DB: e.db, Dialect: e.dialect, Redis: e.rdb, Sender: tr.sender,
 		Expiry: cfg.Expiry, Limit: cfg.Limit, ReconcileEvery: cfg.Reconcile, Logger: logger})
 	if err != nil {
 		return err
 	}
 	if err := tr.attach(shell); err != nil {
-		tr.close()
-		return err
+		return err // the deferred close stops the sender
 	}
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
@@ -141,7 +148,11 @@ func serve(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger
 
 	recCtx, stopRec := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = app.RunReconciler(recCtx) })
+	wg.Go(func() {
+		if err := app.RunReconciler(recCtx); err != nil && recCtx.Err() == nil {
+			logger.Error("reconciler stopped", "err", err)
+		}
+	})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("serving", "addr", ln.Addr().String(), "expiry", cfg.Expiry, "reconcile", cfg.Reconcile, "orders", e.about[0], "seats", e.about[1], "timer", tr.about)
@@ -157,7 +168,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger
 	}
 	stopRec()
 	wg.Wait()
-	tr.close()
+	if err := tr.close(); err != nil {
+		logger.Warn("transport did not close cleanly", "err", err)
+	}
 	logger.Info("stopped")
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		return nil

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
-	"sync"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/seatflow/orderexpiry/expiry"
@@ -15,9 +15,7 @@ import (
 // order, delayed by the broker's clock; the handler re-arms what arrives
 // early and the reconciler catches what is lost.
 func newRocketMQ(cfg config) (*transport, error) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	topic := "oe_orders_" + hex.EncodeToString(b) // one service instance, one topic: the demo's choice
+	topic := "oe_orders_" + strings.ToLower(rand.Text()[:8]) // one service instance, one topic: the demo's choice
 	rc := rocketmq.Config{NameServers: []string{cfg.RocketMQ}, Topic: topic, Group: topic + "_p", Mode: rocketmq.ModeTimer}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -29,7 +27,6 @@ func newRocketMQ(cfg config) (*transport, error) {
 		return nil, err
 	}
 	var consumer *rocketmq.Consumer
-	var once sync.Once
 	return &transport{
 		sender: sender,
 		about:  "RocketMQ timer mode, topic " + topic,
@@ -40,15 +37,14 @@ func newRocketMQ(cfg config) (*transport, error) {
 			consumer, err = rocketmq.StartConsumer(ctx, rc, sh)
 			return err
 		},
-		close: func() {
-			once.Do(func() {
-				if consumer != nil {
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					defer cancel()
-					_ = consumer.Close(ctx) // waits for handlers in progress
-				}
-				_ = sender.Close()
-			})
-		},
+		close: closeOnce(func() error {
+			var errs []error
+			if consumer != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				errs = append(errs, consumer.Close(ctx)) // waits for handlers in progress
+			}
+			return errors.Join(append(errs, sender.Close())...)
+		}),
 	}, nil
 }

@@ -41,9 +41,11 @@ type Config struct {
 	// Observer, if set, receives the library's events besides the service's
 	// own Prometheus metrics (served on GET /metrics).
 	Observer expiry.Observer
-	// OnDiscrepancy is called when a payment arrives for a cancelled order:
-	// refund it. Nil: logged only.
-	OnDiscrepancy func(context.Context, cancel.Discrepancy)
+	// OnDiscrepancy is called when money arrives that the order cannot take
+	// (it was cancelled, or paid by another payment): refund it, keyed by
+	// d.PaymentID at the provider. It runs once per payment id; an error
+	// leaves it to the reconciler, which calls it again. Nil: logged only.
+	OnDiscrepancy func(ctx context.Context, d cancel.Discrepancy) error
 }
 
 // App is the host's order service with orderexpiry wired in. Its HTTP layer
@@ -97,11 +99,15 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	}
 	onDiscrepancy := c.OnDiscrepancy
 	if onDiscrepancy == nil {
-		onDiscrepancy = func(ctx context.Context, d cancel.Discrepancy) {
-			a.log.WarnContext(ctx, "refund due: payment for a cancelled order", "order", d.OrderNo, "user", d.UserID)
+		onDiscrepancy = func(ctx context.Context, d cancel.Discrepancy) error {
+			a.log.WarnContext(ctx, "refund due: a payment the order could not take", "payment", d.PaymentID,
+				"order", d.OrderNo, "user", d.UserID, "status", d.Status)
+			return nil
 		}
 	}
-	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Seller: a.seats,
+	// The store records each discrepancy once per payment id, so the hook
+	// refunds once however often the provider repeats its callback.
+	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Discrepancies: a.store,
 		Observer: obs, Logger: a.log, OnDiscrepancy: onDiscrepancy})
 	if err != nil {
 		return nil, nil, err
@@ -113,8 +119,7 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Observer: obs, Logger: a.log}); err != nil {
 		return nil, nil, err
 	}
-	a.rec, err = reconcile.New(reconcile.Config{Expired: a.store, Canceller: a.svc, Orders: a.store,
-		Locks: a.seats, Seats: a.seats, Seller: a.seats, Claims: a.store, Restorer: a.seats,
+	a.rec, err = reconcile.New(reconcile.Config{Orders: a.store, Seats: a.seats, Service: a.svc,
 		Observer: obs, Logger: a.log})
 	if err != nil {
 		return nil, nil, err
@@ -128,49 +133,36 @@ func (a *App) RunReconciler(ctx context.Context) error {
 	return a.rec.Run(ctx, a.reconcileEvery)
 }
 
-// Place places an order: the seats are locked in Redis first (all or nothing,
-// within the purchase limit), then the order is inserted in the service's own
-// SQL transaction, and its expiry message is sent only after that commits.
+// Place places an order. The library does the sequence: it validates p, locks
+// the seats in Redis (all or nothing, within the purchase limit), runs the
+// function below, the service's own SQL transaction, which inserts the order
+// and has its expiry message sent only after commit, and gives the seats back
+// if the transaction fails (unless its commit's outcome is unknown: then the
+// reconciler decides). An order number placed already is an error wrapping
+// cancel.ErrOrderExists, and the existing order is untouched.
 //
 // With another transaction manager, collect with an expiry.AfterCommit
 // inside the transaction and Flush it from the manager's after-commit hook.
 func (a *App) Place(ctx context.Context, p cancel.Placement) error {
-	if err := p.Validate(); err != nil {
-		return err
-	}
-	if _, err := a.seats.Lock(ctx, p.Hold(), a.limit); err != nil {
-		return err
-	}
-	err := a.sched.InTx(ctx, a.db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-		if err := a.store.Place(ctx, tx, p); err != nil {
-			return err
-		}
-		// The service's own rows go here, in the same transaction.
-		after.Add(p.OrderNo, p.ExpireAt)
-		return nil
+	return a.svc.Place(ctx, p, a.limit, func(ctx context.Context) error {
+		return a.sched.InTx(ctx, a.db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
+			if err := a.store.Place(ctx, tx, p); err != nil {
+				return err
+			}
+			// The service's own rows go here, in the same transaction.
+			after.Add(p.OrderNo, p.ExpireAt)
+			return nil
+		})
 	})
-	if errors.Is(err, expiry.ErrCommitUnknown) {
-		// The order may exist: keep the seats; the reconciler frees them
-		// after its grace period if it does not, and cancels it if it does.
-		return err
-	}
-	if err != nil {
-		// No order, no message: give the seats back now (only those still
-		// locked by this order). If this fails too, the reconciler frees
-		// them after its grace period.
-		if _, rerr := a.seats.Release(context.WithoutCancel(ctx), p.Hold()); rerr != nil {
-			a.log.ErrorContext(ctx, "seats not released after a failed placement", "order", p.OrderNo, "err", rerr)
-		}
-		return err
-	}
-	return nil
 }
 
 // Handler serves the order API:
 //
 //	POST /orders              place (X-User; JSON {"show_id", "seats"}) → 201
 //	GET  /orders/{no}         the caller's order (X-User) → 200
-//	POST /orders/{no}/pay     payment callback → 200; after a cancel 409
+//	POST /orders/{no}/pay     payment callback (JSON {"payment_id"}) → 200, again
+//	                          for a repeated callback; after a cancel, or with
+//	                          another payment id for a paid order, 409 (refunded)
 //	POST /orders/{no}/cancel  the caller's cancel (X-User) → 200; paid 409
 //	GET  /metrics             the library's events as Prometheus metrics
 func (a *App) Handler() http.Handler {
@@ -188,6 +180,10 @@ type placeRequest struct {
 	Seats  []string `json:"seats"`
 }
 
+type payRequest struct {
+	PaymentID string `json:"payment_id"` // the provider's id of the payment
+}
+
 type orderView struct {
 	OrderNo  string    `json:"order_no"`
 	UserID   string    `json:"user_id"`
@@ -195,6 +191,8 @@ type orderView struct {
 	Status   string    `json:"status"`
 	ExpireAt time.Time `json:"expire_at"`
 	Seats    []string  `json:"seats,omitempty"`
+	// PaymentID is the payment that paid the order (on a pay answer).
+	PaymentID string `json:"payment_id,omitempty"`
 }
 
 func view(o expiry.Order, seats []string) orderView {
@@ -220,7 +218,7 @@ func (a *App) placeOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/orders/"+p.OrderNo)
 	o := expiry.Order{No: p.OrderNo, UserID: user, ShowID: p.ShowID, Status: expiry.StatusPending, ExpireAt: p.ExpireAt}
-	writeJSON(w, http.StatusCreated, view(o, p.Seats))
+	a.writeJSON(w, r, http.StatusCreated, view(o, p.Seats))
 }
 
 func (a *App) getOrder(w http.ResponseWriter, r *http.Request) {
@@ -242,18 +240,28 @@ func (a *App) getOrder(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, view(o, nil))
+	a.writeJSON(w, r, http.StatusOK, view(o, nil))
 }
 
 // payOrder is the payment provider's callback (verify its signature in a
-// real service). It carries no user; repeated callbacks answer 200 again.
+// real service). It carries the provider's payment id and no user. A repeated
+// callback (the same payment id) answers 200 again; money the order cannot
+// take (a cancelled order, or a paid one and another payment id) answers 409
+// and has been handed to the refund hook, once per payment id.
 func (a *App) payOrder(w http.ResponseWriter, r *http.Request) {
-	res, err := a.svc.Pay(r.Context(), r.PathValue("no"), "")
-	if err != nil {
-		a.fail(w, r, err) // a payment after the cancel is 409, and has been handed to the refund hook
+	var req payRequest
+	if err := decode(w, r, &req); err != nil {
+		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, view(res.Order, res.Seats))
+	res, err := a.svc.Pay(r.Context(), cancel.Payment{OrderNo: r.PathValue("no"), PaymentID: req.PaymentID})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	v := view(res.Order, res.Seats)
+	v.PaymentID = res.PaymentID
+	a.writeJSON(w, r, http.StatusOK, v)
 }
 
 func (a *App) cancelOrder(w http.ResponseWriter, r *http.Request) {
@@ -268,10 +276,10 @@ func (a *App) cancelOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if res.Order.Status == expiry.StatusPaid {
-		writeError(w, http.StatusConflict, "the order is paid")
+		a.writeError(w, r, http.StatusConflict, "the order is paid")
 		return
 	}
-	writeJSON(w, http.StatusOK, view(res.Order, res.Seats)) // cancelled now, or already (by a timeout or before)
+	a.writeJSON(w, r, http.StatusOK, view(res.Order, res.Seats)) // cancelled now, or already (by a timeout or before)
 }
 
 var errNoUser = errors.New("missing X-User header")
@@ -308,29 +316,33 @@ func (a *App) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var bad badRequest
 	switch {
 	case errors.As(err, &bad), errors.Is(err, expiry.ErrInvalidID):
-		writeError(w, http.StatusBadRequest, err.Error())
+		a.writeError(w, r, http.StatusBadRequest, err.Error())
 	case errors.Is(err, errNoUser):
-		writeError(w, http.StatusUnauthorized, err.Error())
+		a.writeError(w, r, http.StatusUnauthorized, err.Error())
 	case errors.Is(err, expiry.ErrNotFound), errors.Is(err, cancel.ErrNotOwner):
-		writeError(w, http.StatusNotFound, "no such order") // another user's order is not found either
+		a.writeError(w, r, http.StatusNotFound, "no such order") // another user's order is not found either
 	case errors.Is(err, cancel.ErrDiscrepancy):
-		writeError(w, http.StatusConflict, "the order was cancelled before the payment arrived; it will be refunded")
+		a.writeError(w, r, http.StatusConflict, "the order cannot take this payment (it was cancelled, or paid by another payment); it will be refunded")
 	case errors.Is(err, cancel.ErrSeatUnavailable):
-		writeError(w, http.StatusConflict, "a seat is no longer available")
+		a.writeError(w, r, http.StatusConflict, "a seat is no longer available")
+	case errors.Is(err, cancel.ErrOrderExists):
+		a.writeError(w, r, http.StatusConflict, "an order with this number exists already")
 	case errors.Is(err, cancel.ErrLimitExceeded):
-		writeError(w, http.StatusTooManyRequests, "purchase limit reached for this show")
+		a.writeError(w, r, http.StatusTooManyRequests, "purchase limit reached for this show")
 	default:
 		a.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusInternalServerError, "internal error")
+		a.writeError(w, r, http.StatusInternalServerError, "internal error")
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func (a *App) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the client has gone if this fails
+	if err := json.NewEncoder(w).Encode(v); err != nil { // the client has gone
+		a.log.DebugContext(r.Context(), "response not written", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+func (a *App) writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	a.writeJSON(w, r, status, map[string]string{"error": msg})
 }
