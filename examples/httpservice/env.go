@@ -39,11 +39,13 @@ type env struct {
 
 func openEnv(ctx context.Context, cfg config) (*env, error) {
 	e := &env{}
-	if err := e.openDB(ctx, cfg); err != nil {
-		return nil, errors.Join(err, e.close())
-	}
-	if err := e.openRedis(ctx, cfg); err != nil {
-		return nil, errors.Join(err, e.close())
+	for _, open := range []func(context.Context, config) error{e.openDB, e.openRedis} {
+		if err := open(ctx, cfg); err != nil {
+			if cerr := e.close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+			return nil, err
+		}
 	}
 	return e, nil
 }

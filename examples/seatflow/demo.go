@@ -70,6 +70,9 @@ func (p *plan) intent() string {
 	}
 }
 
+// discrepancy is one call of the refund hook.
+type discrepancy struct{ orderNo, paymentID string }
+
 // demo is the ticketing service and its scenario.
 type demo struct {
 	cfg    config
@@ -101,7 +104,7 @@ type demo struct {
 	hops, rearms  int
 	repairedSeats int
 	badMessages   int
-	discrepant    []string
+	discrepant    []discrepancy // the refund hook's calls
 	problems      []string
 	races         int
 	rejected      int
@@ -109,7 +112,7 @@ type demo struct {
 }
 
 // run runs the whole demo and prints its timeline, checks and summary to out.
-func run(ctx context.Context, cfg config, out io.Writer) error {
+func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	if err := cfg.validate(); err != nil {
 		return &setupError{err}
 	}
@@ -126,12 +129,20 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	d.tr = tr
-	defer tr.close()
+	defer func() { // the scenario closes it: then this does nothing
+		if cerr := tr.close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	e, err := openEnv(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer e.close()
+	defer func() {
+		if cerr := e.close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	d.env = e
 	if e.sharedSQL || e.sharedRedis {
 		d.prefix = runPrefix()
@@ -189,8 +200,8 @@ func (d *demo) wire(ctx context.Context) error {
 	}
 	if d.svc, err = cancel.New(cancel.Config{
 		Store:         store,
-		Seats:         &flakyReleaser{SeatReleaser: d.seats, failOnce: failOnce},
-		Seller:        d.seats,
+		Seats:         &flakyReleaser{SeatStore: d.seats, failOnce: failOnce},
+		Discrepancies: store, // the refund hook runs once per payment id
 		Observer:      d,
 		Logger:        logger,
 		OnDiscrepancy: d.onDiscrepancy,
@@ -207,19 +218,23 @@ func (d *demo) wire(ctx context.Context) error {
 	if d.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: lossySender{d.tr.sender, dropFirst}, Observer: d, Logger: logger}); err != nil {
 		return err
 	}
-	d.rec, err = reconcile.New(reconcile.Config{
-		Expired: store, Canceller: d.svc, Orders: store,
-		Locks: d.seats, Seats: d.seats, Seller: d.seats,
-		Claims: store, Restorer: d.seats, // rebuild Redis from SQL if it loses its data
-		Observer: d, Logger: logger,
-	})
-	if err == nil {
-		// This run's namespace is new, so complete: nothing to rebuild. (A
-		// long-lived service does not do this; its reconciler's first round
-		// checks the store against SQL.)
-		err = d.seats.MarkRestored(ctx)
+	// The reconciler rebuilds Redis from SQL if it loses its data.
+	if d.rec, err = reconcile.New(reconcile.Config{Orders: store, Seats: d.seats, Service: d.svc, Observer: d, Logger: logger}); err != nil {
+		return err
 	}
-	return err
+	// This run's namespace is new, so complete: nothing to rebuild. (A
+	// long-lived service does not do this; its reconciler's first round
+	// checks the store against SQL.)
+	token, lost, err := d.seats.Lost(ctx)
+	if err != nil {
+		return setupErrorf("redisseat: %w", err)
+	}
+	if lost {
+		if err := d.seats.MarkRestored(ctx, token); err != nil {
+			return setupErrorf("redisseat: %w", err)
+		}
+	}
+	return nil
 }
 
 func (d *demo) header() {
@@ -341,39 +356,32 @@ func (d *demo) take(show string, count int) []string {
 	return seats
 }
 
-// place is how a host places an order: lock the seats in Redis (all or
-// nothing, within the purchase limit), then insert the order in its own SQL
-// transaction, with the expiry message scheduled after commit. check is the
-// host's other work in the same transaction (stock, coupons, audit rows); nil
-// for none.
+// place is how a host places an order: cancel.Service.Place locks the seats
+// in Redis (all or nothing, within the purchase limit), then runs the host's
+// own SQL transaction, which inserts the order and schedules its expiry
+// message after commit. check is the host's other work in the same
+// transaction (stock, coupons, audit rows); nil for none.
 //
 // If the transaction fails, the order does not exist and no message was sent
-// (invariant I6), so the seats are given back at once; Release frees only
-// seats still locked by this order. Were the process to die before that, the
-// reconciler would free them once its grace period has passed.
+// (invariant I6), so Place gives the seats back at once (a failed release is
+// logged, and the reconciler frees them once its grace period has passed, as
+// it would had the process died). Only a commit whose outcome is unknown
+// keeps them: the order may exist, and the reconciler decides.
 func (d *demo) place(ctx context.Context, p cancel.Placement, check func(*sql.Tx) error) error {
-	if _, err := d.seats.Lock(ctx, p.Hold(), purchaseLimit); err != nil {
-		return err
-	}
-	err := d.sched.InTx(ctx, d.env.db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-		if err := d.store.Place(ctx, tx, p); err != nil {
-			return err
-		}
-		if check != nil {
-			if err := check(tx); err != nil {
+	return d.svc.Place(ctx, p, purchaseLimit, func(ctx context.Context) error {
+		return d.sched.InTx(ctx, d.env.db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
+			if err := d.store.Place(ctx, tx, p); err != nil {
 				return err
 			}
-		}
-		after.Add(p.OrderNo, p.ExpireAt)
-		return nil
+			if check != nil {
+				if err := check(tx); err != nil {
+					return err
+				}
+			}
+			after.Add(p.OrderNo, p.ExpireAt)
+			return nil
+		})
 	})
-	if err != nil && !errors.Is(err, expiry.ErrCommitUnknown) { // unknown: the order may exist; leave it to the reconciler
-		if _, rerr := d.seats.Release(context.WithoutCancel(ctx), p.Hold()); rerr != nil {
-			d.tl.say(p.OrderNo, "seats not released after the failed placement (the reconciler will): %v", rerr)
-		}
-		return err
-	}
-	return nil
 }
 
 // scenario places the batch, acts on it, waits until no order is pending and
@@ -388,7 +396,9 @@ func (d *demo) scenario(ctx context.Context) error {
 			stopScenario()
 			bg.Wait()
 			left := d.tr.inFlight()
-			d.tr.close()
+			if err := d.tr.close(); err != nil {
+				d.tl.say("", "the transport did not close cleanly: %v", err)
+			}
 			why := ""
 			if settled {
 				why = " (late hops of decided orders)"
@@ -397,7 +407,11 @@ func (d *demo) scenario(ctx context.Context) error {
 		})
 	}
 	defer stop()
-	bg.Go(func() { _ = d.rec.Run(sctx, reconcileEvery) })
+	bg.Go(func() {
+		if err := d.rec.Run(sctx, reconcileEvery); sctx.Err() == nil {
+			d.problem("the reconciler stopped: %v", err)
+		}
+	})
 
 	var actions sync.WaitGroup
 	gap := min(20*time.Millisecond, 800*time.Millisecond/time.Duration(len(d.plans)))
@@ -445,8 +459,15 @@ func (d *demo) act(ctx context.Context, p *plan) {
 	switch p.kind {
 	case kindPay:
 		if sleepUntil(ctx, p.placedAt.Add(p.act)) {
-			if _, what := d.pay(ctx, p.no); what != "won" {
+			won, what := d.pay(ctx, p.no, paymentID(p.no))
+			if !won {
 				d.tl.say(p.no, "payment %s", what)
+				return
+			}
+			// The provider repeats its callback: the same payment id
+			// changes nothing and is not an error.
+			if _, what := d.pay(ctx, p.no, paymentID(p.no)); what != "changed nothing (already paid by this payment)" {
+				d.problem("%s: repeated payment callback %s", p.no, what)
 			}
 		}
 	case kindCancel:
@@ -464,8 +485,13 @@ func (d *demo) act(ctx context.Context, p *plan) {
 	}
 }
 
-func (d *demo) pay(ctx context.Context, no string) (won bool, what string) {
-	res, err := d.svc.Pay(ctx, no, "") // a payment callback carries no user
+// paymentID is the payment provider's id of the demo's one payment of order no.
+func paymentID(no string) string { return "pay-" + no }
+
+// pay is the payment provider's callback: it carries the provider's payment
+// id and no user.
+func (d *demo) pay(ctx context.Context, no, paymentID string) (won bool, what string) {
+	res, err := d.svc.Pay(ctx, cancel.Payment{OrderNo: no, PaymentID: paymentID})
 	switch {
 	case errors.Is(err, cancel.ErrDiscrepancy):
 		return false, "lost (discrepancy)"
@@ -474,6 +500,8 @@ func (d *demo) pay(ctx context.Context, no string) (won bool, what string) {
 		return false, "failed"
 	case res.Changed:
 		return true, "won"
+	case res.Order.Status == expiry.StatusPaid && res.PaymentID == paymentID:
+		return false, "changed nothing (already paid by this payment)"
 	default:
 		return false, "changed nothing (already " + res.Order.Status.String() + ")"
 	}
@@ -520,7 +548,7 @@ func (d *demo) race(ctx context.Context, p *plan) {
 	var pay, usr, tmo result
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	wg.Go(func() { <-start; pay.won, pay.what = d.pay(ctx, p.no) })
+	wg.Go(func() { <-start; pay.won, pay.what = d.pay(ctx, p.no, paymentID(p.no)) })
 	wg.Go(func() { <-start; usr.won, usr.what = d.userCancel(ctx, p.no, p.user) })
 	wg.Go(func() { <-start; tmo.won, tmo.what = d.timeout(ctx, p.no) })
 	close(start)
@@ -575,18 +603,28 @@ func (d *demo) discrepancy(ctx context.Context, p *plan) {
 	if !sleepUntil(ctx, p.placedAt.Add(1000*time.Millisecond)) {
 		return
 	}
-	d.tl.say(p.no, "payment callback arrives after the cancel")
-	if _, what := d.pay(ctx, p.no); what != "lost (discrepancy)" {
-		d.problem("%s: payment after cancel %s", p.no, what)
+	d.tl.say(p.no, "payment callback arrives after the cancel, then the provider repeats it (answered 409)")
+	for range 2 { // the refund hook runs once: the discrepancy is recorded per payment id
+		if _, what := d.pay(ctx, p.no, paymentID(p.no)); what != "lost (discrepancy)" {
+			d.problem("%s: payment after cancel %s", p.no, what)
+		}
 	}
 	if !sleepUntil(ctx, p.placedAt.Add(1200*time.Millisecond)) {
 		return
 	}
 	d.tl.say(p.no, "the broker delivers hop 1 again (a duplicate)")
-	body, _ := expiry.EncodeMessage(expiry.Message{OrderNo: p.no, Hop: 1})
-	d.shell.Process(ctx, body, "")
+	body, err := expiry.EncodeMessage(expiry.Message{OrderNo: p.no, Hop: 1})
+	if err != nil {
+		d.problem("%s: encode message: %v", p.no, err)
+		return
+	}
+	if v := d.shell.Process(ctx, body, ""); v != expiry.Ack {
+		d.problem("%s: the duplicate delivery was not acknowledged (%v)", p.no, v)
+	}
 	d.tl.say("", "someone sends a hostile body %q", "oe1 a{b} 1")
-	d.shell.Process(ctx, []byte("oe1 a{b} 1"), "")
+	if v := d.shell.Process(ctx, []byte("oe1 a{b} 1"), ""); v != expiry.Ack {
+		d.problem("the hostile body was not acknowledged (%v)", v)
+	}
 }
 
 // rejections places three orders that must not exist afterwards: one asks
@@ -632,11 +670,15 @@ func (d *demo) expectRejected(no string, err, want error, why string) {
 	d.tl.say(no, "rejected: %s", why)
 }
 
-func (d *demo) onDiscrepancy(_ context.Context, x cancel.Discrepancy) {
+// onDiscrepancy is the refund hook: it runs once per payment id the order
+// could not take. A real one refunds x.PaymentID at the provider (keyed by it,
+// so a retry after an error refunds once) and returns the provider's error.
+func (d *demo) onDiscrepancy(_ context.Context, x cancel.Discrepancy) error {
 	d.mu.Lock()
-	d.discrepant = append(d.discrepant, x.OrderNo)
+	d.discrepant = append(d.discrepant, discrepancy{x.OrderNo, x.PaymentID})
 	d.mu.Unlock()
-	d.tl.say(x.OrderNo, "DISCREPANCY: paid after the order was %s → hook: refund %s", x.Status, x.UserID)
+	d.tl.say(x.OrderNo, "DISCREPANCY: payment %s after the order was %s → hook: refund %s", x.PaymentID, x.Status, x.UserID)
+	return nil
 }
 
 // waitSettled waits until every action is done and no order of the run is
@@ -698,11 +740,12 @@ func (l lossySender) Send(ctx context.Context, m expiry.Message, delay time.Dura
 	return l.DelaySender.Send(ctx, m, delay)
 }
 
-// flakyReleaser fails the first release of some orders, as a Redis outage
-// would: the order is cancelled in SQL with its seats still locked, and the
-// reconciler's seat scan frees them. An injected fault.
+// flakyReleaser is the seat store, but fails the first release of some
+// orders, as a Redis outage would: the order is cancelled in SQL with its
+// seats still locked, and the reconciler's seat scan frees them. An injected
+// fault.
 type flakyReleaser struct {
-	cancel.SeatReleaser
+	cancel.SeatStore
 	mu       sync.Mutex
 	failOnce map[string]bool
 }
@@ -715,5 +758,5 @@ func (f *flakyReleaser) Release(ctx context.Context, h cancel.Hold) (int, error)
 	if fail {
 		return 0, errors.New("injected fault: Redis unavailable")
 	}
-	return f.SeatReleaser.Release(ctx, h)
+	return f.SeatStore.Release(ctx, h)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -36,27 +37,30 @@ type env struct {
 	sharedSQL   bool // a real database: other runs' orders may be there
 	sharedRedis bool // a real Redis: other runs' seats may be there
 	about       []string
-	closers     []func()
+	closers     []func() error
 }
 
 func openEnv(ctx context.Context, cfg config) (*env, error) {
 	e := &env{}
-	if err := e.openDB(ctx, cfg); err != nil {
-		e.close()
-		return nil, err
-	}
-	if err := e.openRedis(ctx, cfg); err != nil {
-		e.close()
-		return nil, err
+	for _, open := range []func(context.Context, config) error{e.openDB, e.openRedis} {
+		if err := open(ctx, cfg); err != nil {
+			if cerr := e.close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+			return nil, err
+		}
 	}
 	return e, nil
 }
 
-func (e *env) close() {
+// close closes what was opened, last first, and returns every error.
+func (e *env) close() error {
+	var errs []error
 	for i := len(e.closers) - 1; i >= 0; i-- {
-		e.closers[i]()
+		errs = append(errs, e.closers[i]())
 	}
 	e.closers = nil
+	return errors.Join(errs...)
 }
 
 func (e *env) openDB(ctx context.Context, cfg config) error {
@@ -81,7 +85,7 @@ func (e *env) openDB(ctx context.Context, cfg config) error {
 		if err != nil {
 			return setupErrorf("temporary directory: %w", err)
 		}
-		e.closers = append(e.closers, func() { _ = os.RemoveAll(dir) })
+		e.closers = append(e.closers, func() error { return os.RemoveAll(dir) })
 		path := filepath.Join(dir, "orders.db")
 		// A busy timeout and immediate transactions let several connections
 		// write one SQLite file without "database is locked" errors.
@@ -93,7 +97,7 @@ func (e *env) openDB(ctx context.Context, cfg config) error {
 	if err != nil {
 		return setupErrorf("open %s: %w", about, err)
 	}
-	e.closers = append(e.closers, func() { _ = db.Close() })
+	e.closers = append(e.closers, db.Close)
 	db.SetMaxOpenConns(16)
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
@@ -113,7 +117,7 @@ func (e *env) openRedis(ctx context.Context, cfg config) error {
 		if err != nil {
 			return setupErrorf("miniredis: %w", err)
 		}
-		e.closers = append(e.closers, mr.Close)
+		e.closers = append(e.closers, func() error { mr.Close(); return nil })
 		opts, about = &redis.Options{Addr: mr.Addr()}, "miniredis "+mr.Addr()
 	} else {
 		e.sharedRedis = true
@@ -133,11 +137,13 @@ func (e *env) openRedis(ctx context.Context, cfg config) error {
 		if err != nil {
 			return setupErrorf("%s does not answer: %w", about, err)
 		}
-		_ = conn.Close()
+		if err := conn.Close(); err != nil {
+			return setupErrorf("%s: %w", about, err)
+		}
 	}
 	opts.DialTimeout = pingTimeout
 	rdb := redis.NewClient(opts)
-	e.closers = append(e.closers, func() { _ = rdb.Close() })
+	e.closers = append(e.closers, rdb.Close)
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
@@ -157,13 +163,24 @@ var (
 )
 
 // transport is the delayed-message path: a sender, a way to attach the
-// consumer shell, how many messages wait, and a close that drops them.
+// consumer shell, how many messages wait, and a close that drops them (the
+// first call does, and returns its error; later calls return nil).
 type transport struct {
 	sender   expiry.DelaySender
 	attach   func(*expiry.Shell) error
 	inFlight func() int
-	close    func()
+	close    func() error
 	about    string
+}
+
+// closeOnce returns a close function that runs f once.
+func closeOnce(f func() error) func() error {
+	var once sync.Once
+	return func() error {
+		var err error
+		once.Do(func() { err = f() })
+		return err
+	}
 }
 
 func newTransport(cfg config, onSend func(m expiry.Message, level int, delay time.Duration)) (*transport, error) {
@@ -171,24 +188,17 @@ func newTransport(cfg config, onSend func(m expiry.Message, level int, delay tim
 		return newRocketMQ(cfg, onSend)
 	}
 	s := inproc.New(inproc.Config{Levels: demoLevels, Slack: demoSlack, OnSend: onSend})
-	var once sync.Once
 	return &transport{
 		sender:   s,
 		attach:   func(sh *expiry.Shell) error { s.Attach(sh); return nil },
 		inFlight: s.Pending,
-		close:    func() { once.Do(func() { _ = s.Close() }) },
+		close:    closeOnce(s.Close),
 		about:    fmt.Sprintf("timer:  expiry/inproc with RocketMQ levels %q + %v slack", demoLevels.String(), demoSlack),
 	}, nil
 }
 
 // runPrefix returns a short random prefix for every id of a run on real
-// servers ("r" and 6 base-36 characters and "-": valid in every id).
+// servers ("r", 6 characters of a-z and 2-7, and "-": valid in every id).
 func runPrefix() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return "r" + string(b) + "-"
+	return "r" + strings.ToLower(rand.Text()[:6]) + "-"
 }

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/seatflow/orderexpiry/expiry"
@@ -31,7 +31,6 @@ func newRocketMQ(cfg config, onSend func(m expiry.Message, level int, delay time
 	}
 	sender.OnSend = onSend
 	var consumer *rocketmq.Consumer
-	var once sync.Once
 	t := &transport{
 		sender:   sender,
 		inFlight: func() int { return -1 }, // the broker holds them; unknown here
@@ -45,15 +44,14 @@ func newRocketMQ(cfg config, onSend func(m expiry.Message, level int, delay time
 		consumer = c
 		return err
 	}
-	t.close = func() {
-		once.Do(func() {
-			if consumer != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = consumer.Close(ctx)
-			}
-			_ = sender.Close()
-		})
-	}
+	t.close = closeOnce(func() error {
+		var errs []error
+		if consumer != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			errs = append(errs, consumer.Close(ctx)) // waits for handlers in progress
+		}
+		return errors.Join(append(errs, sender.Close())...)
+	})
 	return t, nil
 }

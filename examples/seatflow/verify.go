@@ -272,12 +272,16 @@ func (d *demo) verify(ctx context.Context) error {
 	check(fmt.Sprintf("purchase-limit counters equal the seats of paid orders (I8; %d user/show pairs)", len(pairs)), sorted(f))
 
 	f = nil
-	for _, no := range d.discrepant {
-		if orders[no].status != expiry.StatusCancelled {
-			f = append(f, fmt.Sprintf("discrepancy reported for %s, which is %s", no, orders[no].status))
+	hooked := map[string]int{}
+	for _, x := range d.discrepant {
+		if hooked[x.paymentID]++; hooked[x.paymentID] == 2 {
+			f = append(f, fmt.Sprintf("the refund hook ran more than once for payment %s of %s", x.paymentID, x.orderNo))
+		}
+		if o := orders[x.orderNo]; o.status != expiry.StatusCancelled {
+			f = append(f, fmt.Sprintf("discrepancy reported for %s, which is %s", x.orderNo, o.status))
 		}
 	}
-	check(fmt.Sprintf("every discrepancy (%d) is a payment for a cancelled order", len(d.discrepant)), sorted(f))
+	check(fmt.Sprintf("every discrepancy (%d) is a payment for a cancelled order, refunded once per payment id", len(d.discrepant)), sorted(f))
 	check("nothing went wrong while running (races, rejections, calls)", d.problems)
 
 	d.tl.plain("")
