@@ -31,7 +31,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer sender.Close()
+	defer func() {
+		if err := sender.Close(); err != nil {
+			log.Println("sender close:", err)
+		}
+	}()
 
 	handler, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
 	if err != nil {
@@ -42,18 +46,27 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer consumer.Close(context.Background()) // drains handlers in flight
+	defer func() {
+		cctx, done := context.WithTimeout(context.Background(), 10*time.Second)
+		defer done()
+		if err := consumer.Close(cctx); err != nil { // drains handlers in flight
+			log.Println("consumer close:", err)
+		}
+	}()
 
-	// Placing an order: the message is sent only once the transaction commits.
+	// Placing an order: the service locks the seats and runs the host's
+	// transaction, whose message is sent only once it commits.
 	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender})
 	if err != nil {
 		log.Fatal(err)
 	}
-	expireAt := time.Now().Add(15 * time.Minute)
-	err = sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-		// INSERT the order and its seats here (sqlstore.Store.Place).
-		after.Add("A1001", expireAt)
-		return nil
+	p := cancel.Placement{OrderNo: "A1001", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(15 * time.Minute)}
+	err = svc.Place(ctx, p, 6, func(ctx context.Context) error {
+		return sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
+			// INSERT the order and its seats here (sqlstore.Store.Place).
+			after.Add(p.OrderNo, p.ExpireAt)
+			return nil
+		})
 	})
 	if err != nil {
 		log.Println("order not placed:", err)

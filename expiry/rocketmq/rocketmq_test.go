@@ -134,21 +134,22 @@ func newChain(t *testing.T, mode rocketmq.Mode) *chain {
 	return c
 }
 
-// place locks the seats and commits the order, scheduling its message after
-// commit, expiring ttl after the database's now.
+// place places the order through the library (seats locked, the order
+// committed, its message scheduled after commit), expiring ttl after the
+// database's now.
 func (c *chain) place(t *testing.T, no string, ttl time.Duration) cancel.Placement {
 	ctx := context.Background()
 	now, err := c.w.Store.Now(ctx)
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: c.w.ShowID + "-" + no, UserID: "u1", ShowID: c.w.ShowID, Seats: []string{no + "-1", no + "-2"}, ExpireAt: now.Add(ttl)}
-	err = c.w.Seats.Lock(ctx, p.Hold(), 0)
-	require.NoError(t, err)
-	require.NoError(t, c.sched.InTx(ctx, c.w.DB, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-		if err := c.w.Store.Place(ctx, tx, p); err != nil {
-			return err
-		}
-		after.Add(p.OrderNo, p.ExpireAt)
-		return nil
+	require.NoError(t, c.w.Service.Place(ctx, p, 0, func(ctx context.Context) error {
+		return c.sched.InTx(ctx, c.w.DB, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
+			if err := c.w.Store.Place(ctx, tx, p); err != nil {
+				return err
+			}
+			after.Add(p.OrderNo, p.ExpireAt)
+			return nil
+		})
 	}))
 	return p
 }
@@ -294,11 +295,11 @@ func TestBrokerDownAtCommit(t *testing.T) {
 	now, err := w.Store.Now(ctx)
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: w.ShowID + "-1", UserID: "u1", ShowID: w.ShowID, Seats: []string{"a"}, ExpireAt: now.Add(time.Second)}
-	err = w.Seats.Lock(ctx, p.Hold(), 0)
-	require.NoError(t, err)
-	err = sched.InTx(ctx, w.DB, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-		after.Add(p.OrderNo, p.ExpireAt)
-		return w.Store.Place(ctx, tx, p)
+	err = w.Service.Place(ctx, p, 0, func(ctx context.Context) error {
+		return sched.InTx(ctx, w.DB, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
+			after.Add(p.OrderNo, p.ExpireAt)
+			return w.Store.Place(ctx, tx, p)
+		})
 	})
 	require.NoError(t, err, "the buyer's order is placed")
 	assert.Equal(t, 1, w.Ledger.Kind(expiry.KindSendFailed))
