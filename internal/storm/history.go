@@ -61,6 +61,10 @@ type Input struct {
 	Kind  OpKind
 	Owner string // the order's user
 	Actor string // the user on whose behalf the call ran; "" for none (a callback without user, a timeout)
+	// Payment is the provider's payment id of an OpPay. The model does not
+	// track it: which payment pays is the refund check's concern, not the
+	// order's state machine's.
+	Payment string
 }
 
 // eligible reports whether the call may change the order at all: any call
@@ -194,6 +198,9 @@ func Model() porcupine.Model {
 		},
 		DescribeOperation: func(input, output interface{}) string {
 			in := input.(Input)
+			if in.Payment != "" {
+				return fmt.Sprintf("%s(%s by %q, owner %q, payment %s) -> %s", in.Kind, in.Order, in.Actor, in.Owner, in.Payment, output.(Output))
+			}
 			return fmt.Sprintf("%s(%s by %q, owner %q) -> %s", in.Kind, in.Order, in.Actor, in.Owner, output.(Output))
 		},
 		DescribeState: func(state interface{}) string { return state.(expiry.Status).String() },
@@ -323,7 +330,8 @@ func Races(ops []porcupine.Operation) int {
 
 // Output helpers: map what the library returned to an Output.
 
-// PayOutput maps cancel.Service.Pay's result.
+// PayOutput maps cancel.Service.Pay's result. A discrepancy saw the order
+// in res.Order.Status: cancelled, or paid by another payment.
 func PayOutput(res cancel.Result, err error) Output {
 	switch {
 	case err == nil && res.Changed:
@@ -331,7 +339,7 @@ func PayOutput(res cancel.Result, err error) Output {
 	case err == nil:
 		return Output{Res: ResSaw, Status: res.Order.Status}
 	case errors.Is(err, cancel.ErrDiscrepancy):
-		return Output{Res: ResSaw, Status: expiry.StatusCancelled}
+		return Output{Res: ResSaw, Status: res.Order.Status}
 	}
 	return errOutput(err)
 }

@@ -189,7 +189,10 @@ func TestRaces(t *testing.T) {
 func TestOutputs(t *testing.T) {
 	boom := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	assert.Equal(t, changed, PayOutput(cancel.Result{Changed: true}, nil))
-	assert.Equal(t, sawCanc, PayOutput(cancel.Result{}, fmt.Errorf("x: %w", cancel.ErrDiscrepancy)))
+	cancelled, paid := expiry.Order{Status: expiry.StatusCancelled}, expiry.Order{Status: expiry.StatusPaid}
+	assert.Equal(t, sawCanc, PayOutput(cancel.Result{Order: cancelled}, fmt.Errorf("x: %w", cancel.ErrDiscrepancy)))
+	assert.Equal(t, sawPaid, PayOutput(cancel.Result{Order: paid, PaymentID: "p1"}, fmt.Errorf("x: payment p2: %w", cancel.ErrDiscrepancy)), "paid by another payment")
+	assert.Equal(t, sawPaid, PayOutput(cancel.Result{Order: paid, PaymentID: "p1"}, nil), "the same payment again")
 	assert.Equal(t, notOwner, PayOutput(cancel.Result{}, fmt.Errorf("x: %w", cancel.ErrNotOwner)))
 	assert.Equal(t, Output{Res: ResUnknown, Err: "refused"}, PayOutput(cancel.Result{}, boom))
 	assert.Equal(t, sawPaid, CancelOutput(cancel.Result{Order: expiry.Order{Status: expiry.StatusPaid}}, nil))
