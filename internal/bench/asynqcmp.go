@@ -193,7 +193,7 @@ func runAsynq(c *common, args []string) error {
 func (c *common) transportRun(ctx context.Context, tr string, idx int, bd *benchDB, store *sqlstore.Store, seats *redisseat.Seats, rdb *redis.Client, expiries []time.Duration, schedConc, consumers int, meter *cpuMeter) (*transportRun, error) {
 	res := &transportRun{name: tr, cpuNames: meter.names}
 	clock := &cancelClock{at: map[string]time.Time{}, done: make(chan struct{}), want: len(expiries)}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Seller: seats, Observer: clock, Logger: c.log})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: clock, Logger: c.log})
 	if err != nil {
 		return nil, err
 	}

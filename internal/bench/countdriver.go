@@ -18,7 +18,8 @@ import (
 // invisibly, and is not counted either).
 type counts struct {
 	begin, commit, rollback, exec, query, prepare, stmtExec, stmtQuery atomic.Int64
-	lastSQL                                                            atomic.Pointer[string] // text of the last query or prepare
+	lastSQL                                                            atomic.Pointer[string]              // text of the last query or prepare
+	lastArgs                                                           atomic.Pointer[[]driver.NamedValue] // arguments of the last query
 }
 
 func (c *counts) total() int64 {
@@ -135,6 +136,7 @@ func (c *countConn) QueryContext(ctx context.Context, q string, args []driver.Na
 	if err != driver.ErrSkip {
 		c.c.query.Add(1)
 		c.c.lastSQL.Store(&q)
+		c.c.lastArgs.Store(&args)
 	}
 	return r, err
 }
@@ -195,6 +197,7 @@ func (s *countStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (
 
 func (s *countStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	s.c.stmtQuery.Add(1)
+	s.c.lastArgs.Store(&args)
 	if q, ok := s.Stmt.(driver.StmtQueryContext); ok {
 		return q.QueryContext(ctx, args)
 	}

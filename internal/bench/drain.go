@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql/driver"
 	"flag"
 	"fmt"
 	"os"
@@ -33,32 +34,50 @@ type drainSet struct {
 	lost    int
 	seatsN  int
 	scanT   time.Duration // inside ExpiredFinder.Expired
-	cancelT time.Duration // inside Canceller.Cancel (SQL transaction + Redis release)
+	cancelT time.Duration // inside Service.Cancel (SQL transaction + Redis release)
+	claimsT time.Duration // inside ClaimScanner.Claims and SeatRestorer.Restore (scan #2)
 	reads   int64         // MariaDB: Innodb_buffer_pool_reads during its rounds (server-wide)
 }
 
-// timedFinder and timedCanceller split a round's time between the scan and
-// the cancels.
-type timedFinder struct {
-	reconcile.ExpiredFinder
+// timedOrders, timedSeats and timedService split a round's time between the
+// expired scan, the cancels and the claims pass.
+type timedOrders struct {
+	reconcile.Orders
+	scan, claims *time.Duration
+}
+
+func (t timedOrders) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	t0 := time.Now()
+	defer func() { *t.scan += time.Since(t0) }()
+	return t.Orders.Expired(ctx, cursor, limit)
+}
+
+func (t timedOrders) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
+	t0 := time.Now()
+	defer func() { *t.claims += time.Since(t0) }()
+	return t.Orders.Claims(ctx, cursor, limit)
+}
+
+type timedSeats struct {
+	reconcile.Seats
+	claims *time.Duration
+}
+
+func (t timedSeats) Restore(ctx context.Context, claims []cancel.Claim) (int, error) {
+	t0 := time.Now()
+	defer func() { *t.claims += time.Since(t0) }()
+	return t.Seats.Restore(ctx, claims)
+}
+
+type timedService struct {
+	reconcile.Service
 	d *time.Duration
 }
 
-func (t timedFinder) Expired(ctx context.Context, limit int) ([]string, error) {
+func (t timedService) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
 	t0 := time.Now()
 	defer func() { *t.d += time.Since(t0) }()
-	return t.ExpiredFinder.Expired(ctx, limit)
-}
-
-type timedCanceller struct {
-	reconcile.Canceller
-	d *time.Duration
-}
-
-func (t timedCanceller) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
-	t0 := time.Now()
-	defer func() { *t.d += time.Since(t0) }()
-	return t.Canceller.Cancel(ctx, req)
+	return t.Service.Cancel(ctx, req)
 }
 
 func bufferPoolReads(ctx context.Context, bd *benchDB) int64 {
@@ -95,7 +114,7 @@ func runDrain(c *common, args []string) error {
 		"Drain: `reconcile.Reconciler.Round` (Batch %d, MaxPerRound %d), rounds alternating between the two tables so both see the same background load; "+
 		"the rate counts round time only. Each table has its own Redis database, so scan #4 sees only its own locks.\n\n",
 		*backlog, *small, *large, lay, *batch, *perRound)
-	summary := newTable("database", "table", "load time", "drain rounds", "drained", "drain time", "of which scan / cancel", "**orders/s**", "**large / small**", "MariaDB buffer-pool reads / order")
+	summary := newTable("database", "table", "load time", "drain rounds", "drained", "drain time", "of which scan / cancel / claims pass", "**orders/s**", "**large / small**", "MariaDB buffer-pool reads / order")
 	for _, e := range engines {
 		sets, err := c.drainEngine(e, *backlog, *small, *large, *perRound, *batch, *paidSeats, *layout)
 		if err != nil {
@@ -113,7 +132,7 @@ func runDrain(c *common, args []string) error {
 				reads = fmt.Sprintf("%.1f", float64(s.reads)/float64(s.drained))
 			}
 			summary.add(engineName(e), fmt.Sprintf("%d orders", s.total), fmtDur(s.load), s.rounds, fmt.Sprintf("%d (+%d lost races)", s.drained, s.lost), fmtDur(s.spent),
-				fmtDur(s.scanT)+" / "+fmtDur(s.cancelT), fmt.Sprintf("%.0f", float64(s.drained)/s.spent.Seconds()), r, reads)
+				fmtDur(s.scanT)+" / "+fmtDur(s.cancelT)+" / "+fmtDur(s.claimsT), fmt.Sprintf("%.0f", float64(s.drained)/s.spent.Seconds()), r, reads)
 		}
 	}
 	fmt.Printf("\n### Drain summary\n\n")
@@ -159,6 +178,17 @@ func (c *common) drainEngine(engine string, backlog, small, large, perRound, bat
 		if err := lockAll(ctx, seats, holds, 16); err != nil {
 			return nil, err
 		}
+		// The seat store was filled above: no rebuild from SQL (its claims
+		// pass still runs in every round, as in production).
+		token, lost, err := seats.Lost(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if lost {
+			if err := seats.MarkRestored(ctx, token); err != nil {
+				return nil, err
+			}
+		}
 		if engine == engMySQL {
 			_, err = s.bd.ExecContext(ctx, "ANALYZE TABLE oe_order, oe_order_seat")
 		} else {
@@ -171,13 +201,15 @@ func (c *common) drainEngine(engine string, backlog, small, large, perRound, bat
 			return nil, err
 		}
 		s.load = time.Since(t0)
-		_ = s.bd.QueryRowContext(ctx, "SELECT COUNT(*) FROM oe_order_seat").Scan(&s.seatsN)
-		svc, err := cancel.New(cancel.Config{Store: s.store, Seats: seats, Seller: seats, Logger: c.log})
+		if err := s.bd.QueryRowContext(ctx, "SELECT COUNT(*) FROM oe_order_seat").Scan(&s.seatsN); err != nil {
+			return nil, err
+		}
+		svc, err := cancel.New(cancel.Config{Store: s.store, Seats: seats, Logger: c.log})
 		if err != nil {
 			return nil, err
 		}
-		s.rec, err = reconcile.New(reconcile.Config{Expired: timedFinder{s.store, &s.scanT}, Canceller: timedCanceller{svc, &s.cancelT}, Locks: seats, Orders: s.store, Seats: seats, Seller: seats,
-			Batch: batch, MaxPerRound: perRound, Grace: time.Hour, Logger: c.log})
+		s.rec, err = reconcile.New(reconcile.Config{Orders: timedOrders{s.store, &s.scanT, &s.claimsT}, Seats: timedSeats{seats, &s.claimsT},
+			Service: timedService{svc, &s.cancelT}, Batch: batch, MaxPerRound: perRound, Grace: time.Hour, Logger: c.log})
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +260,9 @@ func (c *common) drainEngine(engine string, backlog, small, large, perRound, bat
 	}
 	for _, s := range sets {
 		var pending int
-		_ = s.bd.QueryRowContext(ctx, "SELECT COUNT(*) FROM oe_order WHERE status = 0 AND expire_at_ms <= "+fmt.Sprint(time.Now().UnixMilli())).Scan(&pending)
+		if err := s.bd.QueryRowContext(ctx, "SELECT COUNT(*) FROM oe_order WHERE status = 0 AND expire_at_ms <= "+fmt.Sprint(time.Now().UnixMilli())).Scan(&pending); err != nil {
+			return nil, err
+		}
 		if pending != 0 {
 			return nil, fmt.Errorf("%s: %d expired orders still pending after the drain", s.label, pending)
 		}
@@ -237,12 +271,12 @@ func (c *common) drainEngine(engine string, backlog, small, large, perRound, bat
 		return nil, err
 	}
 	// An empty scan (the last call of every round once caught up).
-	t := newTable("table", "Expired(limit) on an empty backlog: median of 21", "max")
+	t := newTable("table", "Expired(\"\", limit) on an empty backlog: median of 21", "max")
 	for _, s := range sets {
 		var ds []time.Duration
 		for i := 0; i < 21; i++ {
 			t0 := time.Now()
-			nos, err := s.store.Expired(ctx, batch)
+			nos, _, err := s.store.Expired(ctx, "", batch)
 			ds = append(ds, time.Since(t0))
 			if err != nil || len(nos) != 0 {
 				return nil, fmt.Errorf("empty scan: %v, %d rows", err, len(nos))
@@ -301,9 +335,10 @@ func drainRows(total, backlog int, now time.Time, paidSeats bool, layout string)
 	return gen, holds
 }
 
-// storeScan returns the SQL text sqlstore.Store.Expired sends, captured by
-// the counting driver, with its LIMIT placeholder bound to limit, so the
-// plans below are the library's own query and not a copy that could drift.
+// storeScan returns the SQL text sqlstore.Store.Expired sends for a first
+// page (cursor ""), captured by the counting driver with the arguments it
+// was given bound into it, so the plans below are the library's own query
+// and not a copy that could drift.
 func storeScan(ctx context.Context, bd *benchDB, limit int) (string, error) {
 	db, cnt, err := countingDB(bd)
 	if err != nil {
@@ -314,15 +349,58 @@ func storeScan(ctx context.Context, bd *benchDB, limit int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := store.Expired(ctx, limit); err != nil {
+	if _, _, err := store.Expired(ctx, "", limit); err != nil {
 		return "", fmt.Errorf("capture the scan: %w", err)
 	}
-	q := cnt.lastSQL.Load()
-	if q == nil {
+	q, args := cnt.lastSQL.Load(), cnt.lastArgs.Load()
+	if q == nil || args == nil {
 		return "", fmt.Errorf("capture the scan: the driver saw no query")
 	}
-	lim := strconv.Itoa(limit)
-	return strings.NewReplacer("?", lim, "$1", lim).Replace(*q), nil
+	return bindArgs(*q, *args)
+}
+
+// bindArgs writes args into q's placeholders (? in order, or $n) as SQL
+// literals, for EXPLAIN.
+func bindArgs(q string, args []driver.NamedValue) (string, error) {
+	lit := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.Value.(type) {
+		case int64:
+			lit[i] = strconv.FormatInt(v, 10)
+		case int:
+			lit[i] = strconv.Itoa(v)
+		case string:
+			lit[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		default:
+			return "", fmt.Errorf("bind the scan: argument %d is a %T", i+1, a.Value)
+		}
+	}
+	var b strings.Builder
+	next := 0
+	for i := 0; i < len(q); i++ {
+		switch c := q[i]; {
+		case c == '?':
+			if next >= len(lit) {
+				return "", fmt.Errorf("bind the scan: more placeholders than the %d arguments", len(lit))
+			}
+			b.WriteString(lit[next])
+			next++
+		case c == '$' && i+1 < len(q) && q[i+1] >= '0' && q[i+1] <= '9':
+			j := i + 1
+			for j < len(q) && q[j] >= '0' && q[j] <= '9' {
+				j++
+			}
+			n, err := strconv.Atoi(q[i+1 : j])
+			if err != nil || n < 1 || n > len(lit) {
+				return "", fmt.Errorf("bind the scan: placeholder %s of %d arguments", q[i:j], len(lit))
+			}
+			b.WriteString(lit[n-1])
+			i = j - 1
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
 }
 
 func explain(ctx context.Context, bd *benchDB, engine, q, title string) error {

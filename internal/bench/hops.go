@@ -282,6 +282,7 @@ func (c *common) hopsBroker(tbl levels.Table, expiries []time.Duration, n int) e
 		bc     brokerCase
 		rec    *hopRecorder
 		store  *fake.Store
+		svc    *cancel.Service
 		sched  *expiry.Scheduler
 		orders map[time.Duration][]string
 	}
@@ -326,7 +327,7 @@ func (c *common) hopsBroker(tbl levels.Table, expiries []time.Duration, n int) e
 		if err != nil {
 			return err
 		}
-		runs = append(runs, &running{bc: bc, rec: rec, store: store, sched: sched, orders: map[time.Duration][]string{}})
+		runs = append(runs, &running{bc: bc, rec: rec, store: store, svc: svc, sched: sched, orders: map[time.Duration][]string{}})
 	}
 	// Place every order of every case at once, then wait.
 	longest := time.Duration(0)
@@ -337,7 +338,9 @@ func (c *common) hopsBroker(tbl levels.Table, expiries []time.Duration, n int) e
 				no := fmt.Sprintf("h%d-%d-%d", ri, ei, k)
 				at := time.Now().Add(e)
 				p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "show", Seats: []string{no + "-s"}, ExpireAt: at}
-				if err := r.store.Place(ctx, p); err != nil {
+				// The in-memory store has no transaction: its insert is the
+				// commit, and the message is sent after it.
+				if err := r.svc.Place(ctx, p, 0, func(ctx context.Context) error { return r.store.Place(ctx, p) }); err != nil {
 					return err
 				}
 				r.rec.mu.Lock()

@@ -201,7 +201,7 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 	// The library under test.
 	obs := &outcomeCounter{}
 	rearm := &noRearm{}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Seller: seats, Observer: obs, Logger: c.log})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: obs, Logger: c.log})
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 		defer ipDB.Close()
 		pool(ipDB, maxC+2)
 		ipStore, _ := sqlstore.New(ipDB, bd.dialect)
-		ipSvc, _ := cancel.New(cancel.Config{Store: ipStore, Seats: seats, Seller: seats, Observer: obs, Logger: c.log})
+		ipSvc, _ := cancel.New(cancel.Config{Store: ipStore, Seats: seats, Observer: obs, Logger: c.log})
 		ipH, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: ipSvc, Sender: rearm, Observer: obs, Logger: c.log})
 		shellIP = expiry.NewShell(ipH, obs, c.log)
 	}

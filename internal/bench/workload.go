@@ -113,9 +113,10 @@ func bulkInsert(ctx context.Context, db *sql.DB, n int, gen func(i int) orderRow
 	return nil
 }
 
-// lockAll locks every hold in Redis with redisseat (as a host does when it
-// places an order), from `workers` goroutines.
-func lockAll(ctx context.Context, seats *redisseat.Seats, holds []cancel.Hold, workers int) error {
+// lockAll locks every hold in Redis with redisseat, from `workers`
+// goroutines: the locks cancel.Service.Place takes, for orders the bench
+// bulk-loads into SQL instead of placing them one by one.
+func lockAll(ctx context.Context, seats cancel.SeatLocker, holds []cancel.Hold, workers int) error {
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
@@ -129,7 +130,7 @@ func lockAll(ctx context.Context, seats *redisseat.Seats, holds []cancel.Hold, w
 				if i >= len(holds) {
 					return
 				}
-				if _, err := seats.Lock(ctx, holds[i], 0); err != nil {
+				if err := seats.Lock(ctx, holds[i], 0); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err

@@ -252,11 +252,15 @@ func (c chainCase) run(ctx context.Context, orders int) (string, error) {
 	for i := 0; i < orders; i++ {
 		no := fmt.Sprintf("%s-%d", strings.ReplaceAll(topic, "_", "-"), i)
 		p := cancel.Placement{OrderNo: no, UserID: "u", ShowID: "s", Seats: []string{no}, ExpireAt: time.Now().Add(c.expiry)}
-		if err := store.Place(ctx, p); err != nil {
+		// The in-memory store has no transaction: its insert is the commit,
+		// and the message is sent after it.
+		if err := svc.Place(ctx, p, 0, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
 			return "", err
 		}
 		expireAt[no] = p.ExpireAt
-		sched.Schedule(ctx, no, p.ExpireAt)
+		if !sched.Schedule(ctx, no, p.ExpireAt) {
+			return "", fmt.Errorf("order %s: the expiry message was not sent (see the log)", no)
+		}
 		time.Sleep(50 * time.Millisecond) // spread over timer ticks
 	}
 	deadline := time.Now().Add(c.expiry + 60*time.Second)
