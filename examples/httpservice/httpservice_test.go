@@ -278,7 +278,7 @@ func TestPaymentAfterCancel(t *testing.T) {
 		assert.Contains(t, out["error"], "refunded")
 	}
 	assert.Equal(t, []string{no + " pay-1"}, h.refunded(), "the refund hook was called once for the payment")
-	_, out = h.do("GET", "/orders/"+no, "alice", "")
+	_, out := h.do("GET", "/orders/"+no, "alice", "")
 	assert.Equal(t, "cancelled", out["status"])
 	assert.Empty(t, h.seatStates("show1"), "nothing sold")
 	assert.Zero(t, h.held("show1", "alice"))
