@@ -253,6 +253,8 @@ type Report struct {
 	More bool
 	// Rebuilt is true when this round completed a rebuild of the seat store.
 	Rebuilt bool
+	// ClaimsComplete is true when scan #2 finished a pass over SQL's claims.
+	ClaimsComplete bool
 	// Complete is true when scan #4 finished a pass over the seat store.
 	Complete bool
 }
@@ -303,6 +305,7 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 		r.claims = next
 		r.mu.Unlock()
 		if next == "" {
+			rep.ClaimsComplete = true
 			break
 		}
 	}
