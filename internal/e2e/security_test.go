@@ -256,11 +256,20 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 			call func() error
 		}{
 			{"bob cancels alice's pending order", func() error { _, err := w.svc.UserCancel(ctx, a.OrderNo, "bob"); return err }},
-			{"bob pays alice's pending order", func() error { _, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: a.OrderNo, UserID: "bob", PaymentID: "sec-pay-b"}); return err }},
+			{"bob pays alice's pending order", func() error {
+				_, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: a.OrderNo, UserID: "bob", PaymentID: "sec-pay-b"})
+				return err
+			}},
 			{"bob cancels alice's paid order", func() error { _, err := w.svc.UserCancel(ctx, paid.OrderNo, "bob"); return err }},
 			{"alice cancels bob's cancelled order", func() error { _, err := w.svc.UserCancel(ctx, gone.OrderNo, "alice"); return err }},
-			{"alice pays bob's pending order", func() error { _, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: b.OrderNo, UserID: "alice", PaymentID: "sec-pay-a"}); return err }},
-			{"alice pays bob's cancelled order", func() error { _, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: gone.OrderNo, UserID: "alice", PaymentID: "sec-pay-a2"}); return err }},
+			{"alice pays bob's pending order", func() error {
+				_, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: b.OrderNo, UserID: "alice", PaymentID: "sec-pay-a"})
+				return err
+			}},
+			{"alice pays bob's cancelled order", func() error {
+				_, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: gone.OrderNo, UserID: "alice", PaymentID: "sec-pay-a2"})
+				return err
+			}},
 		} {
 			assert.ErrorIs(t, c.call(), cancel.ErrNotOwner, c.what)
 		}
@@ -354,8 +363,14 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 				call func(s *secWorld) error
 			}
 			calls := []svcCall{
-				{"Pay/order", func(s *secWorld) error { _, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: v, UserID: "alice", PaymentID: "sec-p"}); return err }},
-				{"Pay/order(no user)", func(s *secWorld) error { _, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: v, PaymentID: "sec-p"}); return err }},
+				{"Pay/order", func(s *secWorld) error {
+					_, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: v, UserID: "alice", PaymentID: "sec-p"})
+					return err
+				}},
+				{"Pay/order(no user)", func(s *secWorld) error {
+					_, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: v, PaymentID: "sec-p"})
+					return err
+				}},
 				{"UserCancel/order", func(s *secWorld) error { _, err := s.svc.UserCancel(ctx, v, "alice"); return err }},
 				{"UserCancel/user", func(s *secWorld) error { _, err := s.svc.UserCancel(ctx, b.OrderNo, v); return err }},
 				{"Cancel/order", func(s *secWorld) error {
@@ -375,7 +390,10 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 				{"Store.Order/order", func(s *secWorld) error { _, err := s.store.Order(ctx, v); return err }},
 			}
 			if v != "" { // an empty user id is valid for Pay: a callback that names no user
-				calls = append(calls, svcCall{"Pay/user", func(s *secWorld) error { _, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: b.OrderNo, UserID: v, PaymentID: "sec-p"}); return err }})
+				calls = append(calls, svcCall{"Pay/user", func(s *secWorld) error {
+					_, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: b.OrderNo, UserID: v, PaymentID: "sec-p"})
+					return err
+				}})
 			}
 			for _, c := range calls {
 				tally.try(t, w, c.op, what, func() (bool, string) {
