@@ -16,11 +16,51 @@ import (
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
+// harness is the store under test plus what the suite needs to provoke a
+// data loss (canceltest.Wiper): it deletes every key of its namespace, on
+// every master, as a Redis restart without persistence would.
+type harness struct {
+	*redisseat.Seats
+	t   *testing.T
+	rdb redis.UniversalClient
+	ns  string
+}
+
+func newHarness(t *testing.T, rdb redis.UniversalClient, ns string) *harness {
+	s, err := redisseat.New(rdb, ns)
+	require.NoError(t, err)
+	if ns == "" {
+		ns = redisseat.DefaultNamespace
+	}
+	return &harness{Seats: s, t: t, rdb: rdb, ns: ns}
+}
+
+func (h *harness) Wipe() {
+	ctx := context.Background()
+	wipe := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, h.ns+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := h.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, wipe)
+	case *redis.Client:
+		err = wipe(ctx, c)
+	default:
+		h.t.Fatalf("harness: cannot wipe a %T", h.rdb)
+	}
+	require.NoError(h.t, err, "wipe namespace %s", h.ns)
+}
+
 func TestRedis(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		s, err := redisseat.New(testenv.Redis(t), "oe-"+testenv.Unique())
-		require.NoError(t, err)
-		return s
+		return newHarness(t, testenv.Redis(t), "oe-"+testenv.Unique())
 	})
 }
 
@@ -28,9 +68,7 @@ func TestRedis(t *testing.T) {
 // they must pass the same suite on a real three-master Redis Cluster.
 func TestRedisCluster(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		s, err := redisseat.New(testenv.RedisCluster(t), "oe-"+testenv.Unique())
-		require.NoError(t, err)
-		return s
+		return newHarness(t, testenv.RedisCluster(t), "oe-"+testenv.Unique())
 	})
 }
 
@@ -88,9 +126,7 @@ func TestMiniredis(t *testing.T) {
 		m := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		s, err := redisseat.New(rdb, "")
-		require.NoError(t, err)
-		return s
+		return newHarness(t, rdb, "")
 	})
 }
 
