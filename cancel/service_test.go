@@ -166,3 +166,19 @@ func TestSellFailureIsNotAnError(t *testing.T) {
 	assert.True(t, res.Changed)
 	assert.Equal(t, 1, e.ev.n(expiry.KindSellFailed))
 }
+
+// I9: a provider repeats a callback that was answered with an error; the
+// refund hook must run once per payment, not once per callback.
+func TestDiscrepancyHookOncePerPayment(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o1", "u1", -time.Second)
+	ok, _, err := e.svc.Timeout(context.Background(), "o1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	for i := 0; i < 3; i++ {
+		_, err := e.svc.Pay(context.Background(), "o1", "u1")
+		assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
+	}
+	assert.Len(t, e.disc, 1, "the hook runs once for one payment repeated three times")
+	assert.Equal(t, 1, e.ev.n(expiry.KindDiscrepancy), "counted once per payment")
+}

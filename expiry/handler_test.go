@@ -262,3 +262,22 @@ func TestOutcomeAndKindNames(t *testing.T) {
 	assert.Equal(t, "cancelled", expiry.StatusCancelled.String())
 	assert.Equal(t, "status(7)", expiry.Status(7).String())
 }
+
+type zeroCanceller struct{}
+
+func (zeroCanceller) Timeout(context.Context, string) (bool, expiry.Order, error) {
+	return false, expiry.Order{}, nil
+}
+
+// A Canceller that answers with a zero Order (not a pending order it read)
+// is broken: the handler must report it, not re-arm the message every 100 ms
+// for ever.
+func TestHandlerZeroOrderIsAnError(t *testing.T) {
+	rec := &recorder{}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: zeroCanceller{}, Sender: rec})
+	require.NoError(t, err)
+	out, err := h.Handle(context.Background(), expiry.Message{OrderNo: "o1", Hop: 1})
+	assert.Error(t, err)
+	assert.NotEqual(t, expiry.OutcomeRearmed, out)
+	assert.Empty(t, rec.sent, "nothing re-armed")
+}
