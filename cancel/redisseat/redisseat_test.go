@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -58,6 +59,10 @@ func (h *harness) Wipe() {
 	require.NoError(h.t, err, "wipe namespace %s", h.ns)
 }
 
+// Now reads the Redis server's clock (canceltest.Clock): the suite checks
+// lock times and ages against it.
+func (h *harness) Now(ctx context.Context) (time.Time, error) { return h.rdb.Time(ctx).Result() }
+
 func TestRedis(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
 		return newHarness(t, testenv.Redis(t), "oe-"+testenv.Unique())
@@ -89,9 +94,7 @@ func TestRedisClusterAcrossNodes(t *testing.T) {
 		require.NoError(t, err)
 		nodes[master.Options().Addr] = true
 		h := cancel.Hold{ShowID: show, OrderNo: fmt.Sprintf("o%02d", i), UserID: "u1", Seats: []string{"A1", "A2"}}
-		n, err := s.Lock(ctx, h, 2)
-		require.NoError(t, err)
-		require.Equal(t, 2, n)
+		require.NoError(t, s.Lock(ctx, h, 2))
 		holds = append(holds, h)
 	}
 	require.GreaterOrEqual(t, len(nodes), 2, "the shows must land on more than one master")
@@ -138,4 +141,14 @@ func TestNew(t *testing.T) {
 	require.Error(t, err, "a namespace cannot carry a hash tag")
 	_, err = redisseat.New(nil, "")
 	require.Error(t, err)
+}
+
+// RetireShow's refusal is typed.
+func TestRetireShowRefusesLocks(t *testing.T) {
+	ctx := context.Background()
+	s, err := redisseat.New(testenv.Redis(t), "oe-"+testenv.Unique())
+	require.NoError(t, err)
+	h := cancel.Hold{ShowID: "show-" + testenv.Unique(), OrderNo: "o1", UserID: "u1", Seats: []string{"A1"}}
+	require.NoError(t, s.Lock(ctx, h, 0))
+	assert.ErrorIs(t, s.RetireShow(ctx, h.ShowID), redisseat.ErrShowHasLocks)
 }
