@@ -79,6 +79,16 @@ import (
 type Seats struct {
 	rdb redis.UniversalClient
 	ns  string
+	// pause, set only by this package's tests, is called at the points of
+	// the listing protocol where a race would hurt (see ScanLocks), to
+	// widen them.
+	pause func(point string)
+}
+
+func (s *Seats) at(point string) {
+	if s.pause != nil {
+		s.pause(point)
+	}
 }
 
 // DefaultNamespace prefixes every key unless New is given another.
@@ -169,6 +179,7 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
 	if err := s.rdb.SAdd(ctx, s.showsKey(), h.ShowID).Err(); err != nil {
 		return fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
 	}
+	s.at("lock: listed, before the script")
 	res, err := lockScript.Run(ctx, s.rdb, s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, limit}, h.Seats)...).Slice()
 	if err != nil {
 		// The script may have run (a lost reply): list the show again in
@@ -321,7 +332,8 @@ func (s *Seats) ListedShows(ctx context.Context) ([]string, error) {
 // scanning process dies between its SREM and its SCARD, or the SADD after a
 // script fails, the show stays unlisted until the next Lock attempt in it,
 // which lists it before its script: until then nobody is waiting for those
-// seats.)
+// seats.) TestLockScanRaceKeepsLockedShowsListed widens each window on real
+// Redis and fails without either SADD-after or the re-check.
 func (s *Seats) ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error) {
 	if count <= 0 {
 		count = 100
@@ -354,6 +366,7 @@ func (s *Seats) ScanLocks(ctx context.Context, cursor string, count int) ([]canc
 			examined += max(b.entries, 1)
 			scur = b.next
 			if b.card == 0 {
+				s.at("scan: index empty, before unlisting")
 				if err := s.unlistIfEmpty(ctx, show); err != nil {
 					return nil, "", err
 				}
@@ -418,6 +431,7 @@ func (s *Seats) unlistIfEmpty(ctx context.Context, show string) error {
 	if err := s.rdb.SRem(ctx, s.showsKey(), show).Err(); err != nil {
 		return fmt.Errorf("redisseat: unlist %s: %w", show, err)
 	}
+	s.at("unlist: removed, before the re-check")
 	n, err := s.rdb.SCard(ctx, s.lockedKey(show)).Result()
 	if err != nil || n > 0 {
 		if aerr := s.rdb.SAdd(ctx, s.showsKey(), show).Err(); aerr != nil {
