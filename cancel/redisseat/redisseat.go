@@ -31,6 +31,8 @@
 // per listed show plus one entry per live lock, however many seats were ever
 // sold. A show leaves <ns>:shows as soon as a scan finds its index empty, and
 // comes back with its next lock; RetireShow deletes a finished show's keys.
+// State written by a version of this package without the index (locks in
+// the hash only) is invisible to the scan until Reindex has run once.
 //
 // # Losing data
 //
@@ -46,6 +48,14 @@
 // data while the marker's shard keeps it goes unnoticed, so give every shard
 // a replica and persistence, or delete the marker after a shard's loss to
 // force a rebuild.
+//
+// # Upgrading
+//
+// From a version without the lock index: run Reindex once (see there). The
+// marker that version wrote (a number) counts as restored. During a rolling
+// upgrade an older host takes a rebuild's "R|<token>" marker as restored;
+// the worst case is a rebuild that the newer hosts stop early because the
+// older one marked the store restored after its own unconditional rebuild.
 //
 // # Retries
 //
@@ -475,6 +485,77 @@ func (s *Seats) RetireShow(ctx context.Context, show string) error {
 		return fmt.Errorf("redisseat: retire %s: %w (%d)", show, ErrShowHasLocks, n)
 	}
 	return s.unlistIfEmpty(ctx, show)
+}
+
+// Reindex adds to the lock index every lock found in the namespace's seat
+// hashes, and returns how many it added. Run it once after upgrading from a
+// version of this package without the index, before relying on ScanLocks:
+// locks written by that version are in the hashes only, invisible to the
+// scan. It finds the hashes by SCAN over the keyspace (every master of a
+// cluster), so shows a scan has unlisted meanwhile are found too, and reads
+// every seat, a batch at a time: a one-off cost. Idempotent and safe while
+// the store is in use.
+func (s *Seats) Reindex(ctx context.Context) (int, error) {
+	added := 0
+	reindex := func(ctx context.Context, c redis.UniversalClient) error {
+		prefix, suffix := s.ns+":{", "}:seats"
+		iter := c.ScanType(ctx, 0, prefix+"*"+suffix, 1000, "hash").Iterator()
+		for iter.Next(ctx) {
+			show := strings.TrimSuffix(strings.TrimPrefix(iter.Val(), prefix), suffix)
+			if expiry.ValidateID("show id", show) != nil {
+				continue // not ours
+			}
+			n, err := s.reindexShow(ctx, show)
+			added += n
+			if err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return reindex(ctx, n) })
+	default:
+		err = reindex(ctx, s.rdb)
+	}
+	if err != nil {
+		return added, fmt.Errorf("redisseat: reindex: %w", err)
+	}
+	return added, nil
+}
+
+func (s *Seats) reindexShow(ctx context.Context, show string) (int, error) {
+	added := 0
+	var cur uint64
+	for {
+		kv, next, err := s.rdb.HScan(ctx, s.seatsKey(show), cur, "", 1000).Result()
+		if err != nil {
+			return added, fmt.Errorf("show %s: %w", show, err)
+		}
+		var seats []any
+		for j := 0; j+1 < len(kv); j += 2 {
+			if strings.HasPrefix(kv[j+1], "L|") {
+				seats = append(seats, kv[j])
+			}
+		}
+		if len(seats) > 0 {
+			res, err := reindexScript.Run(ctx, s.rdb, []string{s.seatsKey(show), s.lockedKey(show)}, seats...).Int64Slice()
+			if err != nil || len(res) != 2 {
+				return added, fmt.Errorf("show %s: %v %w", show, res, err)
+			}
+			added += int(res[0])
+			if res[0] > 0 {
+				if err := s.list(ctx, show); err != nil {
+					return added, fmt.Errorf("show %s: %w", show, err)
+				}
+			}
+		}
+		if cur = next; cur == 0 {
+			return added, nil
+		}
+	}
 }
 
 // Lost implements reconcile.SeatRestorer. It reports whether the

@@ -143,6 +143,57 @@ func TestNew(t *testing.T) {
 	require.Error(t, err)
 }
 
+// Locks written before the lock index existed (in the seat hash only) are
+// invisible to ScanLocks until Reindex has run; an index entry whose seat
+// is no longer locked is dropped by the scan.
+func TestReindexAndDrift(t *testing.T) {
+	for name, rdb := range map[string]redis.UniversalClient{"redis": testenv.Redis(t), "cluster": testenv.RedisCluster(t)} {
+		t.Run(name, func(t *testing.T) { testReindexAndDrift(t, rdb) })
+	}
+}
+
+func testReindexAndDrift(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	ns := "oe-" + testenv.Unique()
+	s, err := redisseat.New(rdb, ns)
+	require.NoError(t, err)
+	show := "show-" + testenv.Unique()
+	// What the previous version left: a lock and a sale in the hash, the show listed.
+	require.NoError(t, rdb.HSet(ctx, ns+":{"+show+"}:seats", "A1", "L|o1|u1|1700000000000", "A2", "S|o2|u2").Err())
+	require.NoError(t, rdb.SAdd(ctx, ns+":shows", show).Err())
+
+	locks, _, err := s.ScanLocks(ctx, "", 100)
+	require.NoError(t, err)
+	assert.Empty(t, locks, "not indexed yet")
+	shows, err := s.ListedShows(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, shows, "that scan unlisted the show: Reindex must find it anyway")
+	n, err := s.Reindex(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the lock, not the sale")
+	n, err = s.Reindex(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "idempotent")
+	assert.Equal(t, []string{show}, must(s.ListedShows(ctx)), "a reindexed lock lists its show")
+	locks, _, err = s.ScanLocks(ctx, "", 100)
+	require.NoError(t, err)
+	require.Len(t, locks, 1)
+	assert.Equal(t, cancel.SeatLock{ShowID: show, SeatID: "A1", OrderNo: "o1", UserID: "u1",
+		LockedAt: time.UnixMilli(1700000000000).UTC(), Age: locks[0].Age}, locks[0])
+	assert.Greater(t, locks[0].Age, 24*time.Hour)
+
+	// Drift: the index names a seat that is not locked (its hash field was
+	// deleted by hand). The scan drops it and, the index empty, the show.
+	require.NoError(t, rdb.HDel(ctx, ns+":{"+show+"}:seats", "A1").Err())
+	locks, _, err = s.ScanLocks(ctx, "", 100)
+	require.NoError(t, err)
+	assert.Empty(t, locks)
+	assert.Zero(t, rdb.SCard(ctx, ns+":{"+show+"}:locked").Val())
+	shows, err = s.ListedShows(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, shows)
+}
+
 // RetireShow's refusal is typed.
 func TestRetireShowRefusesLocks(t *testing.T) {
 	ctx := context.Background()
@@ -151,4 +202,11 @@ func TestRetireShowRefusesLocks(t *testing.T) {
 	h := cancel.Hold{ShowID: "show-" + testenv.Unique(), OrderNo: "o1", UserID: "u1", Seats: []string{"A1"}}
 	require.NoError(t, s.Lock(ctx, h, 0))
 	assert.ErrorIs(t, s.RetireShow(ctx, h.ShowID), redisseat.ErrShowHasLocks)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -205,6 +205,24 @@ out[4] = redis.call('SCARD', KEYS[2])
 return out
 `)
 
+// reindexScript adds the given seats to the lock index when they are locked:
+// the upgrade path for seat state written before the index existed.
+//
+// KEYS[1] seats hash of the show; KEYS[2] lock index of the show.
+// ARGV[1..] seat ids (candidates found by HSCAN).
+// Returns {added, 0}: how many seats joined the index (the caller then lists
+// the show, as after a Lock).
+var reindexScript = redis.NewScript(`
+local added = 0
+for i = 1, #ARGV do
+  local v = redis.call('HGET', KEYS[1], ARGV[i])
+  if v and string.sub(v, 1, 2) == 'L|' then
+    added = added + redis.call('SADD', KEYS[2], ARGV[i])
+  end
+end
+return {added, 0}
+`)
+
 // retireScript deletes a finished show's keys, unless it still holds locks.
 //
 // KEYS[1] seats hash; KEYS[2] purchase-limit hash; KEYS[3] lock index.
