@@ -36,18 +36,35 @@
 //
 // # Losing data
 //
-// Run Redis with persistence (AOF, appendfsync always or everysec). If
-// Redis loses all its data, the namespace's marker key <ns>:restored is
+// Run Redis with persistence (AOF; appendfsync always, or everysec and accept
+// the loss described below) and with a maxmemory-policy that never evicts
+// these keys: noeviction or a volatile-* policy (the package sets no TTL).
+// Check refuses the allkeys-* policies, which would evict seat state.
+//
+// If Redis loses all its data, the namespace's marker key <ns>:restored is
 // gone with it; the reconciler notices (Lost) and rebuilds seats and counters
 // from SQL's claims (Restore) under a rebuild token, and MarkRestored sets the
 // marker only if that token is still current, so a second loss during the
 // rebuild starts it over instead of being marked restored over a half-empty
 // store. Until the rebuild is done, sold seats look free (SQL's unique seat
 // key still refuses a second sale) and counters are low.
-// On Redis Cluster the marker lives on one shard: a shard that loses its
-// data while the marker's shard keeps it goes unnoticed, so give every shard
-// a replica and persistence, or delete the marker after a shard's loss to
-// force a rebuild.
+//
+// A partial loss keeps the marker and is not detected here: an AOF with
+// appendfsync everysec loses up to a second of writes in a crash, an
+// asynchronous replica promoted after its master failed lacks the master's
+// last writes, and on Redis Cluster the marker lives on one shard, so a shard
+// that loses its data while the marker's shard keeps it goes unnoticed (give
+// every shard a replica and persistence, or delete the marker after a
+// shard's loss to force a rebuild). A rebuild under way when Redis restarts
+// from a persisted marker "R|<token>" may likewise complete over writes the
+// restart lost. What such a loss leaves is "claimed in SQL, missing in
+// Redis" (a lock or sale that Redis forgot); the reconciler's claims pass,
+// which runs every round, restores those seats from SQL, counting each for
+// its user. Not repaired: a counter whose seats survived while the limit
+// hash lost the increment (nothing recomputes counters; the user may then
+// hold more than the limit). The opposite drift, a lock in Redis whose order
+// SQL does not have or has ended, is what the reconciler's lock scan
+// releases.
 //
 // # Upgrading
 //
@@ -107,6 +124,11 @@ const DefaultNamespace = "oe"
 // ErrShowHasLocks reports that RetireShow refused a show that still holds
 // locks; nothing was deleted.
 var ErrShowHasLocks = errors.New("redisseat: show still holds seat locks")
+
+// ErrEvictingPolicy reports that Redis may evict keys that have no TTL
+// (maxmemory-policy allkeys-*), so seat state could vanish under memory
+// pressure.
+var ErrEvictingPolicy = errors.New("redisseat: Redis may evict seat state")
 
 // relistTimeout bounds the SADD that lists a show again after a script, run
 // even when the caller's context is done (see ScanLocks).
@@ -649,4 +671,38 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 		}
 	}
 	return changed, nil
+}
+
+// Check verifies at startup that Redis will not silently drop seat state:
+// it reads maxmemory-policy (on every node of a cluster) and returns an error
+// wrapping ErrEvictingPolicy for the allkeys-* policies, which evict keys
+// without a TTL, such as a show's seats, under memory pressure. noeviction
+// and the volatile-* policies are fine (the package sets no TTL). Where
+// CONFIG is refused (managed services such as ElastiCache or Memorystore
+// rename or forbid it, ACLs may deny it) Check cannot tell and returns nil:
+// set the policy in the service's parameter group instead. Connection
+// errors are returned.
+func (s *Seats) Check(ctx context.Context) error {
+	check := func(ctx context.Context, c redis.UniversalClient) error {
+		cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			return nil // CONFIG refused: the server answered, with an error
+		}
+		if err != nil {
+			return fmt.Errorf("redisseat: check: %w", err)
+		}
+		if p := cfg["maxmemory-policy"]; strings.HasPrefix(p, "allkeys-") {
+			return fmt.Errorf("%w: maxmemory-policy is %s, which evicts keys without a TTL; use noeviction (or a volatile-* policy)", ErrEvictingPolicy, p)
+		}
+		return nil
+	}
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return check(ctx, n) })
+	case *redis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return check(ctx, n) })
+	default:
+		return check(ctx, s.rdb)
+	}
 }

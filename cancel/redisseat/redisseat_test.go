@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -141,6 +142,44 @@ func TestNew(t *testing.T) {
 	require.Error(t, err, "a namespace cannot carry a hash tag")
 	_, err = redisseat.New(nil, "")
 	require.Error(t, err)
+}
+
+// Check reads maxmemory-policy: the shared test servers run noeviction, a
+// server answering allkeys-lru is refused, one refusing CONFIG passes.
+func TestCheck(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t) // miniredis has no CONFIG: like a managed Redis that refuses it
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := redisseat.New(rdb, "")
+	require.NoError(t, err)
+	assert.NoError(t, s.Check(ctx), "CONFIG refused: Check cannot tell")
+
+	for policy, bad := range map[string]bool{"allkeys-lru": true, "allkeys-lfu": true, "allkeys-random": true, "volatile-lru": false, "noeviction": false} {
+		m := miniredis.RunT(t)
+		require.NoError(t, m.Server().Register("CONFIG", func(c *server.Peer, _ string, _ []string) {
+			c.WriteLen(2)
+			c.WriteBulk("maxmemory-policy")
+			c.WriteBulk(policy)
+		}))
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		s, err := redisseat.New(rdb, "")
+		require.NoError(t, err)
+		err = s.Check(ctx)
+		if bad {
+			assert.ErrorIs(t, err, redisseat.ErrEvictingPolicy, policy)
+			assert.ErrorContains(t, err, policy)
+		} else {
+			assert.NoError(t, err, policy)
+		}
+		rdb.Close()
+	}
+
+	for name, rdb := range map[string]redis.UniversalClient{"redis": testenv.Redis(t), "cluster": testenv.RedisCluster(t)} {
+		s, err := redisseat.New(rdb, "oe-"+testenv.Unique())
+		require.NoError(t, err)
+		assert.NoError(t, s.Check(ctx), "%s runs noeviction", name)
+	}
 }
 
 // Locks written before the lock index existed (in the seat hash only) are
