@@ -521,7 +521,7 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 		return nil, "", nil
 	}
 	show, seat, _ := strings.Cut(cursor, "|")
-	rows, err := s.db.QueryContext(ctx, s.q.claims, show, show, seat, limit)
+	rows, err := s.db.QueryContext(ctx, s.q.claims, s.claimsArgs(show, seat, limit)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 	}
@@ -544,4 +544,10 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	}
 	last := out[len(out)-1]
 	return out, last.ShowID + "|" + last.SeatID, nil
+}
+
+// claimsArgs are the arguments of the claims query for a page of limit
+// after (show, seat).
+func (s *Store) claimsArgs(show, seat string, limit int) []any {
+	return []any{show, show, seat, limit}
 }
