@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -142,6 +143,82 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		res, err := h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonUser, UserID: "alice"})
 		require.NoError(t, err)
 		assert.True(t, res.Changed)
+	})
+
+	// I10: ids match byte for byte on every store, whatever the database's
+	// default collation (MySQL/MariaDB's are case-insensitive).
+	t.Run("IDsMatchExactly", func(t *testing.T) {
+		h, now := setup(t)
+		p := place(t, h, "alice", now.Add(time.Hour), "A1")
+		_, err := h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonUser, UserID: "ALICE"})
+		assert.ErrorIs(t, err, cancel.ErrNotOwner, "ALICE is not alice")
+		_, err = h.Store.PayPending(ctx, p.OrderNo, "Alice")
+		assert.ErrorIs(t, err, cancel.ErrNotOwner, "Alice is not alice")
+
+		variant := strings.ToUpper(p.OrderNo)
+		require.NotEqual(t, p.OrderNo, variant)
+		_, err = h.Store.Order(ctx, variant)
+		assert.ErrorIs(t, err, expiry.ErrNotFound, "a case variant of an order number is another order")
+		_, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: variant, Reason: cancel.ReasonUser})
+		assert.ErrorIs(t, err, expiry.ErrNotFound)
+		_, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: variant, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+		assert.ErrorIs(t, err, expiry.ErrNotFound)
+		_, err = h.Store.PayPending(ctx, variant, "")
+		assert.ErrorIs(t, err, expiry.ErrNotFound)
+		st, err := h.Store.Statuses(ctx, []string{variant})
+		require.NoError(t, err)
+		assert.Empty(t, st, "Statuses of a case variant")
+		o, err := h.Store.Order(ctx, p.OrderNo)
+		require.NoError(t, err)
+		assert.Equal(t, expiry.StatusPending, o.Status, "case variants touched nothing")
+
+		q := place(t, h, "bob", now.Add(time.Hour), "a1")
+		err = h.Place(ctx, cancel.Placement{OrderNo: id("o"), UserID: "carol", ShowID: "show-1", Seats: []string{"b1", "B1"}, ExpireAt: now.Add(time.Hour)})
+		assert.NoError(t, err, "b1 and B1 are two seats of one order")
+		claims, _, err := h.Store.Claims(ctx, "", 10)
+		require.NoError(t, err)
+		seats := map[string]string{}
+		for _, c := range claims {
+			seats[c.SeatID] = c.OrderNo
+		}
+		assert.Equal(t, p.OrderNo, seats["A1"])
+		assert.Equal(t, q.OrderNo, seats["a1"], "A1 and a1 are two seats")
+		assert.Len(t, seats, 4)
+	})
+
+	// A second placement under an existing order number (a retry after an
+	// unknown commit, a double submit) fails and leaves the live order as it
+	// was; its error is not ErrSeatUnavailable, so a caller can tell "this
+	// order exists" from "someone else holds the seat".
+	t.Run("OrderNumberPlacedTwice", func(t *testing.T) {
+		h, now := setup(t)
+		p := place(t, h, "u1", now.Add(time.Hour), "r1", "r2")
+		for _, again := range []cancel.Placement{
+			p, // the same placement retried
+			{OrderNo: p.OrderNo, UserID: "u1", ShowID: "show-1", Seats: []string{"r3"}, ExpireAt: now.Add(2 * time.Hour)},
+			{OrderNo: p.OrderNo, UserID: "u2", ShowID: "show-2", Seats: []string{"r1"}, ExpireAt: now.Add(time.Hour)},
+		} {
+			err := h.Place(ctx, again)
+			require.Error(t, err, "an order number is placed once")
+			assert.NotErrorIs(t, err, cancel.ErrSeatUnavailable, "the order exists; no seat was refused")
+			assert.NotErrorIs(t, err, expiry.ErrInvalidID)
+		}
+		o, err := h.Store.Order(ctx, p.OrderNo)
+		require.NoError(t, err)
+		assert.Equal(t, "u1", o.UserID)
+		assert.Equal(t, "show-1", o.ShowID)
+		assert.Equal(t, expiry.StatusPending, o.Status)
+		assert.WithinDuration(t, p.ExpireAt, o.ExpireAt, time.Millisecond, "the first placement's expiry stands")
+		claims, _, err := h.Store.Claims(ctx, "", 10)
+		require.NoError(t, err)
+		var got []string
+		for _, c := range claims {
+			got = append(got, c.ShowID+"/"+c.SeatID)
+		}
+		assert.Equal(t, []string{"show-1/r1", "show-1/r2"}, got, "no seat of a refused placement is claimed")
+		res, err := h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonUser})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"r1", "r2"}, res.Seats)
 	})
 
 	t.Run("PayThenCancel", func(t *testing.T) {

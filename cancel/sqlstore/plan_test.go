@@ -1,0 +1,262 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/internal/testenv"
+)
+
+// These tests look at what the database does with the store's own queries:
+// the plan of a page from the middle of a keyset scan, and the clock.
+
+// dialects opens a fresh, migrated database of every dialect.
+func dialects(t *testing.T) map[Dialect]*sql.DB {
+	sqlite, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "oe.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlite.Close() })
+	return map[Dialect]*sql.DB{SQLite: sqlite, MySQL: testenv.MySQL(t), Postgres: testenv.Postgres(t)}
+}
+
+func migrated(t *testing.T, db *sql.DB, d Dialect) *Store {
+	s, err := New(db, d)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(context.Background()))
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// series is a SELECT of one column n, 0 to 10^digits-1, in any dialect.
+func series(digits int) string {
+	d := "(SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+	var from, sum []string
+	for i := 0; i < digits; i++ {
+		from = append(from, fmt.Sprintf("%s d%d", d, i))
+		sum = append(sum, fmt.Sprintf("d%d.n*%d", i, pow10(i)))
+	}
+	return "SELECT " + strings.Join(sum, "+") + " AS n FROM " + strings.Join(from, " CROSS JOIN ")
+}
+
+func pow10(i int) int {
+	p := 1
+	for ; i > 0; i-- {
+		p *= 10
+	}
+	return p
+}
+
+// padded is the SQL of prefix followed by the number expression n in width
+// digits, zero-padded.
+func padded(d Dialect, prefix, n string, width int) string {
+	switch d {
+	case SQLite:
+		return fmt.Sprintf("printf('%s%%0%dd', %s)", prefix, width, n)
+	case MySQL:
+		return fmt.Sprintf("CONCAT('%s', LPAD(%s, %d, '0'))", prefix, n, width)
+	default:
+		return fmt.Sprintf("'%s' || LPAD(CAST(%s AS TEXT), %d, '0')", prefix, n, width)
+	}
+}
+
+// fillClaims inserts 10^digits pending orders of one seat each, perShow
+// seats per show: show s0000…, seat x0000000…, order o0000000….
+func fillClaims(t testing.TB, db *sql.DB, d Dialect, digits, perShow int) {
+	ctx := context.Background()
+	div := "n / " + fmt.Sprint(perShow)
+	if d == MySQL {
+		div = "n DIV " + fmt.Sprint(perShow)
+	}
+	for _, q := range []string{
+		"INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) SELECT " +
+			padded(d, "o", "n", 7) + ", 'u1', " + padded(d, "s", div, 4) + ", 0, n, 0, 0 FROM (" + series(digits) + ") g",
+		"INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) SELECT " +
+			padded(d, "s", div, 4) + ", " + padded(d, "x", "n", 7) + ", " + padded(d, "o", "n", 7) + ", 1 FROM (" + series(digits) + ") g",
+	} {
+		_, err := db.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	var analyze string
+	switch d {
+	case MySQL:
+		analyze = "ANALYZE TABLE oe_order, oe_order_seat"
+	default:
+		analyze = "ANALYZE"
+	}
+	rows, err := db.QueryContext(ctx, analyze)
+	require.NoError(t, err)
+	rows.Close()
+}
+
+// rowsRead runs q under the database's own instrumentation and returns the
+// rows the scan of table read (returned plus filtered out), with the plan as
+// text for messages. SQLite has no row counts: it returns -1 and the plan.
+func rowsRead(t *testing.T, db *sql.DB, d Dialect, table, alias, q string, args ...any) (int, string) {
+	ctx := context.Background()
+	switch d {
+	case Postgres:
+		var js string
+		require.NoError(t, db.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+q, args...).Scan(&js))
+		var plan []struct{ Plan map[string]any }
+		require.NoError(t, json.Unmarshal([]byte(js), &plan))
+		n := 0
+		var walk func(node map[string]any)
+		walk = func(node map[string]any) {
+			if node["Relation Name"] == table {
+				loops, _ := node["Actual Loops"].(float64)
+				rows, _ := node["Actual Rows"].(float64)
+				removed, _ := node["Rows Removed by Filter"].(float64)
+				n += int((rows + removed) * loops)
+			}
+			children, _ := node["Plans"].([]any)
+			for _, c := range children {
+				walk(c.(map[string]any))
+			}
+		}
+		walk(plan[0].Plan)
+		return n, js
+	case MySQL:
+		// ANALYZE runs the statement and reports r_rows, the rows read per
+		// loop, for each table (MariaDB; MySQL 8 has EXPLAIN ANALYZE).
+		var js string
+		require.NoError(t, db.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+inline(q, args)).Scan(&js))
+		var doc any
+		require.NoError(t, json.Unmarshal([]byte(js), &doc))
+		n := -1
+		var walk func(v any)
+		walk = func(v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				if v["table_name"] == alias {
+					rows, _ := v["r_rows"].(float64)
+					loops, _ := v["r_loops"].(float64)
+					n = int(rows * loops)
+				}
+				for _, c := range v {
+					walk(c)
+				}
+			case []any:
+				for _, c := range v {
+					walk(c)
+				}
+			}
+		}
+		walk(doc)
+		return n, js
+	default:
+		rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, args...)
+		require.NoError(t, err)
+		defer rows.Close()
+		var lines []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+			lines = append(lines, detail)
+		}
+		require.NoError(t, rows.Err())
+		return -1, strings.Join(lines, "\n")
+	}
+}
+
+// inline puts args into q's ? placeholders as literals, for statements that
+// cannot be prepared (MariaDB's ANALYZE). The tests' args are ids and
+// numbers only.
+func inline(q string, args []any) string {
+	var b strings.Builder
+	i := 0
+	for _, r := range q {
+		if r == '?' && i < len(args) {
+			switch a := args[i].(type) {
+			case string:
+				b.WriteString("'" + a + "'")
+			default:
+				fmt.Fprint(&b, a)
+			}
+			i++
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// TestClaimsMiddlePageIsARange (issue 9, item 10): a rebuild pages through
+// every claim; each page must start where the last ended (an index range
+// from the cursor), or a rebuild of n claims reads n²/(2·limit) rows. On
+// PostgreSQL the OR form of the keyset (show_id > ? OR (show_id = ? AND
+// seat_id > ?)) is a filter over the primary key from its start.
+func TestClaimsMiddlePageIsARange(t *testing.T) {
+	const limit = 200
+	for d, db := range dialects(t) {
+		t.Run(string(d), func(t *testing.T) {
+			s := migrated(t, db, d)
+			fillClaims(t, db, d, 5, 25000) // 100k claims, 4 shows
+			// The middle of the second show: a range that starts at the
+			// show reads 12.5k rows before the first one of the page.
+			show, seat := "s0001", "x0037500"
+			claims, next, err := s.Claims(context.Background(), show+"|"+seat, limit)
+			require.NoError(t, err)
+			require.Len(t, claims, limit)
+			assert.Equal(t, "x0037501", claims[0].SeatID)
+			assert.Equal(t, "s0001|x0037700", next)
+
+			n, plan := rowsRead(t, db, d, "oe_order_seat", "s", s.q.claims, s.claimsArgs(show, seat, limit)...)
+			t.Logf("%s: a page of %d from the middle read %d rows of oe_order_seat; plan:\n%s", d, limit, n, plan)
+			if d == SQLite {
+				assert.Regexp(t, `SEARCH s USING \S*INDEX \S+ \(\(show_id,seat_id\)>\(\?,\?\)\)`, plan, "the range starts at the cursor's (show, seat)")
+				assert.NotContains(t, plan, "TEMP B-TREE", "no sort")
+				return
+			}
+			assert.LessOrEqual(t, n, 2*limit, "a middle page reads about one page of rows, not the table up to the cursor")
+		})
+	}
+}
+
+// TestNowTruncates (issue 9, item 10): the store's clock is the database's
+// time truncated to the millisecond on every dialect, as MySQL's DIV does,
+// so a cancel never comes up to half a millisecond early (I4). The clock
+// function is replaced with a fixed time to see the arithmetic.
+func TestNowTruncates(t *testing.T) {
+	for d, db := range dialects(t) {
+		t.Run(string(d), func(t *testing.T) {
+			s := migrated(t, db, d)
+			for _, tc := range []struct {
+				at   string // 2024-01-01 00:00:00 plus this fraction of a second
+				want int64
+			}{
+				{"000000", 1704067200000},
+				{"000600", 1704067200000},
+				{"001000", 1704067200001},
+				{"499999", 1704067200499},
+				{"500500", 1704067200500},
+				{"999999", 1704067200999},
+			} {
+				ts := "2024-01-01 00:00:00." + tc.at
+				var q string
+				switch d {
+				case MySQL:
+					q = strings.Replace(s.q.now, "UTC_TIMESTAMP(6)", "TIMESTAMP'"+ts+"'", 1)
+				case Postgres:
+					q = strings.Replace(s.q.now, "clock_timestamp()", "TIMESTAMPTZ '"+ts+"+00'", 1)
+				case SQLite:
+					// SQLite's 'now' has millisecond resolution, truncated by
+					// the VFS; only its arithmetic can round. A literal time
+					// is rounded by SQLite's parser, so give it whole ms.
+					q = strings.ReplaceAll(s.q.now, "'now'", "'"+ts[:len(ts)-3]+"'")
+				}
+				require.NotEqual(t, s.q.now, q, "the test knows the clock function")
+				var got int64
+				require.NoError(t, db.QueryRow(q).Scan(&got), q)
+				assert.Equal(t, tc.want, got, "%s: %s", ts, q)
+			}
+		})
+	}
+}
