@@ -57,6 +57,19 @@ var ErrSeatUnavailable = errors.New("orderexpiry: seat unavailable")
 // purchase limit; nothing was locked.
 var ErrLimitExceeded = errors.New("orderexpiry: purchase limit exceeded")
 
+// ErrOrderExists reports that an order with this number was placed already:
+// nothing was inserted, and the existing order is untouched. It is the
+// answer to a retry after an unknown commit and to a double submit.
+var ErrOrderExists = errors.New("orderexpiry: order number already placed")
+
+// ErrRestoreInterrupted reports that the seat store lost its data again
+// while it was being rebuilt: the rebuild must start over.
+var ErrRestoreInterrupted = errors.New("orderexpiry: seat store lost data during the rebuild")
+
+// MaxSeats is the most seats one order (one Hold) may carry: a seat-store
+// script runs atomically, so an unbounded one would block its shard.
+const MaxSeats = 50
+
 // Placement is a new order as the host places it: pending until ExpireAt.
 type Placement struct {
 	OrderNo  string
@@ -66,28 +79,13 @@ type Placement struct {
 	ExpireAt time.Time
 }
 
-// Validate checks every id of p (expiry.ValidateID) and that it has seats,
-// none twice. Errors wrap expiry.ErrInvalidID.
+// Validate checks every id of p (expiry.ValidateID) and that it has 1 to
+// MaxSeats seats, none twice. Errors wrap expiry.ErrInvalidID.
 func (p Placement) Validate() error {
-	for _, f := range [...]struct{ kind, id string }{{"order number", p.OrderNo}, {"user id", p.UserID}, {"show id", p.ShowID}} {
-		if err := expiry.ValidateID(f.kind, f.id); err != nil {
-			return err
-		}
-	}
 	if len(p.Seats) == 0 {
 		return fmt.Errorf("%w: order %s has no seats", expiry.ErrInvalidID, p.OrderNo)
 	}
-	seen := make(map[string]struct{}, len(p.Seats))
-	for _, seat := range p.Seats {
-		if err := expiry.ValidateID("seat id", seat); err != nil {
-			return err
-		}
-		if _, dup := seen[seat]; dup {
-			return fmt.Errorf("%w: seat %s listed twice", expiry.ErrInvalidID, seat)
-		}
-		seen[seat] = struct{}{}
-	}
-	return nil
+	return p.Hold().Validate()
 }
 
 // Hold returns the seats of p as a Hold.
@@ -124,6 +122,35 @@ type Result struct {
 	// (Seats minus those already free, sold or relocked, or all of them when
 	// the release failed and was left to the reconciler).
 	Released int
+	// PaymentID is the payment that paid the order, whenever Order.Status is
+	// paid: a payment call that did not change the order compares it with
+	// its own to tell a repeated callback from a second payment.
+	PaymentID string
+}
+
+// Payment is a payment callback: the provider's payment id for one order.
+type Payment struct {
+	OrderNo string
+	// UserID, when set, restricts the payment to that user's order.
+	UserID string
+	// PaymentID is the provider's id of the payment (its transaction
+	// number). Callbacks repeat; the id is what makes them idempotent.
+	PaymentID string
+}
+
+// Validate checks every id of p (expiry.ValidateID; UserID may be empty).
+// Errors wrap expiry.ErrInvalidID.
+func (p Payment) Validate() error {
+	if err := expiry.ValidateID("order number", p.OrderNo); err != nil {
+		return err
+	}
+	if err := expiry.ValidateID("payment id", p.PaymentID); err != nil {
+		return err
+	}
+	if p.UserID != "" {
+		return expiry.ValidateID("user id", p.UserID)
+	}
+	return nil
 }
 
 // OrderStore is the order side of the state machine, one transaction per
@@ -142,9 +169,42 @@ type OrderStore interface {
 	// failure of the database counts as losing the race, not as an error.
 	CancelPending(ctx context.Context, req Request) (Result, error)
 	// PayPending, in one transaction: compare-and-set pending to paid (for
-	// userID's order only, when userID is set) and mark its seats sold.
-	// Same conventions as CancelPending.
-	PayPending(ctx context.Context, orderNo, userID string) (Result, error)
+	// p.UserID's order only, when it is set), recording p.PaymentID, and mark
+	// its seats sold. Same conventions as CancelPending; on an order that is
+	// paid already, Result.PaymentID is the payment that paid it.
+	PayPending(ctx context.Context, p Payment) (Result, error)
+}
+
+// Discrepancy is money that arrived for an order that could not take it: the
+// order was cancelled, or paid already by another payment. The host refunds
+// it, keyed by PaymentID.
+type Discrepancy struct {
+	PaymentID string
+	OrderNo   string
+	UserID    string
+	// Status is the order's status when the payment arrived: cancelled, or
+	// paid (by another payment).
+	Status expiry.Status
+}
+
+// DiscrepancyStore records discrepancies durably, once per payment id, so
+// that the host's refund hook runs once per payment however often the
+// provider repeats its callback, and is retried after a failure or a crash
+// (invariant I9). cancel/sqlstore implements it. Safe for concurrent use.
+type DiscrepancyStore interface {
+	// RecordDiscrepancy inserts d keyed by d.PaymentID, marked as tried now
+	// by the store's clock (the caller runs the hook next). recorded is
+	// false, and nothing changes, when the payment id is recorded already;
+	// of concurrent calls for one id exactly one gets true.
+	RecordDiscrepancy(ctx context.Context, d Discrepancy) (recorded bool, err error)
+	// ClaimDiscrepancies returns up to limit unsettled discrepancies last
+	// tried at least lease ago by the store's clock, oldest first, each
+	// marked tried now by a compare-and-set, so two concurrent claimers
+	// never get the same one within a lease.
+	ClaimDiscrepancies(ctx context.Context, lease time.Duration, limit int) ([]Discrepancy, error)
+	// SettleDiscrepancy records that the hook succeeded for paymentID.
+	// Idempotent.
+	SettleDiscrepancy(ctx context.Context, paymentID string) error
 }
 
 // Hold names seats held for one order in one show.
@@ -155,20 +215,53 @@ type Hold struct {
 	Seats   []string
 }
 
-// Validate checks every id of h (expiry.ValidateID). Errors wrap
-// expiry.ErrInvalidID.
+// Validate checks every id of h (expiry.ValidateID), that no seat is listed
+// twice and that there are at most MaxSeats. Errors wrap expiry.ErrInvalidID.
+// A seat listed twice is refused, not merged: a store that counted it twice
+// would raise the purchase-limit counter by two and lower it by one.
 func (h Hold) Validate() error {
 	for _, f := range [...]struct{ kind, id string }{{"show id", h.ShowID}, {"order number", h.OrderNo}, {"user id", h.UserID}} {
 		if err := expiry.ValidateID(f.kind, f.id); err != nil {
 			return err
 		}
 	}
-	for _, s := range h.Seats {
-		if err := expiry.ValidateID("seat id", s); err != nil {
+	if len(h.Seats) > MaxSeats {
+		return fmt.Errorf("%w: order %s has %d seats, more than %d", expiry.ErrInvalidID, h.OrderNo, len(h.Seats), MaxSeats)
+	}
+	seen := make(map[string]struct{}, len(h.Seats))
+	for _, seat := range h.Seats {
+		if err := expiry.ValidateID("seat id", seat); err != nil {
 			return err
 		}
+		if _, dup := seen[seat]; dup {
+			return fmt.Errorf("%w: seat %s listed twice", expiry.ErrInvalidID, seat)
+		}
+		seen[seat] = struct{}{}
 	}
 	return nil
+}
+
+// SeatLocker claims seats in the seat store when an order is placed.
+//
+// Lock claims every seat of h for h.OrderNo and h.UserID, all or nothing, and
+// raises the user's purchase-limit counter by len(h.Seats); limit is the most
+// seats the user may hold in the show (0: no limit). Every seat must be free:
+// one locked by anything (the same order number included) or sold gives an
+// error wrapping ErrSeatUnavailable, past the limit ErrLimitExceeded, and
+// nothing changes. So when Lock succeeds every seat of h is this call's, and
+// a placer whose insert then fails may release all of them without touching
+// a live order of the same number. The lock's time is the seat store's own
+// clock. Safe for concurrent use.
+type SeatLocker interface {
+	Lock(ctx context.Context, h Hold, limit int) error
+}
+
+// SeatStore is the whole seat side: locking at placement, releasing after a
+// cancel, selling after a payment. cancel/redisseat implements it.
+type SeatStore interface {
+	SeatLocker
+	SeatReleaser
+	SeatSeller
 }
 
 // SeatReleaser gives seats back in the seat store (Redis).
@@ -218,5 +311,9 @@ type SeatLock struct {
 	SeatID   string
 	OrderNo  string
 	UserID   string
-	LockedAt time.Time
+	LockedAt time.Time // by the seat store's clock
+	// Age is how long ago the lock was taken, by the seat store's clock at
+	// the scan: the reconciler's grace period is measured with it, never by
+	// comparing two hosts' clocks (invariant I11).
+	Age time.Duration
 }

@@ -11,25 +11,64 @@ import (
 )
 
 // The pay side of the race: a payment that arrives after the timeout has
-// cancelled the order changes nothing and reaches the refund hook. (The
-// in-memory stores stand in for cancel/sqlstore and cancel/redisseat.)
+// cancelled the order changes nothing and reaches the refund hook, once per
+// payment id however often the provider repeats its callback. (The in-memory
+// stores stand in for cancel/sqlstore and cancel/redisseat.)
 func ExampleService_Pay() {
 	ctx := context.Background()
 	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
-	svc, _ := cancel.New(cancel.Config{Store: store, Seats: seats, Seller: seats,
-		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) {
-			fmt.Println("refund", d.OrderNo, "to", d.UserID)
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store,
+		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
+			fmt.Println("refund", d.PaymentID, "of", d.OrderNo, "to", d.UserID)
+			return nil
 		}})
+	if err != nil {
+		panic(err)
+	}
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(-time.Second)}
-	_, _ = seats.Lock(ctx, p.Hold(), 0)
-	_ = store.Place(ctx, p)
+	if err := svc.Place(ctx, p, 0, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+		panic(err)
+	}
 
-	cancelled, _, _ := svc.Timeout(ctx, "A1")
-	fmt.Println("timeout cancelled:", cancelled)
-	_, err := svc.Pay(ctx, "A1", "u1")
-	fmt.Println(errors.Is(err, cancel.ErrDiscrepancy))
+	cancelled, _, err := svc.Timeout(ctx, "A1")
+	fmt.Println("timeout cancelled:", cancelled, err)
+	for i := 0; i < 2; i++ { // the provider repeats the callback
+		_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "A1", UserID: "u1", PaymentID: "pay-7"})
+		fmt.Println(errors.Is(err, cancel.ErrDiscrepancy))
+	}
 	// Output:
-	// timeout cancelled: true
-	// refund A1 to u1
+	// timeout cancelled: true <nil>
+	// refund pay-7 of A1 to u1
 	// true
+	// true
+}
+
+// Placing an order: the library locks the seats, runs the host's transaction
+// (which inserts the order and schedules its expiry message after commit),
+// and gives the seats back if the transaction fails, unless its commit's
+// outcome is unknown.
+func ExampleService_Place() {
+	ctx := context.Background()
+	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
+	if err != nil {
+		panic(err)
+	}
+	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1", "r1c2"}, ExpireAt: time.Now().Add(15 * time.Minute)}
+	err = svc.Place(ctx, p, 4, func(ctx context.Context) error {
+		// With database/sql: sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
+		//	if err := sqlStore.Place(ctx, tx, p); err != nil { return err }
+		//	after.Add(p.OrderNo, p.ExpireAt); return nil })
+		return store.Place(ctx, p)
+	})
+	fmt.Println("placed:", err)
+	again := p // a double submit
+	err = svc.Place(ctx, again, 4, func(ctx context.Context) error { return store.Place(ctx, again) })
+	fmt.Println(errors.Is(err, cancel.ErrSeatUnavailable))
+	held, _ := seats.Held(ctx, "s1", "u1")
+	fmt.Println("seats held:", held)
+	// Output:
+	// placed: <nil>
+	// true
+	// seats held: 2
 }

@@ -5,59 +5,137 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Discrepancy is handed to the host's hook when money arrived for an order
-// that was not payable any more.
-type Discrepancy struct {
-	OrderNo string
-	UserID  string
-	// Status is the order's status when the payment arrived (cancelled).
-	Status expiry.Status
-}
-
-// Service runs cancels and payments across both boundaries. It is the
-// expiry.Canceller the Handler uses, the cancel path of the reconciler, and
-// what a host calls for user cancels and payment callbacks. Safe for
-// concurrent use.
+// Service runs cancels, payments and placements across both boundaries (SQL
+// and the seat store). It is the expiry.Canceller the Handler uses, the cancel
+// path of the reconciler, and what a host calls to place orders, for user
+// cancels and for payment callbacks. Safe for concurrent use.
 type Service struct {
 	store         OrderStore
-	seats         SeatReleaser
-	seller        SeatSeller
+	seats         SeatStore
+	discrepancies DiscrepancyStore
 	obs           expiry.Observer
 	log           *slog.Logger
-	onDiscrepancy func(context.Context, Discrepancy)
+	onDiscrepancy func(context.Context, Discrepancy) error
+	placeTimeout  time.Duration
+	lease         time.Duration
 }
+
+// Defaults of Config.
+const (
+	// PlaceTimeoutDefault bounds a placement's transaction. It must stay
+	// well below the reconciler's grace period (reconcile.GraceDefault): a
+	// lock older than the grace whose order is not in SQL is released as
+	// abandoned, so a transaction still running then would commit an order
+	// whose seats are free.
+	PlaceTimeoutDefault = 20 * time.Second
+	// DiscrepancyLeaseDefault is how long a discrepancy whose hook is
+	// running is left to it before the reconciler tries the hook again; each
+	// hook call is bounded by half of it.
+	DiscrepancyLeaseDefault = 2 * time.Minute
+)
 
 // Config wires a Service. Store and Seats are required.
 type Config struct {
 	Store OrderStore
-	Seats SeatReleaser
-	// Seller marks seats sold after a payment; nil leaves them locked in the
-	// seat store until the reconciler marks them sold.
-	Seller   SeatSeller
-	Observer expiry.Observer // nil: expiry.NopObserver
-	Logger   *slog.Logger    // nil: slog.Default()
-	// OnDiscrepancy is called (synchronously) for every payment that lost to
-	// a cancel, so the host can refund. Nil: logged and counted only.
-	OnDiscrepancy func(context.Context, Discrepancy)
+	Seats SeatStore
+	// Discrepancies records payments that could not be honoured, once per
+	// payment id (cancel/sqlstore's Store). Required with OnDiscrepancy.
+	// Nil (and no hook): each such callback is logged and counted, as often
+	// as the provider repeats it.
+	Discrepancies DiscrepancyStore
+	Observer      expiry.Observer // nil: expiry.NopObserver
+	Logger        *slog.Logger    // nil: slog.Default()
+	// OnDiscrepancy is the host's refund hook: called once per recorded
+	// discrepancy (a new payment id), synchronously in Pay, bounded by half
+	// of DiscrepancyLease. An error (or a crash before it returned) leaves
+	// the record unsettled, and RetryDiscrepancies (the reconciler) calls the
+	// hook again, so it runs at least once per payment id and, keyed by
+	// PaymentID at the provider (an idempotency key), refunds exactly once.
+	OnDiscrepancy func(context.Context, Discrepancy) error
+	// PlaceTimeout bounds the host's transaction in Place; 0:
+	// PlaceTimeoutDefault.
+	PlaceTimeout time.Duration
+	// DiscrepancyLease: see DiscrepancyLeaseDefault; 0: that default.
+	DiscrepancyLease time.Duration
 }
 
-// New returns a Service, or an error naming a missing dependency.
+// New returns a Service, or an error naming the field that is missing or
+// out of range.
 func New(c Config) (*Service, error) {
-	if c.Store == nil {
+	switch {
+	case c.Store == nil:
 		return nil, errors.New("cancel: Config.Store is nil")
-	}
-	if c.Seats == nil {
+	case c.Seats == nil:
 		return nil, errors.New("cancel: Config.Seats is nil")
+	case c.OnDiscrepancy != nil && c.Discrepancies == nil:
+		return nil, errors.New("cancel: Config.OnDiscrepancy needs Config.Discrepancies, so the hook runs once per payment id")
+	case c.PlaceTimeout < 0:
+		return nil, fmt.Errorf("cancel: Config.PlaceTimeout is negative (%v)", c.PlaceTimeout)
+	case c.DiscrepancyLease < 0:
+		return nil, fmt.Errorf("cancel: Config.DiscrepancyLease is negative (%v)", c.DiscrepancyLease)
 	}
-	s := &Service{store: c.Store, seats: c.Seats, seller: c.Seller, obs: expiry.OrNop(c.Observer), log: c.Logger, onDiscrepancy: c.OnDiscrepancy}
+	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: expiry.OrNop(c.Observer),
+		log: c.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if s.placeTimeout == 0 {
+		s.placeTimeout = PlaceTimeoutDefault
+	}
+	if s.lease == 0 {
+		s.lease = DiscrepancyLeaseDefault
+	}
 	return s, nil
+}
+
+// Place places an order: it validates p, locks its seats (limit: the most
+// seats the user may hold in the show, 0 none), then runs insert, the host's
+// transaction, which must insert p (sqlstore's Store.Place does), may insert
+// the host's own rows, and must schedule the expiry message after commit
+// (expiry.Scheduler.InTx, or an after-commit hook of the host's transaction
+// manager). insert gets a context bounded by Config.PlaceTimeout.
+//
+// If insert fails, the seats are released again, with two exceptions: an
+// error wrapping expiry.ErrCommitUnknown (the order may exist: its seats stay
+// locked, and the reconciler releases them after its grace period if it does
+// not), and a failed lock (nothing was locked). Because Lock only succeeds on
+// free seats, the release never touches a live order, even one with the same
+// number (ErrOrderExists: a retry after an unknown commit, a double submit).
+// The error wraps insert's, or the lock's (ErrSeatUnavailable,
+// ErrLimitExceeded, expiry.ErrInvalidID).
+func (s *Service) Place(ctx context.Context, p Placement, limit int, insert func(ctx context.Context) error) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("cancel: place: %w", err)
+	}
+	if limit < 0 {
+		return fmt.Errorf("cancel: place %s: negative limit %d", p.OrderNo, limit)
+	}
+	h := p.Hold()
+	if err := s.seats.Lock(ctx, h, limit); err != nil {
+		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
+	}
+	tctx, done := context.WithTimeout(ctx, s.placeTimeout)
+	err := insert(tctx)
+	done()
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, expiry.ErrCommitUnknown) {
+		s.log.WarnContext(ctx, "placing commit outcome unknown; seats stay locked until the reconciler decides", "order", p.OrderNo, "err", err)
+		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
+	}
+	// The request may be over (a client gone): release anyway.
+	if _, rerr := s.seats.Release(context.WithoutCancel(ctx), h); rerr != nil {
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindReleaseFailed, OrderNo: p.OrderNo, Seats: len(h.Seats), Err: rerr})
+		s.log.ErrorContext(ctx, "seat release failed after a failed placement; the reconciler will release them",
+			"order", p.OrderNo, "err", rerr)
+	}
+	return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
 }
 
 // Cancel cancels one order: the store's transaction, then, if this call
@@ -107,42 +185,108 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 	return s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonUser, UserID: userID})
 }
 
-// Pay records a payment for userID's order (any user's when userID is
-// empty, for callbacks that carry no user). Paying a paid order again changes
-// nothing and is not an error (callbacks repeat). Paying a cancelled order is
-// a discrepancy: nothing changes, the hook is called, and the error wraps
-// ErrDiscrepancy. After the store's transaction the seats are marked sold in
-// the seat store; a failure there is logged and left to the reconciler.
-func (s *Service) Pay(ctx context.Context, orderNo, userID string) (Result, error) {
-	if err := validate(orderNo, userID); err != nil {
-		return Result{}, err
+// Pay records a payment callback. Paying a paid order again with the same
+// payment id changes nothing and is not an error (callbacks repeat). Paying
+// a cancelled order, or a paid one with another payment id, is a
+// discrepancy: nothing changes, it is recorded once per payment id (with
+// Config.Discrepancies) and handed to the refund hook, and the error wraps
+// ErrDiscrepancy (a repeated callback gets it too). After the store's
+// transaction the seats are marked sold in the seat store; a failure there is
+// logged and left to the reconciler.
+func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
+	if err := p.Validate(); err != nil {
+		return Result{}, fmt.Errorf("cancel: %w", err)
 	}
-	res, err := s.store.PayPending(ctx, orderNo, userID)
+	res, err := s.store.PayPending(ctx, p)
 	if err != nil {
 		return res, err
 	}
-	if !res.Changed {
-		if res.Order.Status == expiry.StatusCancelled {
-			d := Discrepancy{OrderNo: orderNo, UserID: res.Order.UserID, Status: res.Order.Status}
-			s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDiscrepancy, OrderNo: orderNo, Reason: "paid_after_" + res.Order.Status.String()})
-			s.log.WarnContext(ctx, "payment for an order that is not payable", "order", orderNo, "status", res.Order.Status)
-			if s.onDiscrepancy != nil {
-				s.onDiscrepancy(ctx, d)
-			}
-			return res, fmt.Errorf("cancel: order %s: %w", orderNo, ErrDiscrepancy)
-		}
+	if res.Changed {
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindPaid, OrderNo: p.OrderNo, Seats: len(res.Seats)})
+		s.sell(ctx, p.OrderNo, res)
 		return res, nil
 	}
-	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindPaid, OrderNo: orderNo, Seats: len(res.Seats)})
-	if s.seller != nil && len(res.Seats) > 0 {
-		hold := Hold{ShowID: res.Order.ShowID, OrderNo: orderNo, UserID: res.Order.UserID, Seats: res.Seats}
-		if _, err := s.seller.Sell(ctx, hold); err != nil {
-			s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSellFailed, OrderNo: orderNo, Seats: len(hold.Seats), Err: err})
-			s.log.ErrorContext(ctx, "marking seats sold failed after payment; the reconciler will mark them",
-				"order", orderNo, "show", hold.ShowID, "err", err)
+	switch {
+	case res.Order.Status == expiry.StatusCancelled,
+		res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID:
+		d := Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: res.Order.Status}
+		return res, s.discrepancy(ctx, d)
+	}
+	return res, nil // the same payment again, or an order still pending (a store that refused)
+}
+
+func (s *Service) sell(ctx context.Context, orderNo string, res Result) {
+	if len(res.Seats) == 0 {
+		return
+	}
+	hold := Hold{ShowID: res.Order.ShowID, OrderNo: orderNo, UserID: res.Order.UserID, Seats: res.Seats}
+	if _, err := s.seats.Sell(ctx, hold); err != nil {
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSellFailed, OrderNo: orderNo, Seats: len(hold.Seats), Err: err})
+		s.log.ErrorContext(ctx, "marking seats sold failed after payment; the reconciler will mark them",
+			"order", orderNo, "show", hold.ShowID, "err", err)
+	}
+}
+
+// discrepancy records d (once per payment id), counts it and runs the hook
+// for a new record. It returns an error wrapping ErrDiscrepancy, or the
+// store's error when d could not be recorded (the provider's retry will
+// record it).
+func (s *Service) discrepancy(ctx context.Context, d Discrepancy) error {
+	if s.discrepancies != nil {
+		recorded, err := s.discrepancies.RecordDiscrepancy(ctx, d)
+		if err != nil {
+			return fmt.Errorf("cancel: order %s: record discrepancy of payment %s: %w", d.OrderNo, d.PaymentID, err)
+		}
+		if !recorded {
+			return fmt.Errorf("cancel: order %s: payment %s (recorded before): %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
 		}
 	}
-	return res, nil
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDiscrepancy, OrderNo: d.OrderNo, Reason: "paid_after_" + d.Status.String()})
+	s.log.WarnContext(ctx, "payment for an order that is not payable", "order", d.OrderNo, "payment", d.PaymentID, "status", d.Status)
+	if s.onDiscrepancy != nil {
+		s.runHook(ctx, d)
+	}
+	return fmt.Errorf("cancel: order %s: payment %s: %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
+}
+
+// runHook calls the refund hook for d and settles d when it succeeds.
+func (s *Service) runHook(ctx context.Context, d Discrepancy) bool {
+	hctx, done := context.WithTimeout(context.WithoutCancel(ctx), s.lease/2)
+	defer done()
+	if err := s.onDiscrepancy(hctx, d); err != nil {
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindHookFailed, OrderNo: d.OrderNo, Err: err})
+		s.log.ErrorContext(ctx, "refund hook failed; the reconciler will call it again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
+		return false
+	}
+	if err := s.discrepancies.SettleDiscrepancy(hctx, d.PaymentID); err != nil {
+		s.log.ErrorContext(ctx, "refund hook ran but could not be recorded; it will be called again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
+		return false
+	}
+	return true
+}
+
+// RetryDiscrepancies calls the refund hook again for up to limit recorded
+// discrepancies whose hook failed, or was interrupted by a crash, at least a
+// lease ago (Config.DiscrepancyLease). It returns how many hooks succeeded.
+// The reconciler calls it every round; without a hook it does nothing.
+func (s *Service) RetryDiscrepancies(ctx context.Context, limit int) (int, error) {
+	if s.onDiscrepancy == nil || limit <= 0 {
+		return 0, nil
+	}
+	ds, err := s.discrepancies.ClaimDiscrepancies(ctx, s.lease, limit)
+	if err != nil {
+		return 0, fmt.Errorf("cancel: claim discrepancies: %w", err)
+	}
+	settled := 0
+	for _, d := range ds {
+		if ctx.Err() != nil {
+			break
+		}
+		if s.runHook(ctx, d) {
+			settled++
+		}
+	}
+	return settled, ctx.Err()
 }
 
 func validate(orderNo, userID string) error {

@@ -3,6 +3,7 @@ package cancel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -36,28 +37,43 @@ func (e *events) n(k expiry.Kind) int {
 }
 
 type env struct {
-	store *fake.Store
-	seats *fake.Seats
-	svc   *cancel.Service
-	ev    *events
-	disc  []cancel.Discrepancy
+	store   *fake.Store
+	seats   *fake.Seats
+	svc     *cancel.Service
+	ev      *events
+	mu      sync.Mutex
+	disc    []cancel.Discrepancy
+	hookErr error // what the refund hook answers
 }
 
 func newEnv(t *testing.T) *env {
 	e := &env{store: fake.NewStore(nil), seats: fake.NewSeats(nil), ev: &events{}}
 	var err error
-	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Seller: e.seats, Observer: e.ev,
-		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) { e.disc = append(e.disc, d) }})
+	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Observer: e.ev,
+		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.disc = append(e.disc, d)
+			return e.hookErr
+		}})
 	require.NoError(t, err)
 	return e
 }
 
+func (e *env) hooked() []cancel.Discrepancy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]cancel.Discrepancy(nil), e.disc...)
+}
+
 func (e *env) place(t *testing.T, no, user string, ttl time.Duration) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: "s", Seats: []string{no + "a", no + "b"}, ExpireAt: time.Now().Add(ttl)}
-	_, err := e.seats.Lock(context.Background(), p.Hold(), 0)
-	require.NoError(t, err)
-	require.NoError(t, e.store.Place(context.Background(), p))
+	require.NoError(t, e.svc.Place(context.Background(), p, 0, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
 	return p
+}
+
+func pay(no, user, id string) cancel.Payment {
+	return cancel.Payment{OrderNo: no, UserID: user, PaymentID: id}
 }
 
 func TestCancelReleasesAfterCommit(t *testing.T) {
@@ -96,7 +112,7 @@ func TestUserCancelOwnership(t *testing.T) {
 	assert.ErrorIs(t, err, cancel.ErrNotOwner)
 	_, err = e.svc.UserCancel(context.Background(), "o1", "")
 	assert.ErrorIs(t, err, expiry.ErrInvalidID)
-	_, err = e.svc.Pay(context.Background(), "o1", "mallory")
+	_, err = e.svc.Pay(context.Background(), pay("o1", "mallory", "p1"))
 	assert.ErrorIs(t, err, cancel.ErrNotOwner)
 	o, _ := e.store.Order(context.Background(), "o1")
 	assert.Equal(t, expiry.StatusPending, o.Status)
@@ -108,10 +124,10 @@ func TestPayLosesToCancel(t *testing.T) {
 	ok, _, err := e.svc.Timeout(context.Background(), "o1")
 	require.NoError(t, err)
 	require.True(t, ok)
-	res, err := e.svc.Pay(context.Background(), "o1", "u1")
+	res, err := e.svc.Pay(context.Background(), pay("o1", "u1", "p1"))
 	assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
 	assert.False(t, res.Changed)
-	assert.Equal(t, []cancel.Discrepancy{{OrderNo: "o1", UserID: "u1", Status: expiry.StatusCancelled}}, e.disc)
+	assert.Equal(t, []cancel.Discrepancy{{PaymentID: "p1", OrderNo: "o1", UserID: "u1", Status: expiry.StatusCancelled}}, e.hooked())
 	assert.Equal(t, 1, e.ev.n(expiry.KindDiscrepancy))
 	show, _ := e.seats.Show(context.Background(), "s")
 	assert.Empty(t, show, "no seat sold to a cancelled order")
@@ -120,13 +136,14 @@ func TestPayLosesToCancel(t *testing.T) {
 func TestPayTwiceIsQuiet(t *testing.T) {
 	e := newEnv(t)
 	e.place(t, "o1", "u1", time.Hour)
-	res, err := e.svc.Pay(context.Background(), "o1", "")
+	res, err := e.svc.Pay(context.Background(), pay("o1", "", "p1"))
 	require.NoError(t, err)
 	assert.True(t, res.Changed)
-	res, err = e.svc.Pay(context.Background(), "o1", "")
+	res, err = e.svc.Pay(context.Background(), pay("o1", "", "p1"))
 	require.NoError(t, err, "a repeated callback is not a discrepancy")
 	assert.False(t, res.Changed)
-	assert.Empty(t, e.disc)
+	assert.Equal(t, "p1", res.PaymentID)
+	assert.Empty(t, e.hooked())
 	show, _ := e.seats.Show(context.Background(), "s")
 	assert.Equal(t, expiry.StatusPaid, show["o1a"].Status)
 	held, _ := e.seats.Held(context.Background(), "s", "u1")
@@ -138,8 +155,10 @@ func TestInvalidInput(t *testing.T) {
 	for _, no := range []string{"", "a{b}", "x'--", "\x00"} {
 		_, err := e.svc.Cancel(context.Background(), cancel.Request{OrderNo: no, Reason: cancel.ReasonUser})
 		assert.ErrorIs(t, err, expiry.ErrInvalidID)
-		_, err = e.svc.Pay(context.Background(), no, "")
+		_, err = e.svc.Pay(context.Background(), pay(no, "", "p1"))
 		assert.ErrorIs(t, err, expiry.ErrInvalidID)
+		_, err = e.svc.Pay(context.Background(), pay("ok1", "", no))
+		assert.ErrorIs(t, err, expiry.ErrInvalidID, "payment id %q", no)
 	}
 	e.place(t, "ok1", "u1", time.Hour)
 	for _, r := range []cancel.Reason{"", "far-too-long-a-reason", "bad reason"} {
@@ -150,6 +169,10 @@ func TestInvalidInput(t *testing.T) {
 	assert.Error(t, err)
 	_, err = cancel.New(cancel.Config{Store: e.store})
 	assert.Error(t, err)
+	_, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, OnDiscrepancy: func(context.Context, cancel.Discrepancy) error { return nil }})
+	assert.ErrorContains(t, err, "Discrepancies", "a hook without a record would run once per callback")
+	_, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, PlaceTimeout: -time.Second})
+	assert.ErrorContains(t, err, "PlaceTimeout")
 }
 
 func TestSellFailureIsNotAnError(t *testing.T) {
@@ -161,8 +184,136 @@ func TestSellFailureIsNotAnError(t *testing.T) {
 		}
 		return nil
 	}
-	res, err := e.svc.Pay(context.Background(), "o1", "u1")
+	res, err := e.svc.Pay(context.Background(), pay("o1", "u1", "p1"))
 	require.NoError(t, err, "the payment is recorded; Redis is repaired later")
 	assert.True(t, res.Changed)
 	assert.Equal(t, 1, e.ev.n(expiry.KindSellFailed))
+}
+
+// I9: a provider repeats a callback that was answered with an error; the
+// refund hook must run once per payment, not once per callback.
+func TestDiscrepancyHookOncePerPayment(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o1", "u1", -time.Second)
+	ok, _, err := e.svc.Timeout(context.Background(), "o1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	for i := 0; i < 3; i++ {
+		_, err := e.svc.Pay(context.Background(), pay("o1", "u1", "p1"))
+		assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
+	}
+	assert.Len(t, e.hooked(), 1, "the hook runs once for one payment repeated three times")
+	assert.Equal(t, 1, e.ev.n(expiry.KindDiscrepancy), "counted once per payment")
+}
+
+// A second payment for a paid order (the buyer paid twice) is a discrepancy
+// of its own; the first payment stands.
+func TestSecondPaymentIsADiscrepancy(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o1", "u1", time.Hour)
+	_, err := e.svc.Pay(context.Background(), pay("o1", "u1", "p1"))
+	require.NoError(t, err)
+	for i := 0; i < 2; i++ {
+		res, err := e.svc.Pay(context.Background(), pay("o1", "u1", "p2"))
+		assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
+		assert.Equal(t, "p1", res.PaymentID, "the first payment paid the order")
+	}
+	assert.Equal(t, []cancel.Discrepancy{{PaymentID: "p2", OrderNo: "o1", UserID: "u1", Status: expiry.StatusPaid}}, e.hooked())
+}
+
+// I9 across failures: a hook that fails is not settled; a retry after the
+// lease calls it again, and once it succeeded never again.
+func TestFailedHookIsRetried(t *testing.T) {
+	ctx := context.Background()
+	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
+	var mu sync.Mutex
+	calls, fail := 0, true
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, DiscrepancyLease: time.Nanosecond,
+		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if fail {
+				return errors.New("provider down")
+			}
+			return nil
+		}})
+	require.NoError(t, err)
+	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"a"}, ExpireAt: time.Now().Add(-time.Second)}
+	require.NoError(t, svc.Place(ctx, p, 0, func(ctx context.Context) error { return store.Place(ctx, p) }))
+	_, _, err = svc.Timeout(ctx, "o1")
+	require.NoError(t, err)
+	_, err = svc.Pay(ctx, pay("o1", "u1", "p1"))
+	require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+	n, err := svc.RetryDiscrepancies(ctx, 10)
+	require.NoError(t, err)
+	assert.Zero(t, n, "still failing")
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	require.Eventually(t, func() bool { // the lease is a nanosecond of the store's clock
+		n, err := svc.RetryDiscrepancies(ctx, 10)
+		return err == nil && n == 1
+	}, 5*time.Second, time.Millisecond)
+	n, err = svc.RetryDiscrepancies(ctx, 10)
+	require.NoError(t, err)
+	assert.Zero(t, n, "settled: never called again")
+	_, err = svc.Pay(ctx, pay("o1", "u1", "p1"))
+	require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 3, calls, "the first try, the failed retry, the successful one; the repeated callback adds none")
+}
+
+// The placing sequence owned by the library: a failed insert gives the seats
+// back; an order number placed again (a retry, a double submit) never frees
+// the live order's seats (I2, I8); an unknown commit keeps them.
+func TestPlace(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	live := e.place(t, "o1", "u1", time.Hour)
+	insert := func(p cancel.Placement) func(context.Context) error {
+		return func(ctx context.Context) error { return e.store.Place(ctx, p) }
+	}
+
+	again := live // a retry after an unknown commit: same seats
+	err := e.svc.Place(ctx, again, 0, insert(again))
+	assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "the seats are the live order's")
+	other := cancel.Placement{OrderNo: "o1", UserID: "u2", ShowID: "s", Seats: []string{"x1"}, ExpireAt: live.ExpireAt}
+	err = e.svc.Place(ctx, other, 0, insert(other)) // the same number, other seats
+	assert.ErrorIs(t, err, cancel.ErrOrderExists)
+	show, _ := e.seats.Show(ctx, "s")
+	for _, s := range live.Seats {
+		assert.Equal(t, "o1", show[s].OrderNo, "the live order keeps its seats")
+	}
+	assert.NotContains(t, show, "x1", "the failed placement's seat is free again")
+	for user, want := range map[string]int{"u1": 2, "u2": 0} {
+		n, _ := e.seats.Held(ctx, "s", user)
+		assert.Equal(t, want, n, "I8 for %s", user)
+	}
+
+	unknown := cancel.Placement{OrderNo: "o2", UserID: "u1", ShowID: "s", Seats: []string{"y1"}, ExpireAt: live.ExpireAt}
+	err = e.svc.Place(ctx, unknown, 0, func(ctx context.Context) error {
+		return fmt.Errorf("%w: connection reset", expiry.ErrCommitUnknown)
+	})
+	assert.ErrorIs(t, err, expiry.ErrCommitUnknown)
+	show, _ = e.seats.Show(ctx, "s")
+	assert.Equal(t, "o2", show["y1"].OrderNo, "the order may exist: its seat stays locked")
+
+	dup := cancel.Placement{OrderNo: "o3", UserID: "u1", ShowID: "s", Seats: []string{"z1", "z1"}, ExpireAt: live.ExpireAt}
+	err = e.svc.Place(ctx, dup, 0, insert(dup))
+	assert.ErrorIs(t, err, expiry.ErrInvalidID, "a seat listed twice")
+
+	var seen time.Duration
+	slow := cancel.Placement{OrderNo: "o4", UserID: "u1", ShowID: "s", Seats: []string{"w1"}, ExpireAt: live.ExpireAt}
+	err = e.svc.Place(ctx, slow, 0, func(ctx context.Context) error {
+		d, ok := ctx.Deadline()
+		require.True(t, ok, "the host's transaction is bounded")
+		seen = time.Until(d)
+		return errors.New("rolled back")
+	})
+	assert.Error(t, err)
+	assert.LessOrEqual(t, seen, cancel.PlaceTimeoutDefault)
+	show, _ = e.seats.Show(ctx, "s")
+	assert.NotContains(t, show, "w1")
 }

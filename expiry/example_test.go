@@ -32,7 +32,7 @@ func Example() {
 	sched, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Clock: clock})
 
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(15 * time.Minute)}
-	_, _ = seats.Lock(ctx, p.Hold(), 4)
+	_ = seats.Lock(ctx, p.Hold(), 4)
 	_ = store.Place(ctx, p)                    // in a host: inside its SQL transaction…
 	sched.Schedule(ctx, p.OrderNo, p.ExpireAt) // …and this after commit
 

@@ -22,11 +22,13 @@ type OrderLookup interface {
 //
 // Timeout cancels orderNo only if it is still pending and due by the store's
 // clock. It returns true when this call cancelled it. Otherwise it returns
-// false and the order as the store found it (ReadAt set), which says why:
+// false and the order as the store found it (No and ReadAt set), which says why:
 // already paid or cancelled, or pending and not due yet. A missing order is
 // an error wrapping ErrNotFound; other errors are transient. It is
 // idempotent and safe for concurrent use: of any number of concurrent calls
-// at most one returns true.
+// at most one returns true. An answer of false with an Order whose No is not
+// orderNo (a zero Order) and no error is a broken Canceller: the Handler
+// reports it as a failure instead of re-arming on it.
 type Canceller interface {
 	Timeout(ctx context.Context, orderNo string) (cancelled bool, o Order, err error)
 }
@@ -118,6 +120,10 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 		return OutcomeFailed, fmt.Errorf("expiry: cancel order %s: %w", m.OrderNo, err)
 	case cancelled:
 		return OutcomeCancelled, nil
+	case o.No != m.OrderNo:
+		// Not the order it was asked about (a zero Order, say): re-arming on
+		// it would spin every minRearm for ever.
+		return OutcomeFailed, fmt.Errorf("expiry: order %s: the canceller answered with order %q and no error", m.OrderNo, o.No)
 	case o.Status != StatusPending:
 		return OutcomeFinal, nil
 	default: // pending, not due by the store's clock

@@ -36,7 +36,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	// Logs are formatted as in production (text, Info level: Debug is off)
 	// but thrown away.
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Seller: e.seats, Logger: log})
+	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func (e *benchEnv) place(b *testing.B, prefix string, n int, expireAt time.Time)
 	for i := range nos {
 		no := fmt.Sprintf("%s-%d", prefix, i)
 		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "show1", Seats: []string{no + "-a", no + "-b"}, ExpireAt: expireAt}
-		if _, err := e.seats.Lock(ctx, p.Hold(), 0); err != nil {
+		if err := e.seats.Lock(ctx, p.Hold(), 0); err != nil {
 			b.Fatal(err)
 		}
 		if err := e.store.Place(ctx, p); err != nil {

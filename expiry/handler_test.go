@@ -73,7 +73,7 @@ func newWorld(t *testing.T) *world {
 	w.store = fake.NewStore(w.clock.Now)
 	w.seats = fake.NewSeats(w.clock.Now)
 	var err error
-	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Seller: w.seats, Observer: w.rec})
+	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Observer: w.rec})
 	require.NoError(t, err)
 	w.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.rec, Observer: w.rec})
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func newWorld(t *testing.T) *world {
 // place puts an order due in ttl, with its seats locked, as a host would.
 func (w *world) place(t *testing.T, no string, ttl time.Duration) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: w.userID, ShowID: "show", Seats: []string{no + "-a", no + "-b"}, ExpireAt: w.clock.Now().Add(ttl)}
-	_, err := w.seats.Lock(context.Background(), p.Hold(), 0)
+	err := w.seats.Lock(context.Background(), p.Hold(), 0)
 	require.NoError(t, err)
 	require.NoError(t, w.store.Place(context.Background(), p))
 	return p
@@ -126,7 +126,7 @@ func TestHandlerArticleCases(t *testing.T) {
 	t.Run("paid order is ignored", func(t *testing.T) {
 		w := newWorld(t)
 		p := w.place(t, "o1", time.Minute)
-		_, err := w.svc.Pay(ctx, "o1", w.userID)
+		_, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: "o1", UserID: w.userID, PaymentID: "pay-1"})
 		require.NoError(t, err)
 		w.clock.Advance(2 * time.Minute)
 		out, err := w.h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1})
@@ -161,7 +161,7 @@ func TestHandlerArticleCases(t *testing.T) {
 		// Another order takes one of the freed seats: a second release of o1
 		// must not touch it.
 		q := cancel.Placement{OrderNo: "o2", UserID: "u2", ShowID: "show", Seats: []string{"o1-a"}, ExpireAt: w.clock.Now().Add(time.Hour)}
-		_, err = w.seats.Lock(ctx, q.Hold(), 0)
+		err = w.seats.Lock(ctx, q.Hold(), 0)
 		require.NoError(t, err)
 		out, err = w.h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1})
 		require.NoError(t, err)
@@ -261,4 +261,23 @@ func TestOutcomeAndKindNames(t *testing.T) {
 	assert.Equal(t, "unknown", expiry.Kind(0).String())
 	assert.Equal(t, "cancelled", expiry.StatusCancelled.String())
 	assert.Equal(t, "status(7)", expiry.Status(7).String())
+}
+
+type zeroCanceller struct{}
+
+func (zeroCanceller) Timeout(context.Context, string) (bool, expiry.Order, error) {
+	return false, expiry.Order{}, nil
+}
+
+// A Canceller that answers with a zero Order (not a pending order it read)
+// is broken: the handler must report it, not re-arm the message every 100 ms
+// for ever.
+func TestHandlerZeroOrderIsAnError(t *testing.T) {
+	rec := &recorder{}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: zeroCanceller{}, Sender: rec})
+	require.NoError(t, err)
+	out, err := h.Handle(context.Background(), expiry.Message{OrderNo: "o1", Hop: 1})
+	assert.Error(t, err)
+	assert.NotEqual(t, expiry.OutcomeRearmed, out)
+	assert.Empty(t, rec.sent, "nothing re-armed")
 }

@@ -27,7 +27,9 @@ const (
 	// KindPaid: this process marked an order paid; Seats.
 	KindPaid
 	// KindDiscrepancy: a payment arrived for an order that was already
-	// cancelled (or otherwise not payable); Reason. The host's hook refunds.
+	// cancelled, or paid by another payment; Reason. Counted once per
+	// payment id when the cancel service has a DiscrepancyStore; the host's
+	// hook refunds.
 	KindDiscrepancy
 	// KindBadMessage: a message could not be decoded or named an invalid
 	// order; it was acknowledged and dropped. Err.
@@ -38,9 +40,16 @@ const (
 	// KindSellFailed: seats of a paid order could not be marked sold in the
 	// seat store; Err, Seats. The reconciler repairs it.
 	KindSellFailed
+	// KindHookFailed: the host's refund hook returned an error for a
+	// recorded discrepancy; Err. The reconciler calls it again.
+	KindHookFailed
+	// KindSkipped: the reconciler could not finish an order's work (its
+	// cancel failed or timed out) and skipped it for now, with a backoff, so
+	// that it does not hold the others back; Reason ("cancel"), Err.
+	KindSkipped
 )
 
-var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed"}
+var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped"}
 
 // String returns the kind's snake_case name, suitable as a metric label.
 func (k Kind) String() string {

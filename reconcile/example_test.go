@@ -11,17 +11,24 @@ import (
 )
 
 // An order whose expiry message was lost is cancelled by the next round.
-// (The in-memory stores stand in for cancel/sqlstore and cancel/redisseat;
-// hosts pass the same Store and Seats to every field that takes them.)
+// (The in-memory stores stand in for cancel/sqlstore and cancel/redisseat.)
 func Example() {
 	ctx := context.Background()
 	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
-	svc, _ := cancel.New(cancel.Config{Store: store, Seats: seats})
-	r, _ := reconcile.New(reconcile.Config{Expired: store, Canceller: svc, Locks: seats, Orders: store, Seats: seats, Seller: seats})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
+	if err != nil {
+		panic(err)
+	}
+	r, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc})
+	if err != nil {
+		panic(err)
+	}
 
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1", "r1c2"}, ExpireAt: time.Now().Add(-time.Minute)}
-	_, _ = seats.Lock(ctx, p.Hold(), 0)
-	_ = store.Place(ctx, p) // …and the message was never sent
+	// …placed, and its expiry message was never sent.
+	if err := svc.Place(ctx, p, 0, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+		panic(err)
+	}
 
 	rep, _ := r.Round(ctx)
 	fmt.Println("expired:", rep.Expired)

@@ -1,25 +1,35 @@
 // Package reconcile repairs what the message path lost, in bounded rounds.
 //
 // SQL is the source of truth; Redis seat state is rebuilt from it. A round
-// runs two scans:
+// runs these passes, each bounded by Config.MaxPerRound, each run even when
+// another failed (their errors are joined):
 //
-//   - #1 expired: orders still pending past expire_at (by the database's
-//     clock) go through the same cancel path as a timeout (a lost or
-//     unsent message, a crash after commit);
-//   - #4 seat locks: seats locked in Redis whose order is no longer pending
-//     are fixed: released when the order is cancelled, or missing for longer
-//     than a grace period (a crash between the Redis lock and the SQL commit);
-//     marked sold when the order is paid (a lost Sell);
-//   - and, when the seat store says it lost its data, a rebuild: every seat
-//     claimed in SQL by a pending or paid order is given back its lock or
-//     sale and its user's counter (Config.Claims and Config.Restorer); each
-//     batch is then checked against SQL again, so a cancel that committed
-//     while the batch was being restored does not leave its seats locked.
+//   - expired orders (scan #1): orders still pending past expire_at by the
+//     database's clock go through the same cancel path as a timeout (a lost
+//     or unsent message, a crash after commit). Each cancel is bounded by
+//     Config.OrderTimeout; one that fails is skipped, counted and retried
+//     with a backoff, so one stuck order never holds the others back (I12).
+//     When the pass hits its bound, Run starts the next round at once, so a
+//     backlog drains at the cancel path's rate, not a batch per interval;
+//   - claims (scan #2): SQL's seat claims of pending and paid orders are
+//     given to the seat store, which fills the seats it lacks (a lost lock,
+//     a show evicted or lost in a partial failure). When the seat store says
+//     it lost all its data (its marker is gone) this is the rebuild, marked
+//     complete under a token so a second loss during it starts it over;
+//     otherwise the pass goes on slowly, round after round. Each batch that
+//     restored anything is then checked against SQL again, so a cancel that
+//     committed meanwhile does not leave its seats locked;
+//   - seat locks (scan #4): seats locked in Redis whose order is no longer
+//     pending are fixed: released when the order is cancelled, or missing
+//     for longer than Config.Grace by the seat store's clock (a crash between
+//     the lock and the SQL commit); marked sold when the order is paid;
+//   - refunds: recorded discrepancies whose refund hook failed or was
+//     interrupted are handed to the hook again (I9).
 //
 // Every action is a compare-and-set (the SQL cancel) or a script that checks
 // the seat is still locked by that order, so several hosts may run rounds at
-// once: they waste a little work, never correctness. Rounds are bounded (a
-// batch size and a maximum per round) and stop when the context is done.
+// once: they waste a little work, never correctness. Rounds stop when the
+// context is done.
 package reconcile
 
 import (
@@ -37,10 +47,14 @@ import (
 // ExpiredFinder finds pending orders that are past due.
 //
 // Expired returns up to limit numbers of orders that are pending and past
-// expire_at by the store's clock, oldest first, following an index (never a
-// full scan). Safe for concurrent use; errors are transient.
+// expire_at by the store's clock, in (expire_at, order number) order,
+// strictly after cursor ("" starts), following an index (never a full scan),
+// and the cursor to continue from ("" when fewer than limit were returned).
+// Keyset paging lets a round go past orders it skips (one whose cancel keeps
+// failing) instead of meeting them first in every batch. Safe for
+// concurrent use; errors are transient.
 type ExpiredFinder interface {
-	Expired(ctx context.Context, limit int) ([]string, error)
+	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
 }
 
 // StatusReader reads the status of many orders at once.
@@ -70,101 +84,152 @@ type ClaimScanner interface {
 
 // SeatRestorer rebuilds the seat store from SQL after it lost its data.
 //
-// Lost reports that it did (its marker is gone). Restore gives each claim's
+// Lost reports that it did (its marker is gone) and names the rebuild with a
+// token: every caller gets the same token until MarkRestored succeeds or the
+// store loses its data again (a new token then). Restore gives each claim's
 // seat its state if the seat is free (and counts it for the user); it is
-// idempotent. MarkRestored records a completed rebuild. Safe for concurrent
-// use.
+// idempotent. MarkRestored records a completed rebuild under token, only if
+// token is still current (atomically); otherwise it returns an error
+// wrapping cancel.ErrRestoreInterrupted and the rebuild starts over, so a
+// second loss during a rebuild is never marked restored over a half-empty
+// store. Safe for concurrent use.
 type SeatRestorer interface {
-	Lost(ctx context.Context) (bool, error)
+	Lost(ctx context.Context) (token string, lost bool, err error)
 	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
-	MarkRestored(ctx context.Context) error
+	MarkRestored(ctx context.Context, token string) error
 }
 
-// Canceller is the cancel path; *cancel.Service implements it.
-type Canceller interface {
+// Orders is the SQL side the reconciler reads; cancel/sqlstore's Store
+// implements it.
+type Orders interface {
+	ExpiredFinder
+	StatusReader
+	ClaimScanner
+}
+
+// Seats is the seat side the reconciler scans and repairs;
+// cancel/redisseat's Seats implements it.
+type Seats interface {
+	LockScanner
+	cancel.SeatReleaser
+	cancel.SeatSeller
+	SeatRestorer
+}
+
+// Service is the cancel path and the refund retries; *cancel.Service
+// implements it.
+//
+// Cancel is cancel.Service.Cancel. RetryDiscrepancies hands up to limit
+// recorded discrepancies whose refund hook failed back to the hook and
+// returns how many succeeded.
+type Service interface {
 	Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error)
+	RetryDiscrepancies(ctx context.Context, limit int) (int, error)
 }
 
-// Config wires a Reconciler. Expired, Canceller, Locks, Orders and Seats are
-// required; Seller is optional (paid orders' locks are then left alone).
+// Defaults of Config.
+const (
+	BatchDefault        = 200
+	WorkersDefault      = 4
+	MaxPerRoundDefault  = 5000
+	GraceDefault        = time.Minute
+	OrderTimeoutDefault = 10 * time.Second
+	// BackoffMin and BackoffMax bound the wait before a skipped order is
+	// tried again: it starts at BackoffMin and doubles with every failure.
+	BackoffMin = 10 * time.Second
+	BackoffMax = 5 * time.Minute
+)
+
+// Config wires a Reconciler. Orders, Seats and Service are required; zero
+// numbers take the defaults above, negative ones are refused.
 type Config struct {
-	Expired   ExpiredFinder
-	Canceller Canceller
-	Locks     LockScanner
-	Orders    StatusReader
-	Seats     cancel.SeatReleaser
-	Seller    cancel.SeatSeller
-	// Claims and Restorer, both or neither, rebuild the seat store from SQL
-	// when it lost its data (cancel/sqlstore and cancel/redisseat). Each
-	// restored batch is checked against SQL again, so a seat restored for an
-	// order that a cancel or payment decided meanwhile is released or sold
-	// in the same round (a decision after the check finds the restored lock
-	// itself).
-	Claims   ClaimScanner
-	Restorer SeatRestorer
-	// Batch is how many orders or seat entries one query handles; 0: 200.
+	Orders  Orders
+	Seats   Seats
+	Service Service
+	// Batch is how many orders, claims or seat entries one query handles.
 	Batch int
-	// Workers is how many expired orders are cancelled at once; 0: 4.
+	// Workers is how many expired orders are cancelled at once.
 	Workers int
-	// MaxPerRound bounds the orders cancelled and the seat entries examined
-	// in one round (each); 0: 5000.
+	// MaxPerRound bounds the orders, claims and seat entries each pass
+	// handles in one round.
 	MaxPerRound int
-	// Grace is how long a seat lock whose order does not exist is left alone:
-	// longer than any placing transaction takes to commit after its seats are
-	// locked. 0: one minute.
-	Grace    time.Duration
-	Observer expiry.Observer // nil: expiry.NopObserver
-	Logger   *slog.Logger    // nil: slog.Default()
-	Now      func() time.Time
+	// Grace is how long a seat lock whose order does not exist is left alone,
+	// measured by the seat store's clock: longer than any placing
+	// transaction takes to commit after its seats are locked (keep
+	// cancel.Config.PlaceTimeout well below it).
+	Grace time.Duration
+	// OrderTimeout bounds the cancel of one expired order; one that takes
+	// longer (a row held by a stuck transaction) is skipped for now.
+	OrderTimeout time.Duration
+	Observer     expiry.Observer // nil: expiry.NopObserver
+	Logger       *slog.Logger    // nil: slog.Default()
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Orders == nil:
+		return errors.New("reconcile: Config.Orders is nil")
+	case c.Seats == nil:
+		return errors.New("reconcile: Config.Seats is nil")
+	case c.Service == nil:
+		return errors.New("reconcile: Config.Service is nil")
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"Batch", int64(c.Batch)}, {"Workers", int64(c.Workers)}, {"MaxPerRound", int64(c.MaxPerRound)},
+		{"Grace", int64(c.Grace)}, {"OrderTimeout", int64(c.OrderTimeout)}} {
+		if f.v < 0 {
+			return fmt.Errorf("reconcile: Config.%s is negative (%d)", f.name, f.v)
+		}
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Batch, BatchDefault)
+	def(&c.Workers, WorkersDefault)
+	def(&c.MaxPerRound, MaxPerRoundDefault)
+	if c.Grace == 0 {
+		c.Grace = GraceDefault
+	}
+	if c.OrderTimeout == 0 {
+		c.OrderTimeout = OrderTimeoutDefault
+	}
+	return nil
 }
 
 // Reconciler runs reconcile rounds. Round may be called from several
-// goroutines or hosts at once; the cursor of the seat-lock pass is kept
-// between rounds so that a large seat store is covered over several rounds.
+// goroutines or hosts at once; the cursors of the passes are kept between
+// rounds so that large stores are covered over several rounds.
 type Reconciler struct {
-	c      Config
-	obs    expiry.Observer
-	log    *slog.Logger
-	mu     sync.Mutex
-	cursor string
-	// restoring is the cursor of a rebuild in progress ("" with rebuilding
-	// false: none).
-	restoring  string
-	rebuilding bool
+	c   Config
+	obs expiry.Observer
+	log *slog.Logger
+
+	mu      sync.Mutex
+	cursor  string // scan #4's
+	claims  string // scan #2's
+	token   string // the rebuild in progress ("": none)
+	backoff map[string]backoff
 }
 
-// New returns a Reconciler, or an error naming a missing dependency.
+// backoff paces the retries of one order whose cancel failed. It uses this
+// host's monotonic clock only to pace its own work: no decision about the
+// order depends on it.
+type backoff struct {
+	until time.Time
+	wait  time.Duration
+}
+
+// New returns a Reconciler, or an error naming the field that is missing or
+// out of range.
 func New(c Config) (*Reconciler, error) {
-	switch {
-	case c.Expired == nil:
-		return nil, errors.New("reconcile: Config.Expired is nil")
-	case c.Canceller == nil:
-		return nil, errors.New("reconcile: Config.Canceller is nil")
-	case c.Locks == nil:
-		return nil, errors.New("reconcile: Config.Locks is nil")
-	case c.Orders == nil:
-		return nil, errors.New("reconcile: Config.Orders is nil")
-	case c.Seats == nil:
-		return nil, errors.New("reconcile: Config.Seats is nil")
-	case (c.Claims == nil) != (c.Restorer == nil):
-		return nil, errors.New("reconcile: Config.Claims and Config.Restorer go together")
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	if c.Batch <= 0 {
-		c.Batch = 200
-	}
-	if c.MaxPerRound <= 0 {
-		c.MaxPerRound = 5000
-	}
-	if c.Workers <= 0 {
-		c.Workers = 4
-	}
-	if c.Grace <= 0 {
-		c.Grace = time.Minute
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	r := &Reconciler{c: c, obs: expiry.OrNop(c.Observer), log: c.Logger}
+	r := &Reconciler{c: c, obs: expiry.OrNop(c.Observer), log: c.Logger, backoff: map[string]backoff{}}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -175,82 +240,88 @@ func New(c Config) (*Reconciler, error) {
 type Report struct {
 	Expired   int // orders cancelled by scan #1
 	LostRaces int // expired orders someone else decided first
-	Locks     int // seat locks found by scan #4
-	Released  int // seats released by scan #4 (or by a rebuild's re-check)
-	Sold      int // seats marked sold by scan #4 (or by a rebuild's re-check)
-	Restored  int // seats given back their state by a rebuild from SQL
+	// Skipped counts expired orders left for a later round: their cancel
+	// failed or timed out in this round, or they are waiting out a backoff.
+	Skipped  int
+	Locks    int // seat locks found by scan #4
+	Released int // seats released by scan #4 (or by scan #2's re-check)
+	Sold     int // seats marked sold by scan #4 (or by scan #2's re-check)
+	Restored int // seats given back their state from SQL by scan #2
+	Refunds  int // refund hooks that succeeded on a retry
+	// More is true when scan #1 stopped at MaxPerRound with more orders
+	// possibly due: Run starts the next round at once.
+	More bool
+	// Rebuilt is true when this round completed a rebuild of the seat store.
+	Rebuilt bool
 	// Complete is true when scan #4 finished a pass over the seat store.
 	Complete bool
 }
 
-// Round runs scan #1 then scan #4, each bounded by MaxPerRound. An error
-// stops the round; what was done before it is in the Report.
+// Round runs every pass once. Each pass runs even when an earlier one
+// failed; the error joins theirs, and the Report counts what was done.
 func (r *Reconciler) Round(ctx context.Context) (Report, error) {
 	var rep Report
-	if err := r.expired(ctx, &rep); err != nil {
-		return rep, err
-	}
-	if err := r.restore(ctx, &rep); err != nil {
-		return rep, err
-	}
-	err := r.locks(ctx, &rep)
-	return rep, err
+	errs := []error{r.expired(ctx, &rep), r.restore(ctx, &rep), r.locks(ctx, &rep), r.refunds(ctx, &rep)}
+	return rep, errors.Join(errs...)
 }
 
-// restore runs (or continues) a rebuild of the seat store from SQL when the
-// store says it lost its data; it marks the store restored after a complete
-// pass. Bounded by MaxPerRound claims per round.
+// restore runs scan #2: the rebuild when the seat store lost its data, else
+// the slow repair pass.
 func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
-	if r.c.Restorer == nil {
-		return nil
+	token, lost, err := r.c.Seats.Lost(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: seat store state: %w", err)
 	}
 	r.mu.Lock()
-	cursor, rebuilding := r.restoring, r.rebuilding
-	r.mu.Unlock()
-	if !rebuilding {
-		lost, err := r.c.Restorer.Lost(ctx)
-		if err != nil {
-			return fmt.Errorf("reconcile: seat store state: %w", err)
-		}
-		if !lost {
-			return nil
-		}
+	if lost && token != r.token { // a new loss: start over
+		r.token, r.claims = token, ""
 		r.log.WarnContext(ctx, "seat store lost its data; rebuilding it from SQL")
+	} else if !lost {
+		r.token = ""
 	}
+	cursor := r.claims
+	r.mu.Unlock()
 	for seen := 0; seen < r.c.MaxPerRound; {
-		claims, next, err := r.c.Claims.Claims(ctx, cursor, min(r.c.Batch, r.c.MaxPerRound-seen))
+		claims, next, err := r.c.Orders.Claims(ctx, cursor, min(r.c.Batch, r.c.MaxPerRound-seen))
 		if err != nil {
 			return fmt.Errorf("reconcile: scan claims: %w", err)
 		}
-		n, err := r.c.Restorer.Restore(ctx, claims)
+		n, err := r.c.Seats.Restore(ctx, claims)
 		rep.Restored += n
 		if err != nil {
 			return fmt.Errorf("reconcile: restore seats: %w", err)
 		}
 		if n > 0 {
 			r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
-		}
-		if n > 0 { // nothing restored: no lock of this batch can be stale
-			if err := r.recheck(ctx, claims, rep); err != nil {
+			if err := r.recheck(ctx, claims, rep); err != nil { // nothing restored: no lock of this batch can be stale
 				return err
 			}
 		}
 		seen += len(claims)
 		cursor = next
+		r.mu.Lock()
+		r.claims = next
+		r.mu.Unlock()
 		if next == "" {
-			r.mu.Lock()
-			r.restoring, r.rebuilding = "", false
-			r.mu.Unlock()
-			if err := r.c.Restorer.MarkRestored(ctx); err != nil {
-				return fmt.Errorf("reconcile: %w", err)
-			}
-			r.log.InfoContext(ctx, "seat store rebuilt from SQL", "seats", rep.Restored)
-			return nil
+			break
 		}
 	}
+	if !lost || cursor != "" {
+		return nil
+	}
+	err = r.c.Seats.MarkRestored(ctx, token)
 	r.mu.Lock()
-	r.restoring, r.rebuilding = cursor, true
+	r.token = "" // done, or interrupted: the next round asks Lost again
 	r.mu.Unlock()
+	if errors.Is(err, cancel.ErrRestoreInterrupted) {
+		r.log.WarnContext(ctx, "seat store lost its data again during the rebuild; starting over")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	rep.Rebuilt = true
+	r.log.InfoContext(ctx, "seat store rebuilt from SQL", "seats", rep.Restored)
 	return nil
 }
 
@@ -258,8 +329,7 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 // cancel that committed (and released, finding nothing) in between would
 // otherwise leave the restored lock until scan #4 came by. The restored locks
 // of pending claims go through scan #4's repair at once. They came from SQL,
-// so an order now missing is gone, not uncommitted: no grace period (a zero
-// LockedAt is always past it).
+// so an order now missing is gone, not uncommitted: no grace period.
 func (r *Reconciler) recheck(ctx context.Context, claims []cancel.Claim, rep *Report) error {
 	var locks []cancel.SeatLock
 	for _, c := range claims {
@@ -267,32 +337,41 @@ func (r *Reconciler) recheck(ctx context.Context, claims []cancel.Claim, rep *Re
 			locks = append(locks, cancel.SeatLock{ShowID: c.ShowID, SeatID: c.SeatID, OrderNo: c.OrderNo, UserID: c.UserID})
 		}
 	}
-	return r.fixLocks(ctx, locks, rep)
+	return r.fixLocks(ctx, locks, true, rep)
 }
 
+// expired runs scan #1 with keyset paging, so orders it skips do not come
+// first again in every batch.
 func (r *Reconciler) expired(ctx context.Context, rep *Report) error {
-	for rep.Expired+rep.LostRaces < r.c.MaxPerRound {
-		nos, err := r.c.Expired.Expired(ctx, min(r.c.Batch, r.c.MaxPerRound-rep.Expired-rep.LostRaces))
+	r.pruneBackoff()
+	cursor := ""
+	for handled := 0; handled < r.c.MaxPerRound; {
+		nos, next, err := r.c.Orders.Expired(ctx, cursor, min(r.c.Batch, r.c.MaxPerRound-handled))
 		if err != nil {
 			return fmt.Errorf("reconcile: scan expired: %w", err)
 		}
-		if err := r.cancelAll(ctx, nos, rep); err != nil {
-			return err
-		}
-		if len(nos) < r.c.Batch {
+		r.cancelAll(ctx, nos, rep)
+		handled += len(nos)
+		if next == "" {
 			return nil
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cursor = next
 	}
+	rep.More = true
 	return nil
 }
 
-// cancelAll cancels nos with up to Workers calls at once: each is its own
-// transaction, so the database, not this loop, is the limit.
-func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) error {
+// cancelAll cancels nos with up to Workers calls at once, each its own
+// transaction bounded by OrderTimeout, so the database, not this loop, is the
+// limit. A failure is counted and the order backed off; it never stops the
+// others.
+func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) {
 	var (
-		mu       sync.Mutex
-		firstErr error
-		wg       sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	work := make(chan string)
 	for w := 0; w < min(r.c.Workers, len(nos)); w++ {
@@ -300,22 +379,23 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) e
 		go func() {
 			defer wg.Done()
 			for no := range work {
-				res, err := r.c.Canceller.Cancel(ctx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
+				octx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
+				res, err := r.c.Service.Cancel(octx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
+				done()
 				if errors.Is(err, expiry.ErrNotFound) {
 					continue
 				}
 				mu.Lock()
 				switch {
 				case err != nil:
-					if firstErr == nil {
-						firstErr = fmt.Errorf("reconcile: cancel %s: %w", no, err)
-					}
+					rep.Skipped++
 				case res.Changed:
 					rep.Expired++
 				default:
 					rep.LostRaces++
 				}
 				mu.Unlock()
+				r.settle(ctx, no, err)
 				if err == nil && res.Changed {
 					r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
 				}
@@ -323,32 +403,71 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) e
 		}()
 	}
 	for _, no := range nos {
-		mu.Lock()
-		failed := firstErr != nil
-		mu.Unlock()
-		if failed {
+		if ctx.Err() != nil {
 			break
+		}
+		if r.waiting(no) {
+			rep.Skipped++
+			continue
 		}
 		work <- no
 	}
 	close(work)
 	wg.Wait()
-	return firstErr
 }
 
+// waiting reports whether no is backing off after a failure.
+func (r *Reconciler) waiting(no string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.backoff[no]
+	return ok && time.Now().Before(b.until)
+}
+
+// settle records the outcome of one order's cancel: a failure doubles its
+// backoff (from BackoffMin up to BackoffMax), a success forgets it.
+func (r *Reconciler) settle(ctx context.Context, no string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil || ctx.Err() != nil {
+		delete(r.backoff, no)
+		return
+	}
+	b := r.backoff[no]
+	b.wait = min(max(2*b.wait, BackoffMin), BackoffMax)
+	b.until = time.Now().Add(b.wait)
+	r.backoff[no] = b
+	r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSkipped, OrderNo: no, Reason: "cancel", Err: err})
+	r.log.ErrorContext(ctx, "reconcile: cancel failed; skipping the order for now", "order", no, "retry_in", b.wait, "err", err)
+}
+
+// pruneBackoff forgets orders whose backoff ran out long ago (decided
+// meanwhile, or never failing again), so the map holds only live failures.
+func (r *Reconciler) pruneBackoff() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for no, b := range r.backoff {
+		if time.Since(b.until) > BackoffMax {
+			delete(r.backoff, no)
+		}
+	}
+}
+
+// locks runs scan #4 from where the last round left it.
 func (r *Reconciler) locks(ctx context.Context, rep *Report) error {
 	r.mu.Lock()
 	cursor := r.cursor
 	r.mu.Unlock()
-	// Each call examines about Batch entries, locked or not.
+	var errs []error
+	// Each call examines about Batch entries.
 	for calls := 0; calls*r.c.Batch < r.c.MaxPerRound; calls++ {
-		locks, next, err := r.c.Locks.ScanLocks(ctx, cursor, r.c.Batch)
+		locks, next, err := r.c.Seats.ScanLocks(ctx, cursor, r.c.Batch)
 		if err != nil {
-			return fmt.Errorf("reconcile: scan seat locks: %w", err)
+			return errors.Join(append(errs, fmt.Errorf("reconcile: scan seat locks: %w", err))...)
 		}
 		rep.Locks += len(locks)
-		if err := r.fixLocks(ctx, locks, rep); err != nil {
-			return err
+		if err := r.fixLocks(ctx, locks, false, rep); err != nil {
+			errs = append(errs, err)
 		}
 		cursor = next
 		r.mu.Lock()
@@ -356,19 +475,22 @@ func (r *Reconciler) locks(ctx context.Context, rep *Report) error {
 		r.mu.Unlock()
 		if next == "" {
 			rep.Complete = true
-			return nil
+			break
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 type orderLocks struct {
 	show, user string
 	seats      []string
-	oldest     time.Time
+	youngest   time.Duration
 }
 
-func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, rep *Report) error {
+// fixLocks releases or sells the locks whose order is decided (or, past the
+// grace period, missing; at once when fromSQL). A failing order is counted
+// in the error and does not stop the others.
+func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, fromSQL bool, rep *Report) error {
 	if len(locks) == 0 {
 		return nil
 	}
@@ -378,19 +500,17 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, rep 
 		ol := byOrder[l.OrderNo]
 		if ol == nil { // an order's seats are all in one show
 			nos = append(nos, l.OrderNo)
-			ol = &orderLocks{show: l.ShowID, user: l.UserID, oldest: l.LockedAt}
+			ol = &orderLocks{show: l.ShowID, user: l.UserID, youngest: l.Age}
 			byOrder[l.OrderNo] = ol
 		}
 		ol.seats = append(ol.seats, l.SeatID)
-		if l.LockedAt.Before(ol.oldest) {
-			ol.oldest = l.LockedAt
-		}
+		ol.youngest = min(ol.youngest, l.Age)
 	}
 	statuses, err := r.c.Orders.Statuses(ctx, nos)
 	if err != nil {
 		return fmt.Errorf("reconcile: read statuses: %w", err)
 	}
-	now := r.c.Now()
+	var errs []error
 	for _, no := range nos {
 		ol := byOrder[no]
 		hold := cancel.Hold{ShowID: ol.show, OrderNo: no, UserID: ol.user, Seats: ol.seats}
@@ -399,27 +519,26 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, rep 
 		case exists && st == expiry.StatusPending:
 			continue // the message path or scan #1 will decide it
 		case exists && st == expiry.StatusPaid:
-			if r.c.Seller == nil {
-				continue
-			}
-			n, err := r.c.Seller.Sell(ctx, hold)
+			n, err := r.c.Seats.Sell(ctx, hold)
 			if err != nil {
-				return fmt.Errorf("reconcile: sell seats of %s: %w", no, err)
+				errs = append(errs, fmt.Errorf("reconcile: sell seats of %s: %w", no, err))
+				continue
 			}
 			rep.Sold += n
 			r.repaired(ctx, no, "sold", n)
-		case !exists && now.Sub(ol.oldest) < r.c.Grace:
+		case !exists && !fromSQL && ol.youngest < r.c.Grace:
 			continue // its placing transaction may not have committed yet
 		default: // cancelled, or missing past the grace period
 			n, err := r.c.Seats.Release(ctx, hold)
 			if err != nil {
-				return fmt.Errorf("reconcile: release seats of %s: %w", no, err)
+				errs = append(errs, fmt.Errorf("reconcile: release seats of %s: %w", no, err))
+				continue
 			}
 			rep.Released += n
 			r.repaired(ctx, no, "released", n)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (r *Reconciler) repaired(ctx context.Context, no, what string, n int) {
@@ -430,19 +549,42 @@ func (r *Reconciler) repaired(ctx context.Context, no, what string, n int) {
 	r.log.InfoContext(ctx, "reconciler repaired seats", "order", no, "action", what, "seats", n)
 }
 
+// refunds hands failed refund hooks back to the host.
+func (r *Reconciler) refunds(ctx context.Context, rep *Report) error {
+	n, err := r.c.Service.RetryDiscrepancies(ctx, r.c.Batch)
+	rep.Refunds += n
+	if err != nil {
+		return fmt.Errorf("reconcile: retry refund hooks: %w", err)
+	}
+	return nil
+}
+
 // Run calls Round every interval until ctx is done, logging errors (a failed
-// round is retried at the next tick). It returns ctx's error.
+// pass is retried at the next round). A round whose scan #1 stopped at its
+// bound is followed by the next at once, so a backlog drains at full rate.
+// It returns ctx's error, or an error at once for an interval <= 0.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
+	if interval <= 0 {
+		return fmt.Errorf("reconcile: Run interval %v is not positive", interval)
+	}
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		rep, err := r.Round(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.log.ErrorContext(ctx, "reconcile round failed", "err", err)
-		case rep.Expired+rep.Released+rep.Sold > 0:
-			r.log.InfoContext(ctx, "reconcile round", "expired", rep.Expired, "released", rep.Released, "sold", rep.Sold)
+			r.log.ErrorContext(ctx, "reconcile round had errors", "err", err)
+		case rep.Expired+rep.Released+rep.Sold+rep.Restored > 0:
+			r.log.InfoContext(ctx, "reconcile round", "expired", rep.Expired, "released", rep.Released,
+				"sold", rep.Sold, "restored", rep.Restored, "skipped", rep.Skipped)
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if rep.More {
+			continue
+		}
+		t.Reset(interval)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

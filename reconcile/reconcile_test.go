@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,23 +42,20 @@ func newEnv(t *testing.T) *env {
 	e := &env{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	e.store, e.seats = fake.NewStore(e.clock), fake.NewSeats(e.clock)
 	var err error
-	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Seller: e.seats})
+	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store})
 	require.NoError(t, err)
 	return e
 }
 
 func (e *env) reconciler(t *testing.T, batch, max int) *reconcile.Reconciler {
-	r, err := reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: e.seats, Orders: e.store,
-		Seats: e.seats, Seller: e.seats, Batch: batch, MaxPerRound: max, Grace: time.Minute, Now: e.clock})
+	r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: e.svc, Batch: batch, MaxPerRound: max, Grace: time.Minute})
 	require.NoError(t, err)
 	return r
 }
 
 func (e *env) place(t *testing.T, no string, ttl time.Duration) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{no + "a", no + "b"}, ExpireAt: e.clock().Add(ttl)}
-	_, err := e.seats.Lock(context.Background(), p.Hold(), 0)
-	require.NoError(t, err)
-	require.NoError(t, e.store.Place(context.Background(), p))
+	require.NoError(t, e.svc.Place(context.Background(), p, 0, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
 	return p
 }
 
@@ -125,12 +123,12 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 		return nil
 	}
 	paid := e.place(t, "paid", time.Hour)
-	_, err = e.svc.Pay(ctx, "paid", "u1")
+	_, err = e.svc.Pay(ctx, cancel.Payment{OrderNo: "paid", UserID: "u1", PaymentID: "pay-paid"})
 	require.NoError(t, err)
 	e.seats.Fail = nil
 	// Locked in Redis, but the SQL transaction never committed (crash).
 	ghost := cancel.Hold{ShowID: "s", OrderNo: "ghost", UserID: "u2", Seats: []string{"g1"}}
-	_, err = e.seats.Lock(ctx, ghost, 0)
+	err = e.seats.Lock(ctx, ghost, 0)
 	require.NoError(t, err)
 	live := e.place(t, "live", time.Hour)
 
@@ -168,13 +166,13 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 
 // countingReleaser counts the seats every release actually freed.
 type countingReleaser struct {
-	cancel.SeatReleaser
+	*fake.Seats
 	mu    sync.Mutex
 	freed int
 }
 
 func (c *countingReleaser) Release(ctx context.Context, h cancel.Hold) (int, error) {
-	n, err := c.SeatReleaser.Release(ctx, h)
+	n, err := c.Seats.Release(ctx, h)
 	c.mu.Lock()
 	c.freed += n
 	c.mu.Unlock()
@@ -192,15 +190,14 @@ func TestConcurrentReconcilers(t *testing.T) {
 		e.place(t, fmt.Sprintf("o%d", i), time.Second)
 	}
 	e.advance(time.Minute)
-	counting := &countingReleaser{SeatReleaser: e.seats}
-	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: counting, Seller: e.seats})
+	counting := &countingReleaser{Seats: e.seats}
+	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: counting})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	expired := 0
 	for i := 0; i < 8; i++ {
-		r, err := reconcile.New(reconcile.Config{Expired: e.store, Canceller: svc, Locks: e.seats, Orders: e.store,
-			Seats: counting, Seller: e.seats, Batch: 5, Grace: time.Minute, Now: e.clock})
+		r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: counting, Service: svc, Batch: 5, Grace: time.Minute})
 		require.NoError(t, err)
 		wg.Add(1)
 		go func() {
@@ -232,7 +229,7 @@ func TestErrorsStopTheRound(t *testing.T) {
 	_, err := e.reconciler(t, 0, 0).Round(context.Background())
 	assert.ErrorContains(t, err, "db down")
 	_, err = reconcile.New(reconcile.Config{})
-	assert.Error(t, err)
+	assert.ErrorContains(t, err, "Orders")
 }
 
 func TestRunStopsWithContext(t *testing.T) {
@@ -256,13 +253,12 @@ func TestRebuildAfterDataLoss(t *testing.T) {
 	pending := e.place(t, "pending", time.Hour)
 	paid := e.place(t, "paid", time.Hour)
 	gone := e.place(t, "gone", time.Hour)
-	_, err := e.svc.Pay(ctx, "paid", "u1")
+	_, err := e.svc.Pay(ctx, cancel.Payment{OrderNo: "paid", UserID: "u1", PaymentID: "pay-paid"})
 	require.NoError(t, err)
 	_, err = e.svc.UserCancel(ctx, "gone", "u1")
 	require.NoError(t, err)
 	newRec := func(max int) *reconcile.Reconciler {
-		r, err := reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: e.seats, Orders: e.store,
-			Seats: e.seats, Seller: e.seats, Claims: e.store, Restorer: e.seats, Batch: 1, MaxPerRound: max, Now: e.clock})
+		r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: e.svc, Batch: 1, MaxPerRound: max})
 		require.NoError(t, err)
 		return r
 	}
@@ -291,33 +287,31 @@ func TestRebuildAfterDataLoss(t *testing.T) {
 	}
 	n, _ := e.seats.Held(ctx, "s", "u1")
 	assert.Equal(t, 4, n, "I8")
-	lost, _ := e.seats.Lost(ctx)
+	_, lost, _ := e.seats.Lost(ctx)
 	assert.False(t, lost)
 	rep, err = r.Round(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, rep.Restored)
-	_, err = reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: e.seats, Orders: e.store, Seats: e.seats, Claims: e.store})
-	assert.Error(t, err, "Claims without Restorer")
 }
 
 // racingClaims decides orders (through the full cancel or pay path, whose
 // Redis step finds nothing to do after the wipe) right after the claims were
 // read and before they are restored: the race a rebuild must not lose.
 type racingClaims struct {
-	reconcile.ClaimScanner
+	*fake.Store
 	decide func()
 	once   sync.Once
 }
 
 func (c *racingClaims) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
-	claims, next, err := c.ClaimScanner.Claims(ctx, cursor, limit)
+	claims, next, err := c.Store.Claims(ctx, cursor, limit)
 	c.once.Do(c.decide)
 	return claims, next, err
 }
 
 // noLocks hides the seat store from scan #4, so only the rebuild's own
 // re-check can repair what the race left.
-type noLocks struct{}
+type noLocks struct{ *fake.Seats }
 
 func (noLocks) ScanLocks(context.Context, string, int) ([]cancel.SeatLock, string, error) {
 	return nil, "", nil
@@ -330,16 +324,15 @@ func TestRebuildRacingDecisions(t *testing.T) {
 	paid := e.place(t, "p", time.Hour)
 	still := e.place(t, "k", time.Hour)
 	e.seats.Wipe()
-	claims := &racingClaims{ClaimScanner: e.store, decide: func() {
+	claims := &racingClaims{Store: e.store, decide: func() {
 		res, err := e.svc.UserCancel(ctx, "c", "u1")
 		require.NoError(t, err)
 		require.True(t, res.Changed)
-		res, err = e.svc.Pay(ctx, "p", "u1")
+		res, err = e.svc.Pay(ctx, cancel.Payment{OrderNo: "p", UserID: "u1", PaymentID: "pay-p"})
 		require.NoError(t, err)
 		require.True(t, res.Changed)
 	}}
-	r, err := reconcile.New(reconcile.Config{Expired: e.store, Canceller: e.svc, Locks: noLocks{}, Orders: e.store,
-		Seats: e.seats, Seller: e.seats, Claims: claims, Restorer: e.seats, Now: e.clock})
+	r, err := reconcile.New(reconcile.Config{Orders: claims, Seats: noLocks{e.seats}, Service: e.svc})
 	require.NoError(t, err)
 	rep, err := r.Round(ctx)
 	require.NoError(t, err)
@@ -361,4 +354,87 @@ func TestRebuildRacingDecisions(t *testing.T) {
 	assert.Equal(t, 2, rep.Released, "the re-check released the cancelled order's two restored locks")
 	// The payment's own Sell found the seats free and sold them (sellScript
 	// revives lost locks), so the re-check had nothing left to sell.
+}
+
+// stuckCanceller blocks on one order until its context ends, as a cancel does
+// whose row another session holds with SELECT … FOR UPDATE.
+type stuckCanceller struct {
+	reconcile.Service
+	stuck string
+	tries atomic.Int32
+}
+
+func (s *stuckCanceller) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	if req.OrderNo == s.stuck {
+		s.tries.Add(1)
+		<-ctx.Done()
+		return cancel.Result{}, ctx.Err()
+	}
+	return s.Service.Cancel(ctx, req)
+}
+
+// I12: one stuck order neither stops the round nor holds back the other
+// scans: the other expired orders are cancelled, and the stale lock of an
+// order cancelled elsewhere is released in the same round.
+func TestStuckOrderDoesNotStopTheRound(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "a-stuck", time.Minute) // oldest: first in every scan
+	for i := 0; i < 5; i++ {
+		e.place(t, fmt.Sprintf("b%d", i), 2*time.Minute)
+	}
+	stale := e.place(t, "stale", time.Hour)
+	_, err := e.store.CancelPending(context.Background(), cancel.Request{OrderNo: "stale", Reason: cancel.ReasonUser})
+	require.NoError(t, err) // cancelled in SQL, its release lost: still locked
+	e.advance(3 * time.Minute)
+
+	stuck := &stuckCanceller{Service: e.svc, stuck: "a-stuck"}
+	r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: stuck,
+		Grace: time.Minute, OrderTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancelRound := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelRound()
+	rep, err := r.Round(ctx)
+	require.NoError(t, err, "a skipped order is counted, not an error of the round")
+	require.NoError(t, ctx.Err(), "the round ended on its own, long before its context")
+	assert.Equal(t, 5, rep.Expired, "the other expired orders were cancelled")
+	assert.Equal(t, 1, rep.Skipped)
+	// The next round skips it without trying (backoff: 10 s after a first
+	// failure, far longer than this test's two rounds).
+	rep, err = r.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Skipped)
+	assert.Equal(t, int32(1), stuck.tries.Load(), "backing off, not waiting out its timeout again")
+	assert.Equal(t, expiry.StatusPending, e.status(t, "a-stuck"))
+	show, err := e.seats.Show(context.Background(), "s")
+	require.NoError(t, err)
+	for _, seat := range stale.Seats {
+		assert.NotContains(t, show, seat, "scan #4 ran despite the stuck order")
+	}
+}
+
+// Nonsense in the configuration is an error naming the field, not a panic or
+// a silent default.
+func TestConfigNonsenseIsRejected(t *testing.T) {
+	e := newEnv(t)
+	base := reconcile.Config{Orders: e.store, Seats: e.seats, Service: e.svc}
+	for name, mod := range map[string]func(*reconcile.Config){
+		"Batch":        func(c *reconcile.Config) { c.Batch = -1 },
+		"Workers":      func(c *reconcile.Config) { c.Workers = -2 },
+		"MaxPerRound":  func(c *reconcile.Config) { c.MaxPerRound = -5 },
+		"Grace":        func(c *reconcile.Config) { c.Grace = -time.Second },
+		"OrderTimeout": func(c *reconcile.Config) { c.OrderTimeout = -time.Second },
+	} {
+		c := base
+		mod(&c)
+		_, err := reconcile.New(c)
+		if assert.Error(t, err, name) {
+			assert.Contains(t, err.Error(), name)
+		}
+	}
+	r, err := reconcile.New(base)
+	require.NoError(t, err)
+	assert.NotPanics(t, func() {
+		err = r.Run(context.Background(), 0)
+	})
+	assert.Error(t, err, "a zero interval is refused")
 }

@@ -150,7 +150,7 @@ func TestThroughTheLibrary(t *testing.T) {
 	clock := expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	o, reg := newObserver(t)
 	store, seats := fake.NewStore(clock.Now), fake.NewSeats(clock.Now)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Seller: seats, Observer: o})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: o})
 	require.NoError(t, err)
 	sender := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, Slack: -1})
 	defer sender.Close()
@@ -172,14 +172,14 @@ func TestThroughTheLibrary(t *testing.T) {
 
 	place := func(no string, ttl time.Duration) {
 		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{no + "-a", no + "-b"}, ExpireAt: clock.Now().Add(ttl)}
-		_, err := seats.Lock(ctx, p.Hold(), 0)
+		err := seats.Lock(ctx, p.Hold(), 0)
 		require.NoError(t, err)
 		require.NoError(t, store.Place(ctx, p))
 		require.True(t, sched.Schedule(ctx, p.OrderNo, p.ExpireAt))
 	}
 	place("expires", 7*time.Second) // default levels: 5 s, then re-armed for 2 s (1 s + 1 s)
 	place("paid", 7*time.Second)
-	_, err = svc.Pay(ctx, "paid", "u1")
+	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "paid", UserID: "u1", PaymentID: "pay-1"})
 	require.NoError(t, err)
 	for i := 0; i < 10; i++ {
 		clock.Advance(time.Second)

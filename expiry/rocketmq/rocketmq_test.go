@@ -141,7 +141,7 @@ func (c *chain) place(t *testing.T, no string, ttl time.Duration) cancel.Placeme
 	now, err := c.w.Store.Now(ctx)
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: c.w.ShowID + "-" + no, UserID: "u1", ShowID: c.w.ShowID, Seats: []string{no + "-1", no + "-2"}, ExpireAt: now.Add(ttl)}
-	_, err = c.w.Seats.Lock(ctx, p.Hold(), 0)
+	err = c.w.Seats.Lock(ctx, p.Hold(), 0)
 	require.NoError(t, err)
 	require.NoError(t, c.sched.InTx(ctx, c.w.DB, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
 		if err := c.w.Store.Place(ctx, tx, p); err != nil {
@@ -221,7 +221,7 @@ func TestRearmAndPaid(t *testing.T) {
 	c := newChain(t, rocketmq.ModeLevels)
 	p := c.place(t, "seven", 7*time.Second)
 	paid := c.place(t, "paid", 5*time.Second)
-	_, err := c.w.Service.Pay(context.Background(), paid.OrderNo, "u1")
+	_, err := c.w.Service.Pay(context.Background(), cancel.Payment{OrderNo: paid.OrderNo, UserID: "u1", PaymentID: "pay-1"})
 	require.NoError(t, err)
 	at, o := c.waitFinal(t, p.OrderNo, 40*time.Second)
 	assert.Equal(t, expiry.StatusCancelled, o.Status)
@@ -294,7 +294,7 @@ func TestBrokerDownAtCommit(t *testing.T) {
 	now, err := w.Store.Now(ctx)
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: w.ShowID + "-1", UserID: "u1", ShowID: w.ShowID, Seats: []string{"a"}, ExpireAt: now.Add(time.Second)}
-	_, err = w.Seats.Lock(ctx, p.Hold(), 0)
+	err = w.Seats.Lock(ctx, p.Hold(), 0)
 	require.NoError(t, err)
 	err = sched.InTx(ctx, w.DB, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
 		after.Add(p.OrderNo, p.ExpireAt)
