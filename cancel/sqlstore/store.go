@@ -285,7 +285,8 @@ func (s *Store) CancelPending(ctx context.Context, req cancel.Request) (cancel.R
 }
 
 // PayPending implements cancel.OrderStore.
-func (s *Store) PayPending(ctx context.Context, orderNo, userID string) (cancel.Result, error) {
+func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
+	orderNo, userID := p.OrderNo, p.UserID
 	q, args := s.q.pay, []any{orderNo}
 	if userID != "" {
 		q, args = s.q.payOwner, append(args, userID)
@@ -448,7 +449,12 @@ func isDuplicate(err error) bool {
 // Expired returns up to limit numbers of pending orders past expire_at by the
 // database's clock, oldest first, following the (status, expire_at_ms) index.
 // It implements reconcile.ExpiredFinder.
-func (s *Store) Expired(ctx context.Context, limit int) ([]string, error) {
+func (s *Store) Expired(ctx context.Context, _ string, limit int) ([]string, string, error) {
+	out, err := s.expired(ctx, limit)
+	return out, "", err
+}
+
+func (s *Store) expired(ctx context.Context, limit int) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -550,4 +556,19 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 // after (show, seat).
 func (s *Store) claimsArgs(show, seat string, limit int) []any {
 	return []any{show, show, seat, limit}
+}
+
+// RecordDiscrepancy implements cancel.DiscrepancyStore (not yet).
+func (s *Store) RecordDiscrepancy(context.Context, cancel.Discrepancy) (bool, error) {
+	return false, errors.New("sqlstore: RecordDiscrepancy: not implemented")
+}
+
+// ClaimDiscrepancies implements cancel.DiscrepancyStore (not yet).
+func (s *Store) ClaimDiscrepancies(context.Context, time.Duration, int) ([]cancel.Discrepancy, error) {
+	return nil, errors.New("sqlstore: ClaimDiscrepancies: not implemented")
+}
+
+// SettleDiscrepancy implements cancel.DiscrepancyStore (not yet).
+func (s *Store) SettleDiscrepancy(context.Context, string) error {
+	return errors.New("sqlstore: SettleDiscrepancy: not implemented")
 }

@@ -112,11 +112,26 @@ func (s *Store) CancelPending(_ context.Context, req cancel.Request) (cancel.Res
 }
 
 // PayPending implements cancel.OrderStore.
-func (s *Store) PayPending(_ context.Context, no, userID string) (cancel.Result, error) {
+func (s *Store) PayPending(_ context.Context, p cancel.Payment) (cancel.Result, error) {
 	if err := s.fail("PayPending"); err != nil {
 		return cancel.Result{}, err
 	}
-	return s.transition(no, userID, expiry.StatusPaid, func(*order) bool { return true }, "")
+	return s.transition(p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "")
+}
+
+// RecordDiscrepancy implements cancel.DiscrepancyStore (not yet).
+func (s *Store) RecordDiscrepancy(context.Context, cancel.Discrepancy) (bool, error) {
+	return false, errors.New("fake: RecordDiscrepancy: not implemented")
+}
+
+// ClaimDiscrepancies implements cancel.DiscrepancyStore (not yet).
+func (s *Store) ClaimDiscrepancies(context.Context, time.Duration, int) ([]cancel.Discrepancy, error) {
+	return nil, errors.New("fake: ClaimDiscrepancies: not implemented")
+}
+
+// SettleDiscrepancy implements cancel.DiscrepancyStore (not yet).
+func (s *Store) SettleDiscrepancy(context.Context, string) error {
+	return errors.New("fake: SettleDiscrepancy: not implemented")
 }
 
 func (s *Store) transition(no, userID string, to expiry.Status, guard func(*order) bool, reason cancel.Reason) (cancel.Result, error) {
@@ -147,9 +162,9 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 }
 
 // Expired implements reconcile.ExpiredFinder.
-func (s *Store) Expired(_ context.Context, limit int) ([]string, error) {
+func (s *Store) Expired(_ context.Context, _ string, limit int) ([]string, string, error) {
 	if err := s.fail("Expired"); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -170,7 +185,7 @@ func (s *Store) Expired(_ context.Context, limit int) ([]string, error) {
 	for _, o := range due[:min(len(due), max(limit, 0))] {
 		out = append(out, o.o.No)
 	}
-	return out, nil
+	return out, "", nil
 }
 
 // Statuses implements reconcile.StatusReader.
