@@ -260,3 +260,80 @@ func TestNowTruncates(t *testing.T) {
 		})
 	}
 }
+
+// explainMySQL runs EXPLAIN on q with args bound as the store binds them
+// (a prepared statement) and returns one map per plan row.
+func explainMySQL(t *testing.T, db *sql.DB, q string, args ...any) []map[string]string {
+	rows, err := db.Query("EXPLAIN "+q, args...)
+	require.NoError(t, err, q)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var out []map[string]string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		m := map[string]string{}
+		for i, c := range cols {
+			m[c] = vals[i].String
+		}
+		out = append(out, m)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TestMySQLIDsAreBinaryAndIndexed (issue 9, item 3, I10): on MySQL/MariaDB
+// the id columns are ascii_bin, so they match byte for byte even from a
+// utf8mb4_general_ci connection, and every lookup by id is still an index
+// lookup (the collation of the column, not of the parameter, decides).
+func TestMySQLIDsAreBinaryAndIndexed(t *testing.T) {
+	db := testenv.MySQL(t)
+	s := migrated(t, db, MySQL)
+	fillClaims(t, db, MySQL, 4, 1000) // 10k orders of one seat
+	var conn string
+	require.NoError(t, db.QueryRow("SELECT @@collation_connection").Scan(&conn))
+	t.Logf("connection collation %s", conn)
+
+	var n int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM oe_order WHERE order_no = ?", "O0005000").Scan(&n))
+	assert.Zero(t, n, "O0005000 is not o0005000")
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM oe_order_seat WHERE show_id = ? AND seat_id = ?", "s0005", "X0005000").Scan(&n))
+	assert.Zero(t, n, "X0005000 is not x0005000")
+
+	for _, tc := range []struct {
+		name, q string
+		args    []any
+		table   string   // the plan row to look at
+		keys    []string // acceptable keys
+	}{
+		{"order", s.q.order, []any{"o0005000"}, "oe_order", []string{"PRIMARY"}},
+		{"cancel by owner", s.q.cancelOwner, []any{"user", "o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
+		{"pay by owner", s.q.payOwner, []any{"o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
+		{"order and seats: order", s.q.orderSeats, []any{"o0005000"}, "o", []string{"PRIMARY"}},
+		{"order and seats: seats", s.q.orderSeats, []any{"o0005000"}, "s", []string{"oe_order_seat_order"}},
+		{"delete seats", s.q.deleteSeats, []any{"o0005000"}, "oe_order_seat", []string{"oe_order_seat_order"}},
+		{"sell seats", s.q.sellSeats, []any{"o0005000"}, "oe_order_seat", []string{"oe_order_seat_order"}},
+		{"claims page", s.q.claims, s.claimsArgs("s0005", "x0005500", 200), "s", []string{"PRIMARY"}},
+		{"seat claim", "SELECT order_no FROM oe_order_seat WHERE show_id = ? AND seat_id = ?", []any{"s0005", "x0005000"}, "oe_order_seat", []string{"PRIMARY"}},
+		{"statuses", "SELECT order_no, status FROM oe_order WHERE order_no IN (?, ?)", []any{"o0005000", "o0005001"}, "oe_order", []string{"PRIMARY"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := explainMySQL(t, db, tc.q, tc.args...)
+			var row map[string]string
+			for _, r := range plan {
+				if r["table"] == tc.table {
+					row = r
+				}
+			}
+			require.NotNil(t, row, "no plan row for %s: %v", tc.table, plan)
+			t.Logf("%s: type=%s key=%s rows=%s extra=%s", tc.name, row["type"], row["key"], row["rows"], row["Extra"])
+			assert.Contains(t, tc.keys, row["key"], "%s uses its index: %v", tc.name, plan)
+			assert.Contains(t, []string{"const", "eq_ref", "ref", "range"}, row["type"], "%s is an index lookup, not a scan: %v", tc.name, plan)
+		})
+	}
+}
