@@ -226,14 +226,20 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // Place inserts a pending order and its seat claims in the host's
-// transaction tx. A seat that another live order holds gives an error
-// wrapping cancel.ErrSeatUnavailable (the transaction is then unusable on PostgreSQL: roll
-// it back). Schedule the expiry message after tx commits (expiry.AfterCommit).
+// transaction tx. An order number that exists already gives an error
+// wrapping cancel.ErrOrderExists (the existing order is untouched: a retry
+// after an unknown commit, a double submit); a seat that another live order
+// holds gives one wrapping cancel.ErrSeatUnavailable. After either, the
+// transaction is unusable on PostgreSQL: roll it back. Schedule the expiry
+// message after tx commits (expiry.AfterCommit).
 func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("sqlstore: place: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, s.q.insertOrder, p.OrderNo, p.UserID, p.ShowID, p.ExpireAt.UnixMilli()); err != nil {
+		if isDuplicate(err) { // oe_order's only unique key is order_no
+			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
+		}
 		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 	}
 	for _, seat := range p.Seats {

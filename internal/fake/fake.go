@@ -55,7 +55,10 @@ func (s *Store) fail(op string) error {
 // Now returns the store's clock.
 func (s *Store) Now(context.Context) (time.Time, error) { return s.now(), nil }
 
-// Place inserts a pending order and its seat claims, all or nothing.
+// Place inserts a pending order and its seat claims, all or nothing, like
+// sqlstore's Place: an existing order number gives an error wrapping
+// cancel.ErrOrderExists, a seat claimed by a live order one wrapping
+// cancel.ErrSeatUnavailable.
 func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	if err := p.Validate(); err != nil {
 		return err
@@ -66,7 +69,7 @@ func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.orders[p.OrderNo]; ok {
-		return fmt.Errorf("fake: order %s exists", p.OrderNo)
+		return fmt.Errorf("fake: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 	}
 	for _, seat := range p.Seats {
 		if _, taken := s.claims[[2]string{p.ShowID, seat}]; taken {
