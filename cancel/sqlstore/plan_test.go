@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -256,6 +257,18 @@ func TestNowTruncates(t *testing.T) {
 				var got int64
 				require.NoError(t, db.QueryRow(q).Scan(&got), q)
 				assert.Equal(t, tc.want, got, "%s: %s", ts, q)
+			}
+			if d != SQLite {
+				return
+			}
+			// SQLite runs in this process, on this clock: its millisecond is
+			// never ahead of the host's truncated one.
+			for i := 0; i < 500; i++ {
+				before := time.Now().UnixMilli()
+				var got int64
+				require.NoError(t, db.QueryRow(s.q.now).Scan(&got))
+				after := time.Now().UnixMilli()
+				require.True(t, before <= got && got <= after, "SQLite's clock %d outside the host's [%d, %d]", got, before, after)
 			}
 		})
 	}
