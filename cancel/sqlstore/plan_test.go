@@ -350,3 +350,34 @@ func TestMySQLIDsAreBinaryAndIndexed(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiredMiddlePageIsARange (issue 9, item 6): the reconciler pages
+// through expired orders by (expire_at, order number); a page from the
+// middle of a backlog must read one page of the index, not the backlog
+// before it.
+func TestExpiredMiddlePageIsARange(t *testing.T) {
+	const limit = 200
+	for d, db := range dialects(t) {
+		t.Run(string(d), func(t *testing.T) {
+			s := migrated(t, db, d)
+			fillClaims(t, db, d, 5, 25000) // 100k pending orders, due at 0…99999 ms
+			cursor := expiredCursor(time.UnixMilli(50000), "o0050000")
+			nos, next, err := s.Expired(context.Background(), cursor, limit)
+			require.NoError(t, err)
+			require.Len(t, nos, limit)
+			assert.Equal(t, "o0050001", nos[0])
+			assert.Equal(t, expiredCursor(time.UnixMilli(50200), "o0050200"), next)
+
+			ms, no, err := parseExpiredCursor(cursor)
+			require.NoError(t, err)
+			n, plan := rowsRead(t, db, d, "oe_order", "oe_order", s.q.expired, append(afterArgs(d, ms, no), limit)...)
+			t.Logf("%s: a page of %d from the middle read %d rows of oe_order; plan:\n%s", d, limit, n, plan)
+			if d == SQLite {
+				assert.Regexp(t, `SEARCH oe_order USING COVERING INDEX oe_order_due \(status=\? AND \(expire_at_ms,order_no\)>\(\?,\?\)`, plan)
+				assert.NotContains(t, plan, "TEMP B-TREE", "no sort")
+				return
+			}
+			assert.LessOrEqual(t, n, 2*limit, "a middle page reads about one page of rows")
+		})
+	}
+}

@@ -32,6 +32,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,7 +145,7 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		// can bound the index range with it (a volatile function in the
 		// WHERE clause turns the bound into a filter on PostgreSQL).
 		claims:  bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE " + after(d, "s.show_id", "s.seat_id") + " ORDER BY s.show_id, s.seat_id LIMIT ?"),
-		expired: bind("SELECT order_no FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) ORDER BY expire_at_ms LIMIT ?"),
+		expired: bind("SELECT order_no, expire_at_ms FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) AND " + after(d, "expire_at_ms", "order_no") + " ORDER BY expire_at_ms, order_no LIMIT ?"),
 	}}, nil
 }
 
@@ -489,38 +490,65 @@ func isDuplicate(err error) bool {
 }
 
 // Expired returns up to limit numbers of pending orders past expire_at by the
-// database's clock, oldest first, following the (status, expire_at_ms) index.
-// It implements reconcile.ExpiredFinder.
-func (s *Store) Expired(ctx context.Context, _ string, limit int) ([]string, string, error) {
-	out, err := s.expired(ctx, limit)
-	return out, "", err
-}
-
-func (s *Store) expired(ctx context.Context, limit int) ([]string, error) {
+// database's clock, in (expire_at, order number) order, strictly after
+// cursor ("" starts), and the cursor of the next page ("" when fewer than
+// limit were returned). It is a keyset scan of the index on (status,
+// expire_at_ms, order_no) (InnoDB appends order_no, the primary key, to
+// (status, expire_at_ms)): each page is an index range from the cursor,
+// whatever precedes it. The cursor is "expire_at_ms|order_no". It implements
+// reconcile.ExpiredFinder.
+func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	if limit <= 0 {
-		return nil, nil
+		return nil, "", nil
+	}
+	ms, no, err := parseExpiredCursor(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
 	st, err := s.prepared(ctx, s.q.expired)
 	if err != nil {
-		return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
-	rows, err := st.QueryContext(ctx, limit)
+	rows, err := st.QueryContext(ctx, append(afterArgs(s.dialect, ms, no), limit)...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
 	defer rows.Close()
 	out := make([]string, 0, limit)
 	for rows.Next() {
-		var no string
-		if err := rows.Scan(&no); err != nil {
-			return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		if err := rows.Scan(&no, &ms); err != nil {
+			return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 		}
 		out = append(out, no)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
-	return out, nil
+	if len(out) < limit {
+		return out, "", nil
+	}
+	return out, expiredCursor(time.UnixMilli(ms), no), nil
+}
+
+// expiredCursor is the cursor of Expired that continues after order no,
+// due at expireAt (in milliseconds, as the store keeps it). The in-memory
+// fake (internal/fake) uses the same form.
+func expiredCursor(expireAt time.Time, no string) string {
+	return strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no
+}
+
+// parseExpiredCursor returns the (expire_at_ms, order_no) after which a page
+// starts: before every order for "".
+func parseExpiredCursor(cursor string) (int64, string, error) {
+	if cursor == "" {
+		return math.MinInt64, "", nil
+	}
+	msText, no, ok := strings.Cut(cursor, "|")
+	ms, err := strconv.ParseInt(msText, 10, 64)
+	if !ok || err != nil || expiry.ValidateID("order number", no) != nil {
+		return 0, "", fmt.Errorf("%w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
+	}
+	return ms, no, nil
 }
 
 // maxIn bounds the IN list of one Statuses query.

@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -164,17 +166,34 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 	return cancel.Result{Changed: true, Order: cur, Seats: seats}, nil
 }
 
-// Expired implements reconcile.ExpiredFinder.
-func (s *Store) Expired(_ context.Context, _ string, limit int) ([]string, string, error) {
+// Expired implements reconcile.ExpiredFinder like sqlstore's: pending orders
+// due by the store's clock in (expire_at, order number) order, strictly after
+// cursor, which is "expire_at_ms|order_no" ("" starts); next is "" after a
+// page shorter than limit.
+func (s *Store) Expired(_ context.Context, cursor string, limit int) ([]string, string, error) {
 	if err := s.fail("Expired"); err != nil {
 		return nil, "", err
+	}
+	if limit <= 0 {
+		return nil, "", nil
+	}
+	afterMS, afterNo := int64(math.MinInt64), ""
+	if cursor != "" {
+		msText, no, ok := strings.Cut(cursor, "|")
+		ms, err := strconv.ParseInt(msText, 10, 64)
+		if !ok || err != nil || expiry.ValidateID("order number", no) != nil {
+			return nil, "", fmt.Errorf("fake: expired: %w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
+		}
+		afterMS, afterNo = ms, no
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	var due []*order
 	for _, o := range s.orders {
-		if o.o.Status == expiry.StatusPending && !o.o.ExpireAt.After(now) {
+		ms := o.o.ExpireAt.UnixMilli()
+		if o.o.Status == expiry.StatusPending && !o.o.ExpireAt.After(now) &&
+			(ms > afterMS || ms == afterMS && o.o.No > afterNo) {
 			due = append(due, o)
 		}
 	}
@@ -185,10 +204,14 @@ func (s *Store) Expired(_ context.Context, _ string, limit int) ([]string, strin
 		return due[i].o.No < due[j].o.No
 	})
 	var out []string
-	for _, o := range due[:min(len(due), max(limit, 0))] {
+	for _, o := range due[:min(len(due), limit)] {
 		out = append(out, o.o.No)
 	}
-	return out, "", nil
+	if len(out) < limit {
+		return out, "", nil
+	}
+	last := due[limit-1].o
+	return out, strconv.FormatInt(last.ExpireAt.UnixMilli(), 10) + "|" + last.No, nil
 }
 
 // Statuses implements reconcile.StatusReader.

@@ -16,6 +16,8 @@ CREATE TABLE IF NOT EXISTS oe_order (
     cancel_reason VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NULL,
     PRIMARY KEY (order_no),
     -- The reconciler's scan: pending orders by expiry, never a table scan.
+    -- InnoDB appends the primary key, so this is (status, expire_at_ms,
+    -- order_no): a page of the keyset scan starts at its cursor.
     KEY oe_order_status_expire (status, expire_at_ms)
 ) ENGINE=InnoDB;
 

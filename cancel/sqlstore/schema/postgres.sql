@@ -11,8 +11,11 @@ CREATE TABLE IF NOT EXISTS oe_order (
     updated_at_ms BIGINT      NOT NULL,
     cancel_reason VARCHAR(16)
 );
--- The reconciler's scan: pending orders by expiry, never a table scan.
-CREATE INDEX IF NOT EXISTS oe_order_status_expire ON oe_order (status, expire_at_ms);
+-- The reconciler's scan: pending orders by expiry, never a table scan, in
+-- (expire_at_ms, order_no) order so that a page starts at its cursor.
+CREATE INDEX IF NOT EXISTS oe_order_due ON oe_order (status, expire_at_ms, order_no);
+-- The index of earlier versions, without order_no: oe_order_due replaces it.
+DROP INDEX IF EXISTS oe_order_status_expire;
 
 CREATE TABLE IF NOT EXISTS oe_order_seat (
     show_id  VARCHAR(64) NOT NULL,
