@@ -54,5 +54,5 @@ func Example() {
 func ExampleSchema() {
 	stmts, _ := sqlstore.Schema(sqlstore.Postgres)
 	fmt.Println(len(stmts), "statements")
-	// Output: 5 statements
+	// Output: 7 statements
 }

@@ -96,6 +96,19 @@ func fillClaims(t testing.TB, db *sql.DB, d Dialect, digits, perShow int) {
 	rows.Close()
 }
 
+// fill fills a plan test's database with fillClaims: 100k orders, 4 shows;
+// 10k on SQLite, whose plans are checked by their text only (and which fills
+// 100k rows slowly under the race detector). It returns the number.
+func fill(t *testing.T, db *sql.DB, d Dialect) int {
+	digits := 5
+	if d == SQLite {
+		digits = 4
+	}
+	n := pow10(digits)
+	fillClaims(t, db, d, digits, n/4)
+	return n
+}
+
 // rowsRead runs q under the database's own instrumentation and returns the
 // rows the scan of table read (returned plus filtered out), with the plan as
 // text for messages. SQLite has no row counts: it returns -1 and the plan.
@@ -199,15 +212,16 @@ func TestClaimsMiddlePageIsARange(t *testing.T) {
 	for d, db := range dialects(t) {
 		t.Run(string(d), func(t *testing.T) {
 			s := migrated(t, db, d)
-			fillClaims(t, db, d, 5, 25000) // 100k claims, 4 shows
+			n := fill(t, db, d) // n claims in 4 shows
 			// The middle of the second show: a range that starts at the
-			// show reads 12.5k rows before the first one of the page.
-			show, seat := "s0001", "x0037500"
+			// show reads n/8 rows before the first one of the page.
+			mid := n * 3 / 8
+			show, seat := fmt.Sprintf("s%04d", mid/(n/4)), fmt.Sprintf("x%07d", mid)
 			claims, next, err := s.Claims(context.Background(), show+"|"+seat, limit)
 			require.NoError(t, err)
 			require.Len(t, claims, limit)
-			assert.Equal(t, "x0037501", claims[0].SeatID)
-			assert.Equal(t, "s0001|x0037700", next)
+			assert.Equal(t, fmt.Sprintf("x%07d", mid+1), claims[0].SeatID)
+			assert.Equal(t, fmt.Sprintf("%s|x%07d", show, mid+limit), next)
 
 			n, plan := rowsRead(t, db, d, "oe_order_seat", "s", s.q.claims, s.claimsArgs(show, seat, limit)...)
 			t.Logf("%s: a page of %d from the middle read %d rows of oe_order_seat; plan:\n%s", d, limit, n, plan)
@@ -326,7 +340,7 @@ func TestMySQLIDsAreBinaryAndIndexed(t *testing.T) {
 	}{
 		{"order", s.q.order, []any{"o0005000"}, "oe_order", []string{"PRIMARY"}},
 		{"cancel by owner", s.q.cancelOwner, []any{"user", "o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
-		{"pay by owner", s.q.payOwner, []any{"o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
+		{"pay by owner", s.q.payOwner, []any{"pay-1", "o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
 		{"order and seats: order", s.q.orderSeats, []any{"o0005000"}, "o", []string{"PRIMARY"}},
 		{"order and seats: seats", s.q.orderSeats, []any{"o0005000"}, "s", []string{"oe_order_seat_order"}},
 		{"delete seats", s.q.deleteSeats, []any{"o0005000"}, "oe_order_seat", []string{"oe_order_seat_order"}},
@@ -360,13 +374,14 @@ func TestExpiredMiddlePageIsARange(t *testing.T) {
 	for d, db := range dialects(t) {
 		t.Run(string(d), func(t *testing.T) {
 			s := migrated(t, db, d)
-			fillClaims(t, db, d, 5, 25000) // 100k pending orders, due at 0…99999 ms
-			cursor := expiredCursor(time.UnixMilli(50000), "o0050000")
+			n := fill(t, db, d) // n pending orders, due at 0…n-1 ms
+			mid := int64(n / 2)
+			cursor := expiredCursor(time.UnixMilli(mid), fmt.Sprintf("o%07d", mid))
 			nos, next, err := s.Expired(context.Background(), cursor, limit)
 			require.NoError(t, err)
 			require.Len(t, nos, limit)
-			assert.Equal(t, "o0050001", nos[0])
-			assert.Equal(t, expiredCursor(time.UnixMilli(50200), "o0050200"), next)
+			assert.Equal(t, fmt.Sprintf("o%07d", mid+1), nos[0])
+			assert.Equal(t, expiredCursor(time.UnixMilli(mid+limit), fmt.Sprintf("o%07d", mid+limit)), next)
 
 			ms, no, err := parseExpiredCursor(cursor)
 			require.NoError(t, err)

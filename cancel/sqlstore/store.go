@@ -94,7 +94,8 @@ type Store struct {
 
 type queries struct {
 	now, order, cancel, cancelOwner, cancelDue, orderSeats, deleteSeats,
-	pay, payOwner, sellSeats, insertOrder, insertSeat, expired, claims string
+	pay, payOwner, sellSeats, insertOrder, insertSeat, expired, claims,
+	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
 }
 
 // New returns a Store for db in dialect.
@@ -126,10 +127,23 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 	}
 	bind := func(q string) string { return rebind(d, strings.ReplaceAll(q, "NOW_MS", now)) }
 	cancelSQL := "UPDATE oe_order SET status = 2, cancel_reason = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
-	paySQL := "UPDATE oe_order SET status = 1, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
+	paySQL := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
+	recordSQL := "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES (?, ?, ?, ?, NOW_MS, NOW_MS)"
+	greatest := "GREATEST"
+	switch d {
+	case MySQL:
+		// A duplicate key is error 1062 (INSERT IGNORE would hide others,
+		// and ON DUPLICATE KEY UPDATE reports 1 row either way with
+		// clientFoundRows).
+	default:
+		recordSQL += " ON CONFLICT (payment_id) DO NOTHING" // 0 rows: recorded before
+	}
+	if d == SQLite {
+		greatest = "MAX" // SQLite's scalar max of several arguments
+	}
 	return &Store{db: db, dialect: d, stmts: map[string]*sql.Stmt{}, q: queries{
 		now:         bind("SELECT NOW_MS"),
-		order:       bind("SELECT user_id, show_id, status, expire_at_ms, NOW_MS FROM oe_order WHERE order_no = ?"),
+		order:       bind("SELECT user_id, show_id, status, expire_at_ms, NOW_MS, payment_id FROM oe_order WHERE order_no = ?"),
 		cancel:      bind(cancelSQL),
 		cancelOwner: bind(cancelSQL + " AND user_id = ?"),
 		cancelDue:   bind(cancelSQL + " AND expire_at_ms <= NOW_MS"),
@@ -141,11 +155,20 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		sellSeats:   bind("UPDATE oe_order_seat SET state = 2 WHERE order_no = ?"),
 		insertOrder: bind("INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) VALUES (?, ?, ?, 0, ?, NOW_MS, NOW_MS)"),
 		insertSeat:  bind("INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES (?, ?, ?, 1)"),
+		claims:      bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE " + after(d, "s.show_id", "s.seat_id") + " ORDER BY s.show_id, s.seat_id LIMIT ?"),
 		// The clock in a scalar subquery is evaluated once, so the planner
 		// can bound the index range with it (a volatile function in the
 		// WHERE clause turns the bound into a filter on PostgreSQL).
-		claims:  bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE " + after(d, "s.show_id", "s.seat_id") + " ORDER BY s.show_id, s.seat_id LIMIT ?"),
-		expired: bind("SELECT order_no, expire_at_ms FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) AND " + after(d, "expire_at_ms", "order_no") + " ORDER BY expire_at_ms, order_no LIMIT ?"),
+		expired:           bind("SELECT order_no, expire_at_ms FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) AND " + after(d, "expire_at_ms", "order_no") + " ORDER BY expire_at_ms, order_no LIMIT ?"),
+		recordDiscrepancy: bind(recordSQL),
+		dueDiscrepancies:  bind("SELECT payment_id, order_no, user_id, status, tried_at_ms FROM oe_payment_discrepancy WHERE settled_at_ms IS NULL AND tried_at_ms <= (SELECT NOW_MS) - ? ORDER BY tried_at_ms, payment_id LIMIT ?"),
+		// The compare-and-set of a claim: only the claimer that read this
+		// tried_at wins. The new tried_at is always greater than the old, so
+		// the row always changes (changed and matched rows agree, whatever
+		// clientFoundRows says, even if the clock stepped back).
+		claimDiscrepancy:  bind("UPDATE oe_payment_discrepancy SET tried_at_ms = " + greatest + "(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"),
+		settleDiscrepancy: bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND settled_at_ms IS NULL"),
+		discrepancyExists: bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ?"),
 	}}, nil
 }
 
@@ -292,25 +315,32 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 
 // Order implements expiry.OrderLookup and cancel.OrderStore.
 func (s *Store) Order(ctx context.Context, orderNo string) (expiry.Order, error) {
+	o, _, err := s.orderRow(ctx, orderNo)
+	return o, err
+}
+
+// orderRow reads an order and the payment that paid it ("" if none).
+func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, string, error) {
 	if err := expiry.ValidateID("order number", orderNo); err != nil {
-		return expiry.Order{}, fmt.Errorf("sqlstore: %w", err)
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: %w", err)
 	}
 	o := expiry.Order{No: orderNo}
 	var status uint8
 	var expireMS, nowMS int64
+	var paymentID sql.NullString
 	st, err := s.prepared(ctx, s.q.order)
 	if err != nil {
-		return expiry.Order{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
-	err = st.QueryRowContext(ctx, orderNo).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS)
+	err = st.QueryRowContext(ctx, orderNo).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return expiry.Order{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
 	}
 	if err != nil {
-		return expiry.Order{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
 	o.Status, o.ExpireAt, o.ReadAt = expiry.Status(status), time.UnixMilli(expireMS), time.UnixMilli(nowMS)
-	return o, nil
+	return o, paymentID.String, nil
 }
 
 // CancelPending implements cancel.OrderStore.
@@ -327,14 +357,24 @@ func (s *Store) CancelPending(ctx context.Context, req cancel.Request) (cancel.R
 	return s.transition(ctx, req.OrderNo, req.UserID, expiry.StatusCancelled, q, args, s.q.deleteSeats)
 }
 
-// PayPending implements cancel.OrderStore.
+// PayPending implements cancel.OrderStore. It stores p.PaymentID in
+// oe_order.payment_id with the compare-and-set; on an order that is paid
+// already, Result.PaymentID is the payment that paid it (empty for an order
+// paid before payment ids were kept), so the caller tells a repeated callback
+// (the same id) from a second payment (another one).
 func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
-	orderNo, userID := p.OrderNo, p.UserID
-	q, args := s.q.pay, []any{orderNo}
-	if userID != "" {
-		q, args = s.q.payOwner, append(args, userID)
+	if err := p.Validate(); err != nil {
+		return cancel.Result{}, fmt.Errorf("sqlstore: pay: %w", err)
 	}
-	return s.transition(ctx, orderNo, userID, expiry.StatusPaid, q, args, s.q.sellSeats)
+	q, args := s.q.pay, []any{p.PaymentID, p.OrderNo}
+	if p.UserID != "" {
+		q, args = s.q.payOwner, append(args, p.UserID)
+	}
+	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, args, s.q.sellSeats)
+	if res.Changed {
+		res.PaymentID = p.PaymentID
+	}
+	return res, err
 }
 
 // transition runs one state change to status to: the compare-and-set cas, then (if it
@@ -378,14 +418,18 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 		res.Changed, res.Order.Status = true, to
 		return res, nil
 	}
-	o, err := s.Order(ctx, orderNo)
+	o, paymentID, err := s.orderRow(ctx, orderNo)
 	if err != nil {
 		return cancel.Result{}, err
 	}
 	if userID != "" && o.UserID != userID {
 		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, cancel.ErrNotOwner)
 	}
-	return cancel.Result{Order: o}, nil
+	res = cancel.Result{Order: o}
+	if o.Status == expiry.StatusPaid {
+		res.PaymentID = paymentID
+	}
+	return res, nil
 }
 
 // readForTransition reads the order and its seats with orderSeats, the
@@ -628,17 +672,140 @@ func (s *Store) claimsArgs(show, seat string, limit int) []any {
 	return append(afterArgs(s.dialect, show, seat), limit)
 }
 
-// RecordDiscrepancy implements cancel.DiscrepancyStore (not yet).
-func (s *Store) RecordDiscrepancy(context.Context, cancel.Discrepancy) (bool, error) {
-	return false, errors.New("sqlstore: RecordDiscrepancy: not implemented")
+// RecordDiscrepancy implements cancel.DiscrepancyStore: it inserts d into
+// oe_payment_discrepancy keyed by d.PaymentID, tried now by the database's
+// clock. recorded is false, and nothing changes, when the payment id is
+// there already (settled or not); the primary key makes one of concurrent
+// calls the winner.
+func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bool, error) {
+	if err := validDiscrepancy(d); err != nil {
+		return false, fmt.Errorf("sqlstore: record discrepancy: %w", err)
+	}
+	st, err := s.prepared(ctx, s.q.recordDiscrepancy)
+	if err != nil {
+		return false, fmt.Errorf("sqlstore: record discrepancy of payment %s: %w", d.PaymentID, err)
+	}
+	var recorded bool
+	err = s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.StmtContext(ctx, st).ExecContext(ctx, d.PaymentID, d.OrderNo, d.UserID, uint8(d.Status))
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		recorded = n == 1
+		return err
+	})
+	if err != nil && isDuplicate(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sqlstore: record discrepancy of payment %s: %w", d.PaymentID, err)
+	}
+	return recorded, nil
 }
 
-// ClaimDiscrepancies implements cancel.DiscrepancyStore (not yet).
-func (s *Store) ClaimDiscrepancies(context.Context, time.Duration, int) ([]cancel.Discrepancy, error) {
-	return nil, errors.New("sqlstore: ClaimDiscrepancies: not implemented")
+// validDiscrepancy checks d's ids (the user may be empty).
+func validDiscrepancy(d cancel.Discrepancy) error {
+	if err := expiry.ValidateID("payment id", d.PaymentID); err != nil {
+		return err
+	}
+	if err := expiry.ValidateID("order number", d.OrderNo); err != nil {
+		return err
+	}
+	if d.UserID != "" {
+		return expiry.ValidateID("user id", d.UserID)
+	}
+	return nil
 }
 
-// SettleDiscrepancy implements cancel.DiscrepancyStore (not yet).
-func (s *Store) SettleDiscrepancy(context.Context, string) error {
-	return errors.New("sqlstore: SettleDiscrepancy: not implemented")
+// ClaimDiscrepancies implements cancel.DiscrepancyStore: up to limit
+// unsettled discrepancies last tried at least lease ago by the database's
+// clock (whole milliseconds, rounded up), least recently tried first, each
+// marked tried now by a compare-and-set on its tried_at, so that of
+// concurrent claimers exactly one gets each record within a lease. It reads
+// the index on (settled_at_ms, tried_at_ms); a record another claimer took
+// between the read and the compare-and-set is left out.
+func (s *Store) ClaimDiscrepancies(ctx context.Context, lease time.Duration, limit int) ([]cancel.Discrepancy, error) {
+	if lease < 0 {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: negative lease %v", lease)
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	due, err := s.prepared(ctx, s.q.dueDiscrepancies)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+	}
+	claim, err := s.prepared(ctx, s.q.claimDiscrepancy)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+	}
+	leaseMS := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	type candidate struct {
+		d       cancel.Discrepancy
+		triedMS int64
+	}
+	var cands []candidate
+	rows, err := due.QueryContext(ctx, leaseMS, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+	}
+	for rows.Next() {
+		var c candidate
+		var status uint8
+		if err := rows.Scan(&c.d.PaymentID, &c.d.OrderNo, &c.d.UserID, &status, &c.triedMS); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+		}
+		c.d.Status = expiry.Status(status)
+		cands = append(cands, c)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+	}
+	var out []cancel.Discrepancy
+	for _, c := range cands {
+		r, err := claim.ExecContext(ctx, c.d.PaymentID, c.triedMS)
+		if err != nil {
+			if retryable(err) {
+				continue // a concurrent claimer holds it: it is theirs
+			}
+			return out, fmt.Errorf("sqlstore: claim discrepancy of payment %s: %w", c.d.PaymentID, err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return out, fmt.Errorf("sqlstore: claim discrepancy of payment %s: %w", c.d.PaymentID, err)
+		}
+		if n == 1 {
+			out = append(out, c.d)
+		}
+	}
+	return out, nil
+}
+
+// SettleDiscrepancy implements cancel.DiscrepancyStore: it marks the record
+// of paymentID settled, so it is never claimed again. Idempotent; a payment
+// id never recorded gives an error wrapping expiry.ErrNotFound.
+func (s *Store) SettleDiscrepancy(ctx context.Context, paymentID string) error {
+	st, err := s.prepared(ctx, s.q.settleDiscrepancy)
+	if err != nil {
+		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
+	}
+	r, err := st.ExecContext(ctx, paymentID)
+	if err != nil {
+		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
+	}
+	if n, err := r.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.q.discrepancyExists, paymentID).Scan(&n); err != nil {
+		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, expiry.ErrNotFound)
+	}
+	return nil // settled before
 }
