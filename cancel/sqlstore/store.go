@@ -262,7 +262,12 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Migrate applies Schema(dialect). It is idempotent.
+// Migrate applies Schema(dialect), then upgrades tables that an earlier
+// version of this package created (CREATE TABLE IF NOT EXISTS leaves them as
+// they are): it adds oe_order.payment_id and, on MySQL/MariaDB, gives the id
+// columns their byte-exact collation (ascii_bin; this rebuilds the table
+// once). Every step looks before it changes anything, so Migrate is
+// idempotent, and safe to run from several hosts at once.
 func (s *Store) Migrate(ctx context.Context) error {
 	stmts, err := Schema(s.dialect)
 	if err != nil {
@@ -273,7 +278,98 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
+	if err := s.upgrade(ctx); err != nil {
+		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
+	}
 	return nil
+}
+
+// idColumns are the MySQL id columns and their definitions, by table.
+var idColumns = map[string][][2]string{
+	"oe_order": {
+		{"order_no", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"user_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"show_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"cancel_reason", "VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL"},
+	},
+	"oe_order_seat": {
+		{"show_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"seat_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"order_no", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+	},
+}
+
+// upgrade is Migrate's second half: see there.
+func (s *Store) upgrade(ctx context.Context) error {
+	has, err := s.hasColumn(ctx, "oe_order", "payment_id")
+	if err != nil {
+		return err
+	}
+	if !has {
+		typ := "VARCHAR(64)"
+		switch s.dialect {
+		case MySQL:
+			typ = "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"
+		case SQLite:
+			typ = "TEXT"
+		}
+		if _, err := s.db.ExecContext(ctx, "ALTER TABLE oe_order ADD COLUMN payment_id "+typ); err != nil && !isDuplicateColumn(err) {
+			return err // a concurrent Migrate adding it first is success
+		}
+	}
+	if s.dialect != MySQL {
+		return nil
+	}
+	for _, table := range []string{"oe_order", "oe_order_seat"} {
+		var modify []string
+		for _, c := range idColumns[table] {
+			var collation sql.NullString
+			err := s.db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?", table, c[0]).Scan(&collation)
+			if err != nil {
+				return fmt.Errorf("collation of %s.%s: %w", table, c[0], err)
+			}
+			if collation.String != "ascii_bin" {
+				modify = append(modify, "MODIFY "+c[0]+" "+c[1])
+			}
+		}
+		if len(modify) > 0 {
+			if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+table+" "+strings.Join(modify, ", ")); err != nil {
+				return fmt.Errorf("%s: byte-exact ids: %w", table, err)
+			}
+		}
+	}
+	return nil
+}
+
+// hasColumn reports whether the store's table has column.
+func (s *Store) hasColumn(ctx context.Context, table, column string) (bool, error) {
+	var q string
+	switch s.dialect {
+	case MySQL:
+		q = "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?"
+	case Postgres:
+		q = "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2"
+	default:
+		q = "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?"
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, q, table, column).Scan(&n); err != nil {
+		return false, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	return n > 0, nil
+}
+
+// isDuplicateColumn reports an ADD COLUMN of a column that exists.
+func isDuplicateColumn(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1060
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState() == "42701"
+	}
+	return strings.Contains(err.Error(), "duplicate column name")
 }
 
 // Now returns the database's clock.
