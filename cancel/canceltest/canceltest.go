@@ -11,7 +11,11 @@
 // responsible for: one terminal state per order (I1), duplicate calls change
 // nothing (I5), the due guard uses the store's clock (I4), seats are released
 // at most once and never another order's (I2), and the purchase-limit counter
-// matches the seats held (I8).
+// matches the seats held (I8); and, with hostile-but-legal input (I13): a
+// discrepancy is recorded once per payment id and retried after a lease
+// (I9), ids match byte for byte (I10), an order number placed twice is
+// ErrOrderExists, and the expiry scan pages past orders that stay pending
+// (I12).
 package canceltest
 
 import (

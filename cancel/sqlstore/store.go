@@ -5,15 +5,27 @@
 //
 // One Store serves every interface the core declares over orders:
 //   - cancel.OrderStore (Order, CancelPending, PayPending),
+//   - cancel.DiscrepancyStore (RecordDiscrepancy, ClaimDiscrepancies,
+//     SettleDiscrepancy),
 //   - expiry.OrderLookup (Order),
-//   - reconcile.ExpiredFinder (Expired) and reconcile.StatusReader (Statuses).
+//   - reconcile.ExpiredFinder (Expired), reconcile.StatusReader (Statuses)
+//     and reconcile.ClaimScanner (Claims).
 //
-// The schema (schema/*.sql, also returned by Schema) has two tables: oe_order
-// and oe_order_seat, whose primary key (show_id, seat_id) allows one live
-// claim per seat. Times are epoch milliseconds, and every "now" is the
-// database's clock. Place inserts an order inside the host's own transaction.
+// The schema (schema/*.sql, also returned by Schema) has three tables:
+// oe_order, oe_order_seat, whose primary key (show_id, seat_id) allows one
+// live claim per seat, and oe_payment_discrepancy, one row per payment that
+// could not be honoured. Times are epoch milliseconds, and every "now" is
+// the database's clock, truncated to the millisecond. Ids match byte for
+// byte on every dialect (ascii_bin columns on MySQL/MariaDB, whose default
+// collations are case-insensitive). Place inserts an order inside the host's
+// own transaction.
 //
-// The compare-and-set statements always change the status they match, so
+// The scans the reconciler pages through (Expired, Claims) are keyset scans
+// that start each page at its cursor on an index, in the form each dialect's
+// planner turns into a range: row values on PostgreSQL and SQLite, the OR
+// form on MySQL/MariaDB.
+//
+// The compare-and-set statements always change what they match, so
 // they are correct whatever the driver reports as affected rows (matched or
 // changed, go-sql-driver/mysql's clientFoundRows). Serialization failures and
 // deadlocks (PostgreSQL 40001/40P01, MariaDB 1020/1213) are retried; the
