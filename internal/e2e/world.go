@@ -6,7 +6,6 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
 	"testing"
 	"time"

@@ -361,3 +361,19 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 	}
 	return changed, nil
 }
+
+// WipeShow forgets one show's seats, lock index and counters, as Redis does
+// when it evicts the show's keys or a replica that had not received them is
+// promoted: the restored marker stays, so only the reconciler's claims pass
+// notices (it refills what SQL claims).
+func (s *Seats) WipeShow(show string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seats, show)
+	delete(s.locked, show)
+	for key := range s.held {
+		if key[0] == show {
+			delete(s.held, key)
+		}
+	}
+}
