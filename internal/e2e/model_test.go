@@ -338,6 +338,9 @@ type mOrder struct {
 	lag         bool
 	transitions int
 	paidBy      string // the payment that paid it
+	// lagBehind: the seat store lost this order's seats; until the run
+	// settles, another order's stale lock may hold one of them.
+	lagBehind bool
 }
 
 type mFlight struct {
@@ -360,6 +363,9 @@ type machine struct {
 
 	armed map[string]mMode
 	stuck map[string]bool // orders whose every cancel fails (a row held by a stuck transaction)
+	// backoff: orders whose cancel failed in a reconcile round, until when
+	// (app clock) a reconciler may still be skipping them (BackoffMax).
+	backoff map[string]time.Time
 	// lost: the seat store lost its data (all of it, or lostShows' shows) and
 	// has not been rebuilt since: seat-side checks wait for the repair.
 	lost      bool
@@ -395,7 +401,7 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 		shows: []string{env.prefix + "showA", env.prefix + "showB"}, users: []string{"u1", "u2", "u3"},
 		limit:  6,
 		orders: map[string]*mOrder{}, armed: map[string]mMode{}, freed: map[[3]string]bool{},
-		stuck: map[string]bool{}, lostShows: map[string]bool{}, refunded: map[string]int{}, owed: map[string]string{},
+		stuck: map[string]bool{}, backoff: map[string]time.Time{}, lostShows: map[string]bool{}, refunded: map[string]int{}, owed: map[string]string{},
 		obs: &mObserver{kinds: map[expiry.Kind]int{}, cancelled: map[string]int{}, paid: map[string]int{}},
 	}
 	for i := 1; i <= 12; i++ {
@@ -425,7 +431,7 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc,
+	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Clock: clock,
 		// Small batches and rounds, so a backlog spans rounds (Report.More).
 		Batch: 4, MaxPerRound: 12, Grace: env.grace, Observer: m.obs, Logger: quiet,
 		// One cancel at a time: the model attributes each seat change to the
@@ -579,6 +585,9 @@ func (s *mOrders) CancelPending(ctx context.Context, req cancel.Request) (cancel
 		return cancel.Result{}, injected("CancelPending (stuck)")
 	}
 	mode, hit := s.m.fault("CancelPending", req.OrderNo)
+	if hit && req.Reason == cancel.ReasonReconcile { // that reconciler backs off from the order
+		s.m.backoff[req.OrderNo] = s.m.appNow().Add(reconcile.BackoffMax)
+	}
 	if mode == mBefore {
 		return cancel.Result{}, injected("CancelPending")
 	}
@@ -1040,7 +1049,8 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 }
 
 // PayAgain repeats a payment callback that was already sent, as providers do
-// when the answer was an error or got lost: same payment id.
+// when the answer was an error or got lost (same payment id), or sends a
+// second payment for an order paid or refunded already (a new payment id).
 func (m *machine) PayAgain(t *rapid.T) {
 	byPID := maps.Clone(m.owed)
 	for _, no := range m.nos {
@@ -1054,7 +1064,13 @@ func (m *machine) PayAgain(t *rapid.T) {
 	pid := rapid.SampledFrom(slices.Sorted(maps.Keys(byPID))).Draw(t, "payment")
 	no := byPID[pid]
 	o := m.orders[no]
-	m.stats.kinds["pay_again"]++
+	if rapid.Bool().Draw(t, "second_payment") { // the buyer pays the same order again
+		m.next++
+		pid = fmt.Sprintf("pay-%s-second%d", no, m.next)
+		m.stats.kinds["pay_second"]++
+	} else {
+		m.stats.kinds["pay_again"]++
+	}
 	m.pay(t, no, o, o.p.UserID, true, pid)
 }
 
@@ -1142,7 +1158,7 @@ func (m *machine) Backlog(t *rapid.T) {
 	for i := 0; i < n; i++ {
 		m.next++
 		no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
-		seat := m.pool[i%len(m.pool)]
+		seat := fmt.Sprintf("bk%d", m.next) // seats of their own: a backlog of placed orders
 		m.armed["Send"] = mBefore // the broker is down: the message is lost
 		m.place(t, no, m.users[i%len(m.users)], m.shows[i%2], []string{seat}, m.storeNow(t).Add(-time.Millisecond))
 		delete(m.armed, "Send")
@@ -1158,6 +1174,9 @@ func (m *machine) WipeSeats(t *rapid.T) {
 	}
 	m.env.wipe()
 	m.lost = true
+	for _, o := range m.orders {
+		o.lagBehind = o.placed
+	}
 	m.freed = map[[3]string]bool{}
 }
 
@@ -1167,6 +1186,9 @@ func (m *machine) WipeShow(t *rapid.T) {
 	show := rapid.SampledFrom(m.shows).Draw(t, "show")
 	m.env.wipeShow(show)
 	m.lostShows[show] = true
+	for _, o := range m.orders {
+		o.lagBehind = o.lagBehind || o.placed && o.p.ShowID == show
+	}
 	m.repairPasses = 2 // the pass under way may have passed the show already
 	m.freed = map[[3]string]bool{}
 }
@@ -1192,7 +1214,7 @@ func (m *machine) UserCancel(t *rapid.T) {
 	case before == "pending":
 		if err != nil || !res.Changed {
 			m.violate("user cancel of pending %s: changed=%v err=%v", no, res.Changed, err)
-		} else if !m.hit("Release") && res.Released != len(o.p.Seats) {
+		} else if !m.hit("Release") && !m.lost && !m.lostShows[o.p.ShowID] && res.Released != len(o.p.Seats) {
 			m.violate("user cancel of %s released %d seats, want %d", no, res.Released, len(o.p.Seats))
 		}
 	default:
@@ -1401,7 +1423,8 @@ func (m *machine) rounds(r *reconcile.Reconciler) (int, error) {
 
 func (m *machine) noneDue(t0 time.Time, after string) {
 	for _, no := range m.nos {
-		if o := m.orders[no]; o.placed && o.status == expiry.StatusPending && !o.p.ExpireAt.After(t0) && !m.stuck[no] {
+		if o := m.orders[no]; o.placed && o.status == expiry.StatusPending && !o.p.ExpireAt.After(t0) && !m.stuck[no] &&
+			!m.appNow().Before(m.backoff[no]) {
 			m.violate("I3: %s still pending after %s, due %s (store clock %s)", no, after, o.p.ExpireAt, t0)
 		}
 	}
@@ -1535,6 +1558,7 @@ func (m *machine) Check(t *rapid.T) {
 				}
 			}
 		}
+		blocked := map[string]int{}
 		for _, no := range m.nos {
 			o := m.orders[no]
 			if !o.placed || o.p.ShowID != show || o.status == expiry.StatusCancelled {
@@ -1543,6 +1567,13 @@ func (m *machine) Check(t *rapid.T) {
 			want[o.p.UserID] += len(o.p.Seats)
 			for _, seat := range o.p.Seats {
 				s, ok := seats[seat]
+				if ok && s.OrderNo != no && m.orders[s.OrderNo] != nil && m.orders[s.OrderNo].lag && o.lagBehind {
+					// After a loss, a failed placement's lock (that a failure
+					// left) holds a seat SQL gives this order; the reconciler
+					// releases it after the grace period, then restores the claim.
+					blocked[o.p.UserID]++
+					continue
+				}
 				if !ok || s.OrderNo != no || (o.status == expiry.StatusPending && s.Status != expiry.StatusPending) {
 					fail("I2: seat %s/%s of %s order %s is %+v (held %v)", show, seat, o.status, no, s, ok)
 				}
@@ -1555,7 +1586,7 @@ func (m *machine) Check(t *rapid.T) {
 				fail("I8: %s/%s counter below zero: %d", show, u, held)
 			case held != perUser[u]:
 				fail("I8: %s/%s counter %d, but the seat store holds %d seats for the user", show, u, held, perUser[u])
-			case stale[u] == 0 && held != want[u]:
+			case stale[u] == 0 && blocked[u] == 0 && held != want[u]:
 				fail("I8: %s/%s counter %d, the user's pending and paid orders hold %d seats", show, u, held, want[u])
 			}
 		}
@@ -1575,6 +1606,7 @@ func (m *machine) settle(t *rapid.T) {
 	m.outage = 0
 	m.hits = m.hits[:0]
 	m.stuck = map[string]bool{}
+	m.backoff = map[string]time.Time{} // settle's reconciler is a fresh host
 	m.refundDown = false
 	if m.env.clock != nil {
 		latest := m.appNow()
@@ -1617,7 +1649,7 @@ func (m *machine) settle(t *rapid.T) {
 		t.Fatalf("I9: payments never refunded: %v", left)
 	}
 	for _, o := range m.orders {
-		o.lag = false // nothing excuses a stale lock any more
+		o.lag, o.lagBehind = false, false // nothing excuses a stale lock any more
 	}
 	m.Check(t)
 	for _, show := range m.shows {
