@@ -706,6 +706,16 @@ func (s *mSeats) Restore(ctx context.Context, claims []cancel.Claim) (int, error
 	return s.inner.Restore(ctx, mine)
 }
 
+func (s *mSeats) Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error) {
+	mine := claims[:0:0]
+	for _, c := range claims {
+		if slices.Contains(s.m.shows, c.ShowID) {
+			mine = append(mine, c)
+		}
+	}
+	return s.inner.Missing(ctx, mine)
+}
+
 func (s *mSeats) MarkRestored(ctx context.Context, token string) error {
 	return s.inner.MarkRestored(ctx, token)
 }
