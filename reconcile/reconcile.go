@@ -1,8 +1,8 @@
 // Package reconcile repairs what the message path lost, in bounded rounds.
 //
 // SQL is the source of truth; Redis seat state is rebuilt from it. A round
-// runs these passes, each bounded by Config.MaxPerRound, each run even when
-// another failed (their errors are joined):
+// runs these passes in this order, each bounded by Config.MaxPerRound, each
+// run even when another failed (their errors are joined):
 //
 //   - expired orders (scan #1): orders still pending past expire_at by the
 //     database's clock go through the same cancel path as a timeout (a lost
@@ -11,6 +11,10 @@
 //     with a backoff, so one stuck order never holds the others back (I12).
 //     When the pass hits its bound, Run starts the next round at once, so a
 //     backlog drains at the cancel path's rate, not a batch per interval;
+//   - seat locks (scan #4): seats locked in Redis whose order is no longer
+//     pending are fixed: released when the order is cancelled, or missing
+//     for longer than Config.Grace by the seat store's clock (a crash between
+//     the lock and the SQL commit); marked sold when the order is paid;
 //   - claims (scan #2): SQL's seat claims of pending and paid orders are
 //     given to the seat store, which fills the seats it lacks (a lost lock,
 //     a show evicted or lost in a partial failure). When the seat store says
@@ -19,10 +23,6 @@
 //     otherwise the pass goes on slowly, round after round. Each batch that
 //     restored anything is then checked against SQL again, so a cancel that
 //     committed meanwhile does not leave its seats locked;
-//   - seat locks (scan #4): seats locked in Redis whose order is no longer
-//     pending are fixed: released when the order is cancelled, or missing
-//     for longer than Config.Grace by the seat store's clock (a crash between
-//     the lock and the SQL commit); marked sold when the order is paid;
 //   - refunds: recorded discrepancies whose refund hook failed or was
 //     interrupted are handed to the hook again (I9).
 //
@@ -82,21 +82,33 @@ type ClaimScanner interface {
 	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 }
 
-// SeatRestorer rebuilds the seat store from SQL after it lost its data.
+// SeatRestorer tells when the seat store lost its data and records a
+// completed rebuild.
 //
 // Lost reports that it did (its marker is gone) and names the rebuild with a
 // token: every caller gets the same token until MarkRestored succeeds or the
-// store loses its data again (a new token then). Restore gives each claim's
-// seat its state if the seat is free (and counts it for the user); it is
-// idempotent. MarkRestored records a completed rebuild under token, only if
+// store loses its data again (a new token then). MarkRestored records a
+// completed rebuild under token, only if
 // token is still current (atomically); otherwise it returns an error
 // wrapping cancel.ErrRestoreInterrupted and the rebuild starts over, so a
 // second loss during a rebuild is never marked restored over a half-empty
 // store. Safe for concurrent use.
 type SeatRestorer interface {
 	Lost(ctx context.Context) (token string, lost bool, err error)
-	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 	MarkRestored(ctx context.Context, token string) error
+}
+
+// SeatRepairer gives the seat store what SQL's claims say it lacks.
+//
+// Missing returns the claims whose seat the store does not hold as the
+// claim says (free, or a paid claim's seat only locked); it changes nothing.
+// Restore gives each claim's seat its state if the seat is free (and counts
+// it for the user), and turns a paid claim's lock into a sale; it is
+// idempotent and returns the number of seats changed. Safe for concurrent
+// use.
+type SeatRepairer interface {
+	Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error)
+	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 }
 
 // Orders is the SQL side the reconciler reads; cancel/sqlstore's Store
@@ -114,6 +126,7 @@ type Seats interface {
 	cancel.SeatReleaser
 	cancel.SeatSeller
 	SeatRestorer
+	SeatRepairer
 }
 
 // Service is the cancel path and the refund retries; *cancel.Service
@@ -163,6 +176,10 @@ type Config struct {
 	OrderTimeout time.Duration
 	Observer     expiry.Observer // nil: expiry.NopObserver
 	Logger       *slog.Logger    // nil: slog.Default()
+	// Clock paces the retries of skipped orders (nil: expiry.SystemClock).
+	// It never decides anything about an order: every such "now" is the
+	// database's or the seat store's (invariant I11).
+	Clock expiry.Clock
 }
 
 func (c *Config) validate() error {
@@ -197,6 +214,9 @@ func (c *Config) validate() error {
 	if c.OrderTimeout == 0 {
 		c.OrderTimeout = OrderTimeoutDefault
 	}
+	if c.Clock == nil {
+		c.Clock = expiry.SystemClock
+	}
 	return nil
 }
 
@@ -215,9 +235,9 @@ type Reconciler struct {
 	backoff map[string]backoff
 }
 
-// backoff paces the retries of one order whose cancel failed. It uses this
-// host's monotonic clock only to pace its own work: no decision about the
-// order depends on it.
+// backoff paces the retries of one order whose cancel failed, by
+// Config.Clock: it paces this host's own work, no decision about the order
+// depends on it.
 type backoff struct {
 	until time.Time
 	wait  time.Duration
@@ -253,6 +273,8 @@ type Report struct {
 	More bool
 	// Rebuilt is true when this round completed a rebuild of the seat store.
 	Rebuilt bool
+	// ClaimsComplete is true when scan #2 finished a pass over SQL's claims.
+	ClaimsComplete bool
 	// Complete is true when scan #4 finished a pass over the seat store.
 	Complete bool
 }
@@ -261,7 +283,9 @@ type Report struct {
 // failed; the error joins theirs, and the Report counts what was done.
 func (r *Reconciler) Round(ctx context.Context) (Report, error) {
 	var rep Report
-	errs := []error{r.expired(ctx, &rep), r.restore(ctx, &rep), r.locks(ctx, &rep), r.refunds(ctx, &rep)}
+	// Scan #4 before #2: a stale lock released first leaves its seat free for
+	// the claim that SQL gives it.
+	errs := []error{r.expired(ctx, &rep), r.locks(ctx, &rep), r.restore(ctx, &rep), r.refunds(ctx, &rep)}
 	return rep, errors.Join(errs...)
 }
 
@@ -286,16 +310,8 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 		if err != nil {
 			return fmt.Errorf("reconcile: scan claims: %w", err)
 		}
-		n, err := r.c.Seats.Restore(ctx, claims)
-		rep.Restored += n
-		if err != nil {
-			return fmt.Errorf("reconcile: restore seats: %w", err)
-		}
-		if n > 0 {
-			r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
-			if err := r.recheck(ctx, claims, rep); err != nil { // nothing restored: no lock of this batch can be stale
-				return err
-			}
+		if err := r.repair(ctx, claims, rep); err != nil {
+			return err
 		}
 		seen += len(claims)
 		cursor = next
@@ -303,6 +319,7 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 		r.claims = next
 		r.mu.Unlock()
 		if next == "" {
+			rep.ClaimsComplete = true
 			break
 		}
 	}
@@ -323,6 +340,48 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 	rep.Rebuilt = true
 	r.log.InfoContext(ctx, "seat store rebuilt from SQL", "seats", rep.Restored)
 	return nil
+}
+
+// repair restores what the seat store lacks of claims. It asks the store
+// which claims it lacks, then SQL again which of those are still live, and
+// restores only those: a cancel that committed after the claims were read
+// released its seats before the store was asked (the release follows the
+// commit), so it is never restored, not even for a moment. Only a seat that
+// was really lost can be restored for an order that a cancel decides in the
+// short window that remains; recheck then releases it at once.
+func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Report) error {
+	missing, err := r.c.Seats.Missing(ctx, claims)
+	if err != nil || len(missing) == 0 {
+		if err != nil {
+			return fmt.Errorf("reconcile: compare claims with the seat store: %w", err)
+		}
+		return nil
+	}
+	nos := make([]string, 0, len(missing))
+	for _, c := range missing {
+		nos = append(nos, c.OrderNo)
+	}
+	statuses, err := r.c.Orders.Statuses(ctx, nos)
+	if err != nil {
+		return fmt.Errorf("reconcile: read statuses: %w", err)
+	}
+	live := missing[:0]
+	for _, c := range missing {
+		if st, ok := statuses[c.OrderNo]; ok && (st == expiry.StatusPending || st == expiry.StatusPaid) {
+			c.Status = st // paid since the claims were read: restore the sale
+			live = append(live, c)
+		}
+	}
+	n, err := r.c.Seats.Restore(ctx, live)
+	rep.Restored += n
+	if err != nil {
+		return fmt.Errorf("reconcile: restore seats: %w", err)
+	}
+	if n == 0 { // nothing restored: no lock of this batch can be stale
+		return nil
+	}
+	r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
+	return r.recheck(ctx, live, rep)
 }
 
 // recheck closes the race between reading claims and restoring them: a
@@ -421,7 +480,7 @@ func (r *Reconciler) waiting(no string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b, ok := r.backoff[no]
-	return ok && time.Now().Before(b.until)
+	return ok && r.c.Clock.Now().Before(b.until)
 }
 
 // settle records the outcome of one order's cancel: a failure doubles its
@@ -435,7 +494,7 @@ func (r *Reconciler) settle(ctx context.Context, no string, err error) {
 	}
 	b := r.backoff[no]
 	b.wait = min(max(2*b.wait, BackoffMin), BackoffMax)
-	b.until = time.Now().Add(b.wait)
+	b.until = r.c.Clock.Now().Add(b.wait)
 	r.backoff[no] = b
 	r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSkipped, OrderNo: no, Reason: "cancel", Err: err})
 	r.log.ErrorContext(ctx, "reconcile: cancel failed; skipping the order for now", "order", no, "retry_in", b.wait, "err", err)
@@ -447,7 +506,7 @@ func (r *Reconciler) pruneBackoff() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for no, b := range r.backoff {
-		if time.Since(b.until) > BackoffMax {
+		if r.c.Clock.Now().Sub(b.until) > BackoffMax {
 			delete(r.backoff, no)
 		}
 	}

@@ -39,7 +39,7 @@ func Example() {
 		_ = tx.Commit()
 	}
 
-	paid, _ := store.PayPending(ctx, "A1", "u1")
+	paid, _ := store.PayPending(ctx, cancel.Payment{OrderNo: "A1", UserID: "u1", PaymentID: "pay-1"})
 	fmt.Println("A1 paid:", paid.Changed, paid.Seats)
 	late, _ := store.CancelPending(ctx, cancel.Request{OrderNo: "A1", Reason: cancel.ReasonTimeout, OnlyIfDue: true})
 	fmt.Println("A1 cancelled after payment:", late.Changed, late.Order.Status)
@@ -54,5 +54,5 @@ func Example() {
 func ExampleSchema() {
 	stmts, _ := sqlstore.Schema(sqlstore.Postgres)
 	fmt.Println(len(stmts), "statements")
-	// Output: 4 statements
+	// Output: 7 statements
 }

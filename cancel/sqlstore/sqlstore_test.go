@@ -85,7 +85,7 @@ func TestOneConnectionPool(t *testing.T) {
 		require.NoError(t, h.Place(ctx, p))
 		var res cancel.Result
 		if pay {
-			res, err = h.Store.PayPending(ctx, p.OrderNo, "u1")
+			res, err = h.Store.PayPending(ctx, cancel.Payment{OrderNo: p.OrderNo, UserID: "u1", PaymentID: "pay-1"})
 		} else {
 			res, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
 		}
@@ -101,11 +101,11 @@ func TestCloseThenUse(t *testing.T) {
 	s, err := sqlstore.New(db, sqlstore.SQLite)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
-	_, err = s.Expired(ctx, 10) // prepares a statement
+	_, _, err = s.Expired(ctx, "", 10) // prepares a statement
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "Close is idempotent")
-	nos, err := s.Expired(ctx, 10)
+	nos, _, err := s.Expired(ctx, "", 10)
 	require.NoError(t, err, "a closed store prepares again")
 	assert.Empty(t, nos)
 	require.NoError(t, db.Ping(), "the *sql.DB is the host's and stays open")

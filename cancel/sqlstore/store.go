@@ -5,15 +5,27 @@
 //
 // One Store serves every interface the core declares over orders:
 //   - cancel.OrderStore (Order, CancelPending, PayPending),
+//   - cancel.DiscrepancyStore (RecordDiscrepancy, ClaimDiscrepancies,
+//     SettleDiscrepancy),
 //   - expiry.OrderLookup (Order),
-//   - reconcile.ExpiredFinder (Expired) and reconcile.StatusReader (Statuses).
+//   - reconcile.ExpiredFinder (Expired), reconcile.StatusReader (Statuses)
+//     and reconcile.ClaimScanner (Claims).
 //
-// The schema (schema/*.sql, also returned by Schema) has two tables: oe_order
-// and oe_order_seat, whose primary key (show_id, seat_id) allows one live
-// claim per seat. Times are epoch milliseconds, and every "now" is the
-// database's clock. Place inserts an order inside the host's own transaction.
+// The schema (schema/*.sql, also returned by Schema) has three tables:
+// oe_order, oe_order_seat, whose primary key (show_id, seat_id) allows one
+// live claim per seat, and oe_payment_discrepancy, one row per payment that
+// could not be honoured. Times are epoch milliseconds, and every "now" is
+// the database's clock, truncated to the millisecond. Ids match byte for
+// byte on every dialect (ascii_bin columns on MySQL/MariaDB, whose default
+// collations are case-insensitive). Place inserts an order inside the host's
+// own transaction.
 //
-// The compare-and-set statements always change the status they match, so
+// The scans the reconciler pages through (Expired, Claims) are keyset scans
+// that start each page at its cursor on an index, in the form each dialect's
+// planner turns into a range: row values on PostgreSQL and SQLite, the OR
+// form on MySQL/MariaDB.
+//
+// The compare-and-set statements always change what they match, so
 // they are correct whatever the driver reports as affected rows (matched or
 // changed, go-sql-driver/mysql's clientFoundRows). Serialization failures and
 // deadlocks (PostgreSQL 40001/40P01, MariaDB 1020/1213) are retried; the
@@ -32,6 +44,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,7 +106,8 @@ type Store struct {
 
 type queries struct {
 	now, order, cancel, cancelOwner, cancelDue, orderSeats, deleteSeats,
-	pay, payOwner, sellSeats, insertOrder, insertSeat, expired, claims string
+	pay, payOwner, sellSeats, insertOrder, insertSeat, expired, claims,
+	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
 }
 
 // New returns a Store for db in dialect.
@@ -105,8 +119,17 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		// clock does not jump at a daylight-saving change.
 		now = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 	case Postgres:
-		now = "CAST(EXTRACT(EPOCH FROM clock_timestamp())*1000 AS BIGINT)"
+		// Truncated to the millisecond like MySQL's DIV (a CAST of the
+		// epoch rounds: a cancel could come half a millisecond early).
+		// date_trunc works on the timestamp's integer microseconds, so it is
+		// exact; the ROUND only removes the binary fraction of a
+		// double-precision EXTRACT (PostgreSQL 12 and 13; numeric since 14).
+		now = "CAST(ROUND(EXTRACT(EPOCH FROM date_trunc('milliseconds', clock_timestamp()))*1000) AS BIGINT)"
 	case SQLite:
+		// SQLite's 'now' is whole milliseconds, truncated from the system
+		// clock by the VFS (unixCurrentTimeInt64), so this is a truncation
+		// too: the ROUND only removes the binary fraction of the Julian day
+		// number (about 0.04 ms at today's dates).
 		now = "CAST(ROUND((julianday('now')-2440587.5)*86400000) AS INTEGER)"
 	default:
 		return nil, fmt.Errorf("sqlstore: unknown dialect %q", d)
@@ -116,10 +139,23 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 	}
 	bind := func(q string) string { return rebind(d, strings.ReplaceAll(q, "NOW_MS", now)) }
 	cancelSQL := "UPDATE oe_order SET status = 2, cancel_reason = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
-	paySQL := "UPDATE oe_order SET status = 1, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
+	paySQL := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
+	recordSQL := "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES (?, ?, ?, ?, NOW_MS, NOW_MS)"
+	greatest := "GREATEST"
+	switch d {
+	case MySQL:
+		// A duplicate key is error 1062 (INSERT IGNORE would hide others,
+		// and ON DUPLICATE KEY UPDATE reports 1 row either way with
+		// clientFoundRows).
+	default:
+		recordSQL += " ON CONFLICT (payment_id) DO NOTHING" // 0 rows: recorded before
+	}
+	if d == SQLite {
+		greatest = "MAX" // SQLite's scalar max of several arguments
+	}
 	return &Store{db: db, dialect: d, stmts: map[string]*sql.Stmt{}, q: queries{
 		now:         bind("SELECT NOW_MS"),
-		order:       bind("SELECT user_id, show_id, status, expire_at_ms, NOW_MS FROM oe_order WHERE order_no = ?"),
+		order:       bind("SELECT user_id, show_id, status, expire_at_ms, NOW_MS, payment_id FROM oe_order WHERE order_no = ?"),
 		cancel:      bind(cancelSQL),
 		cancelOwner: bind(cancelSQL + " AND user_id = ?"),
 		cancelDue:   bind(cancelSQL + " AND expire_at_ms <= NOW_MS"),
@@ -131,12 +167,48 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		sellSeats:   bind("UPDATE oe_order_seat SET state = 2 WHERE order_no = ?"),
 		insertOrder: bind("INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) VALUES (?, ?, ?, 0, ?, NOW_MS, NOW_MS)"),
 		insertSeat:  bind("INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES (?, ?, ?, 1)"),
+		claims:      bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE " + after(d, "s.show_id", "s.seat_id") + " ORDER BY s.show_id, s.seat_id LIMIT ?"),
 		// The clock in a scalar subquery is evaluated once, so the planner
 		// can bound the index range with it (a volatile function in the
 		// WHERE clause turns the bound into a filter on PostgreSQL).
-		claims:  bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE s.show_id > ? OR (s.show_id = ? AND s.seat_id > ?) ORDER BY s.show_id, s.seat_id LIMIT ?"),
-		expired: bind("SELECT order_no FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) ORDER BY expire_at_ms LIMIT ?"),
+		expired:           bind("SELECT order_no, expire_at_ms FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) AND " + after(d, "expire_at_ms", "order_no") + " ORDER BY expire_at_ms, order_no LIMIT ?"),
+		recordDiscrepancy: bind(recordSQL),
+		dueDiscrepancies:  bind("SELECT payment_id, order_no, user_id, status, tried_at_ms FROM oe_payment_discrepancy WHERE settled_at_ms IS NULL AND tried_at_ms <= (SELECT NOW_MS) - ? ORDER BY tried_at_ms, payment_id LIMIT ?"),
+		// The compare-and-set of a claim: only the claimer that read this
+		// tried_at wins. The new tried_at is always greater than the old, so
+		// the row always changes (changed and matched rows agree, whatever
+		// clientFoundRows says, even if the clock stepped back).
+		claimDiscrepancy:  bind("UPDATE oe_payment_discrepancy SET tried_at_ms = " + greatest + "(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"),
+		settleDiscrepancy: bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND settled_at_ms IS NULL"),
+		discrepancyExists: bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ?"),
 	}}, nil
+}
+
+// after is the keyset condition "(a, b) > (?, ?)" in the form the dialect's
+// planner turns into an index range that starts at the cursor.
+//
+// PostgreSQL and SQLite take the row value as one index condition. On
+// PostgreSQL the OR form is a filter over the index from its start (a page
+// of 200 from the middle of 100k claims read 37701 rows, so a rebuild was
+// quadratic); SQLite scans the whole index with it. MySQL/MariaDB do the
+// opposite: the range optimizer splits the OR form into ranges that start at
+// the cursor, while the row value is a full index scan (MariaDB 10.11: 200
+// rows read against 50700). TestClaimsMiddlePageIsARange checks each.
+//
+// Its arguments are afterArgs(d, a, b).
+func after(d Dialect, a, b string) string {
+	if d == MySQL {
+		return "(" + a + " > ? OR (" + a + " = ? AND " + b + " > ?))"
+	}
+	return "(" + a + ", " + b + ") > (?, ?)"
+}
+
+// afterArgs are the arguments of after(d, …) for the cursor (a, b).
+func afterArgs(d Dialect, a, b any) []any {
+	if d == MySQL {
+		return []any{a, a, b}
+	}
+	return []any{a, b}
 }
 
 // rebind turns ? placeholders into $n for PostgreSQL. Queries here contain no
@@ -202,7 +274,12 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Migrate applies Schema(dialect). It is idempotent.
+// Migrate applies Schema(dialect), then upgrades tables that an earlier
+// version of this package created (CREATE TABLE IF NOT EXISTS leaves them as
+// they are): it adds oe_order.payment_id and, on MySQL/MariaDB, gives the id
+// columns their byte-exact collation (ascii_bin; this rebuilds the table
+// once). Every step looks before it changes anything, so Migrate is
+// idempotent, and safe to run from several hosts at once.
 func (s *Store) Migrate(ctx context.Context) error {
 	stmts, err := Schema(s.dialect)
 	if err != nil {
@@ -213,7 +290,98 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
+	if err := s.upgrade(ctx); err != nil {
+		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
+	}
 	return nil
+}
+
+// idColumns are the MySQL id columns and their definitions, by table.
+var idColumns = map[string][][2]string{
+	"oe_order": {
+		{"order_no", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"user_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"show_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"cancel_reason", "VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL"},
+	},
+	"oe_order_seat": {
+		{"show_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"seat_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+		{"order_no", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+	},
+}
+
+// upgrade is Migrate's second half: see there.
+func (s *Store) upgrade(ctx context.Context) error {
+	has, err := s.hasColumn(ctx, "oe_order", "payment_id")
+	if err != nil {
+		return err
+	}
+	if !has {
+		typ := "VARCHAR(64)"
+		switch s.dialect {
+		case MySQL:
+			typ = "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"
+		case SQLite:
+			typ = "TEXT"
+		}
+		if _, err := s.db.ExecContext(ctx, "ALTER TABLE oe_order ADD COLUMN payment_id "+typ); err != nil && !isDuplicateColumn(err) {
+			return err // a concurrent Migrate adding it first is success
+		}
+	}
+	if s.dialect != MySQL {
+		return nil
+	}
+	for _, table := range []string{"oe_order", "oe_order_seat"} {
+		var modify []string
+		for _, c := range idColumns[table] {
+			var collation sql.NullString
+			err := s.db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?", table, c[0]).Scan(&collation)
+			if err != nil {
+				return fmt.Errorf("collation of %s.%s: %w", table, c[0], err)
+			}
+			if collation.String != "ascii_bin" {
+				modify = append(modify, "MODIFY "+c[0]+" "+c[1])
+			}
+		}
+		if len(modify) > 0 {
+			if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+table+" "+strings.Join(modify, ", ")); err != nil {
+				return fmt.Errorf("%s: byte-exact ids: %w", table, err)
+			}
+		}
+	}
+	return nil
+}
+
+// hasColumn reports whether the store's table has column.
+func (s *Store) hasColumn(ctx context.Context, table, column string) (bool, error) {
+	var q string
+	switch s.dialect {
+	case MySQL:
+		q = "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?"
+	case Postgres:
+		q = "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2"
+	default:
+		q = "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?"
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, q, table, column).Scan(&n); err != nil {
+		return false, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	return n > 0, nil
+}
+
+// isDuplicateColumn reports an ADD COLUMN of a column that exists.
+func isDuplicateColumn(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1060
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState() == "42701"
+	}
+	return strings.Contains(err.Error(), "duplicate column name")
 }
 
 // Now returns the database's clock.
@@ -226,14 +394,20 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // Place inserts a pending order and its seat claims in the host's
-// transaction tx. A seat that another live order holds gives an error
-// wrapping cancel.ErrSeatUnavailable (the transaction is then unusable on PostgreSQL: roll
-// it back). Schedule the expiry message after tx commits (expiry.AfterCommit).
+// transaction tx. An order number that exists already gives an error
+// wrapping cancel.ErrOrderExists (the existing order is untouched: a retry
+// after an unknown commit, a double submit); a seat that another live order
+// holds gives one wrapping cancel.ErrSeatUnavailable. After either, the
+// transaction is unusable on PostgreSQL: roll it back. Schedule the expiry
+// message after tx commits (expiry.AfterCommit).
 func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("sqlstore: place: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, s.q.insertOrder, p.OrderNo, p.UserID, p.ShowID, p.ExpireAt.UnixMilli()); err != nil {
+		if isDuplicate(err) { // oe_order's only unique key is order_no
+			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
+		}
 		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 	}
 	for _, seat := range p.Seats {
@@ -249,25 +423,32 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 
 // Order implements expiry.OrderLookup and cancel.OrderStore.
 func (s *Store) Order(ctx context.Context, orderNo string) (expiry.Order, error) {
+	o, _, err := s.orderRow(ctx, orderNo)
+	return o, err
+}
+
+// orderRow reads an order and the payment that paid it ("" if none).
+func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, string, error) {
 	if err := expiry.ValidateID("order number", orderNo); err != nil {
-		return expiry.Order{}, fmt.Errorf("sqlstore: %w", err)
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: %w", err)
 	}
 	o := expiry.Order{No: orderNo}
 	var status uint8
 	var expireMS, nowMS int64
+	var paymentID sql.NullString
 	st, err := s.prepared(ctx, s.q.order)
 	if err != nil {
-		return expiry.Order{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
-	err = st.QueryRowContext(ctx, orderNo).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS)
+	err = st.QueryRowContext(ctx, orderNo).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return expiry.Order{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
 	}
 	if err != nil {
-		return expiry.Order{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
 	o.Status, o.ExpireAt, o.ReadAt = expiry.Status(status), time.UnixMilli(expireMS), time.UnixMilli(nowMS)
-	return o, nil
+	return o, paymentID.String, nil
 }
 
 // CancelPending implements cancel.OrderStore.
@@ -284,13 +465,24 @@ func (s *Store) CancelPending(ctx context.Context, req cancel.Request) (cancel.R
 	return s.transition(ctx, req.OrderNo, req.UserID, expiry.StatusCancelled, q, args, s.q.deleteSeats)
 }
 
-// PayPending implements cancel.OrderStore.
-func (s *Store) PayPending(ctx context.Context, orderNo, userID string) (cancel.Result, error) {
-	q, args := s.q.pay, []any{orderNo}
-	if userID != "" {
-		q, args = s.q.payOwner, append(args, userID)
+// PayPending implements cancel.OrderStore. It stores p.PaymentID in
+// oe_order.payment_id with the compare-and-set; on an order that is paid
+// already, Result.PaymentID is the payment that paid it (empty for an order
+// paid before payment ids were kept), so the caller tells a repeated callback
+// (the same id) from a second payment (another one).
+func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
+	if err := p.Validate(); err != nil {
+		return cancel.Result{}, fmt.Errorf("sqlstore: pay: %w", err)
 	}
-	return s.transition(ctx, orderNo, userID, expiry.StatusPaid, q, args, s.q.sellSeats)
+	q, args := s.q.pay, []any{p.PaymentID, p.OrderNo}
+	if p.UserID != "" {
+		q, args = s.q.payOwner, append(args, p.UserID)
+	}
+	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, args, s.q.sellSeats)
+	if res.Changed {
+		res.PaymentID = p.PaymentID
+	}
+	return res, err
 }
 
 // transition runs one state change to status to: the compare-and-set cas, then (if it
@@ -334,14 +526,18 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 		res.Changed, res.Order.Status = true, to
 		return res, nil
 	}
-	o, err := s.Order(ctx, orderNo)
+	o, paymentID, err := s.orderRow(ctx, orderNo)
 	if err != nil {
 		return cancel.Result{}, err
 	}
 	if userID != "" && o.UserID != userID {
 		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, cancel.ErrNotOwner)
 	}
-	return cancel.Result{Order: o}, nil
+	res = cancel.Result{Order: o}
+	if o.Status == expiry.StatusPaid {
+		res.PaymentID = paymentID
+	}
+	return res, nil
 }
 
 // readForTransition reads the order and its seats with orderSeats, the
@@ -446,33 +642,65 @@ func isDuplicate(err error) bool {
 }
 
 // Expired returns up to limit numbers of pending orders past expire_at by the
-// database's clock, oldest first, following the (status, expire_at_ms) index.
-// It implements reconcile.ExpiredFinder.
-func (s *Store) Expired(ctx context.Context, limit int) ([]string, error) {
+// database's clock, in (expire_at, order number) order, strictly after
+// cursor ("" starts), and the cursor of the next page ("" when fewer than
+// limit were returned). It is a keyset scan of the index on (status,
+// expire_at_ms, order_no) (InnoDB appends order_no, the primary key, to
+// (status, expire_at_ms)): each page is an index range from the cursor,
+// whatever precedes it. The cursor is "expire_at_ms|order_no". It implements
+// reconcile.ExpiredFinder.
+func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	if limit <= 0 {
-		return nil, nil
+		return nil, "", nil
+	}
+	ms, no, err := parseExpiredCursor(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
 	st, err := s.prepared(ctx, s.q.expired)
 	if err != nil {
-		return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
-	rows, err := st.QueryContext(ctx, limit)
+	rows, err := st.QueryContext(ctx, append(afterArgs(s.dialect, ms, no), limit)...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
 	defer rows.Close()
 	out := make([]string, 0, limit)
 	for rows.Next() {
-		var no string
-		if err := rows.Scan(&no); err != nil {
-			return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		if err := rows.Scan(&no, &ms); err != nil {
+			return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 		}
 		out = append(out, no)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlstore: expired: %w", err)
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
-	return out, nil
+	if len(out) < limit {
+		return out, "", nil
+	}
+	return out, expiredCursor(time.UnixMilli(ms), no), nil
+}
+
+// expiredCursor is the cursor of Expired that continues after order no,
+// due at expireAt (in milliseconds, as the store keeps it). The in-memory
+// fake (internal/fake) uses the same form.
+func expiredCursor(expireAt time.Time, no string) string {
+	return strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no
+}
+
+// parseExpiredCursor returns the (expire_at_ms, order_no) after which a page
+// starts: before every order for "".
+func parseExpiredCursor(cursor string) (int64, string, error) {
+	if cursor == "" {
+		return math.MinInt64, "", nil
+	}
+	msText, no, ok := strings.Cut(cursor, "|")
+	ms, err := strconv.ParseInt(msText, 10, 64)
+	if !ok || err != nil || expiry.ValidateID("order number", no) != nil {
+		return 0, "", fmt.Errorf("%w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
+	}
+	return ms, no, nil
 }
 
 // maxIn bounds the IN list of one Statuses query.
@@ -521,7 +749,7 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 		return nil, "", nil
 	}
 	show, seat, _ := strings.Cut(cursor, "|")
-	rows, err := s.db.QueryContext(ctx, s.q.claims, show, show, seat, limit)
+	rows, err := s.db.QueryContext(ctx, s.q.claims, s.claimsArgs(show, seat, limit)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 	}
@@ -544,4 +772,148 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	}
 	last := out[len(out)-1]
 	return out, last.ShowID + "|" + last.SeatID, nil
+}
+
+// claimsArgs are the arguments of the claims query for a page of limit
+// after (show, seat).
+func (s *Store) claimsArgs(show, seat string, limit int) []any {
+	return append(afterArgs(s.dialect, show, seat), limit)
+}
+
+// RecordDiscrepancy implements cancel.DiscrepancyStore: it inserts d into
+// oe_payment_discrepancy keyed by d.PaymentID, tried now by the database's
+// clock. recorded is false, and nothing changes, when the payment id is
+// there already (settled or not); the primary key makes one of concurrent
+// calls the winner.
+func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bool, error) {
+	if err := validDiscrepancy(d); err != nil {
+		return false, fmt.Errorf("sqlstore: record discrepancy: %w", err)
+	}
+	st, err := s.prepared(ctx, s.q.recordDiscrepancy)
+	if err != nil {
+		return false, fmt.Errorf("sqlstore: record discrepancy of payment %s: %w", d.PaymentID, err)
+	}
+	var recorded bool
+	err = s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.StmtContext(ctx, st).ExecContext(ctx, d.PaymentID, d.OrderNo, d.UserID, uint8(d.Status))
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		recorded = n == 1
+		return err
+	})
+	if err != nil && isDuplicate(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sqlstore: record discrepancy of payment %s: %w", d.PaymentID, err)
+	}
+	return recorded, nil
+}
+
+// validDiscrepancy checks d's ids (the user may be empty).
+func validDiscrepancy(d cancel.Discrepancy) error {
+	if err := expiry.ValidateID("payment id", d.PaymentID); err != nil {
+		return err
+	}
+	if err := expiry.ValidateID("order number", d.OrderNo); err != nil {
+		return err
+	}
+	if d.UserID != "" {
+		return expiry.ValidateID("user id", d.UserID)
+	}
+	return nil
+}
+
+// ClaimDiscrepancies implements cancel.DiscrepancyStore: up to limit
+// unsettled discrepancies last tried at least lease ago by the database's
+// clock (whole milliseconds, rounded up), least recently tried first, each
+// marked tried now by a compare-and-set on its tried_at, so that of
+// concurrent claimers exactly one gets each record within a lease. It reads
+// the index on (settled_at_ms, tried_at_ms); a record another claimer took
+// between the read and the compare-and-set is left out.
+func (s *Store) ClaimDiscrepancies(ctx context.Context, lease time.Duration, limit int) ([]cancel.Discrepancy, error) {
+	if lease < 0 {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: negative lease %v", lease)
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	due, err := s.prepared(ctx, s.q.dueDiscrepancies)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+	}
+	claim, err := s.prepared(ctx, s.q.claimDiscrepancy)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+	}
+	leaseMS := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	type candidate struct {
+		d       cancel.Discrepancy
+		triedMS int64
+	}
+	var cands []candidate
+	rows, err := due.QueryContext(ctx, leaseMS, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+	}
+	for rows.Next() {
+		var c candidate
+		var status uint8
+		if err := rows.Scan(&c.d.PaymentID, &c.d.OrderNo, &c.d.UserID, &status, &c.triedMS); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+		}
+		c.d.Status = expiry.Status(status)
+		cands = append(cands, c)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
+	}
+	var out []cancel.Discrepancy
+	for _, c := range cands {
+		r, err := claim.ExecContext(ctx, c.d.PaymentID, c.triedMS)
+		if err != nil {
+			if retryable(err) {
+				continue // a concurrent claimer holds it: it is theirs
+			}
+			return out, fmt.Errorf("sqlstore: claim discrepancy of payment %s: %w", c.d.PaymentID, err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return out, fmt.Errorf("sqlstore: claim discrepancy of payment %s: %w", c.d.PaymentID, err)
+		}
+		if n == 1 {
+			out = append(out, c.d)
+		}
+	}
+	return out, nil
+}
+
+// SettleDiscrepancy implements cancel.DiscrepancyStore: it marks the record
+// of paymentID settled, so it is never claimed again. Idempotent; a payment
+// id never recorded gives an error wrapping expiry.ErrNotFound.
+func (s *Store) SettleDiscrepancy(ctx context.Context, paymentID string) error {
+	st, err := s.prepared(ctx, s.q.settleDiscrepancy)
+	if err != nil {
+		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
+	}
+	r, err := st.ExecContext(ctx, paymentID)
+	if err != nil {
+		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
+	}
+	if n, err := r.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.q.discrepancyExists, paymentID).Scan(&n); err != nil {
+		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, expiry.ErrNotFound)
+	}
+	return nil // settled before
 }

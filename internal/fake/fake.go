@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,21 +21,35 @@ import (
 )
 
 type order struct {
-	o      expiry.Order
-	seats  []string
-	reason cancel.Reason
+	o         expiry.Order
+	seats     []string
+	reason    cancel.Reason
+	paymentID string // the payment that paid it
 }
 
-// Store is an in-memory order store: cancel.OrderStore, expiry.OrderLookup,
-// reconcile.ExpiredFinder and reconcile.StatusReader. Safe for concurrent use.
+// discrepancy is one row of sqlstore's oe_payment_discrepancy; times are
+// epoch milliseconds of the store's clock, as there.
+type discrepancy struct {
+	d                   cancel.Discrepancy
+	recordedMS, triedMS int64
+	settled             bool
+}
+
+// Store is an in-memory order store: cancel.OrderStore,
+// cancel.DiscrepancyStore, expiry.OrderLookup, reconcile.ExpiredFinder,
+// reconcile.StatusReader and reconcile.ClaimScanner, with the same behaviour
+// as sqlstore's Store (both pass cancel/canceltest's RunStore). Ids compare
+// byte for byte, as there. Safe for concurrent use.
 type Store struct {
 	mu     sync.Mutex
 	now    func() time.Time
 	orders map[string]*order
 	claims map[[2]string]string // (show, seat) → order, like oe_order_seat's key
+	disc   map[string]*discrepancy
 	// Fail, when set, is returned by every call whose name it is given
-	// ("Order", "CancelPending", "PayPending", "Expired", "Statuses", "Place"),
-	// to inject store failures.
+	// ("Order", "CancelPending", "PayPending", "Expired", "Statuses",
+	// "Claims", "Place", "RecordDiscrepancy", "ClaimDiscrepancies",
+	// "SettleDiscrepancy"), to inject store failures.
 	Fail func(op string) error
 }
 
@@ -42,7 +58,7 @@ func NewStore(now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{now: now, orders: map[string]*order{}, claims: map[[2]string]string{}}
+	return &Store{now: now, orders: map[string]*order{}, claims: map[[2]string]string{}, disc: map[string]*discrepancy{}}
 }
 
 func (s *Store) fail(op string) error {
@@ -55,7 +71,10 @@ func (s *Store) fail(op string) error {
 // Now returns the store's clock.
 func (s *Store) Now(context.Context) (time.Time, error) { return s.now(), nil }
 
-// Place inserts a pending order and its seat claims, all or nothing.
+// Place inserts a pending order and its seat claims, all or nothing, like
+// sqlstore's Place: an existing order number gives an error wrapping
+// cancel.ErrOrderExists, a seat claimed by a live order one wrapping
+// cancel.ErrSeatUnavailable.
 func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	if err := p.Validate(); err != nil {
 		return err
@@ -66,7 +85,7 @@ func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.orders[p.OrderNo]; ok {
-		return fmt.Errorf("fake: order %s exists", p.OrderNo)
+		return fmt.Errorf("fake: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 	}
 	for _, seat := range p.Seats {
 		if _, taken := s.claims[[2]string{p.ShowID, seat}]; taken {
@@ -108,18 +127,110 @@ func (s *Store) CancelPending(_ context.Context, req cancel.Request) (cancel.Res
 	}
 	return s.transition(req.OrderNo, req.UserID, expiry.StatusCancelled, func(o *order) bool {
 		return !req.OnlyIfDue || !o.o.ExpireAt.After(s.now())
-	}, req.Reason)
+	}, req.Reason, "")
 }
 
-// PayPending implements cancel.OrderStore.
-func (s *Store) PayPending(_ context.Context, no, userID string) (cancel.Result, error) {
+// PayPending implements cancel.OrderStore: it keeps p.PaymentID with the
+// order it pays, and answers a paid order with the payment that paid it.
+func (s *Store) PayPending(_ context.Context, p cancel.Payment) (cancel.Result, error) {
+	if err := p.Validate(); err != nil {
+		return cancel.Result{}, fmt.Errorf("fake: pay: %w", err)
+	}
 	if err := s.fail("PayPending"); err != nil {
 		return cancel.Result{}, err
 	}
-	return s.transition(no, userID, expiry.StatusPaid, func(*order) bool { return true }, "")
+	return s.transition(p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "", p.PaymentID)
 }
 
-func (s *Store) transition(no, userID string, to expiry.Status, guard func(*order) bool, reason cancel.Reason) (cancel.Result, error) {
+// RecordDiscrepancy implements cancel.DiscrepancyStore: once per payment id,
+// marked tried now by the store's clock.
+func (s *Store) RecordDiscrepancy(_ context.Context, d cancel.Discrepancy) (bool, error) {
+	if err := validDiscrepancy(d); err != nil {
+		return false, fmt.Errorf("fake: record discrepancy: %w", err)
+	}
+	if err := s.fail("RecordDiscrepancy"); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.disc[d.PaymentID]; ok {
+		return false, nil
+	}
+	now := s.now().UnixMilli()
+	s.disc[d.PaymentID] = &discrepancy{d: d, recordedMS: now, triedMS: now}
+	return true, nil
+}
+
+// validDiscrepancy checks d's ids as sqlstore does (the user may be empty).
+func validDiscrepancy(d cancel.Discrepancy) error {
+	if err := expiry.ValidateID("payment id", d.PaymentID); err != nil {
+		return err
+	}
+	if err := expiry.ValidateID("order number", d.OrderNo); err != nil {
+		return err
+	}
+	if d.UserID != "" {
+		return expiry.ValidateID("user id", d.UserID)
+	}
+	return nil
+}
+
+// ClaimDiscrepancies implements cancel.DiscrepancyStore: the unsettled
+// records tried at least lease ago (whole milliseconds, rounded up), least
+// recently tried first (then by payment id), each marked tried now.
+func (s *Store) ClaimDiscrepancies(_ context.Context, lease time.Duration, limit int) ([]cancel.Discrepancy, error) {
+	if lease < 0 {
+		return nil, fmt.Errorf("fake: claim discrepancies: negative lease %v", lease)
+	}
+	if err := s.fail("ClaimDiscrepancies"); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UnixMilli()
+	leaseMS := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	var due []*discrepancy
+	for _, r := range s.disc {
+		if !r.settled && r.triedMS <= now-leaseMS {
+			due = append(due, r)
+		}
+	}
+	sort.Slice(due, func(i, j int) bool {
+		if due[i].triedMS != due[j].triedMS {
+			return due[i].triedMS < due[j].triedMS
+		}
+		return due[i].d.PaymentID < due[j].d.PaymentID
+	})
+	var out []cancel.Discrepancy
+	for _, r := range due[:min(len(due), limit)] {
+		r.triedMS = max(now, r.triedMS+1)
+		out = append(out, r.d)
+	}
+	return out, nil
+}
+
+// SettleDiscrepancy implements cancel.DiscrepancyStore. Idempotent; a
+// payment id never recorded gives an error wrapping expiry.ErrNotFound.
+func (s *Store) SettleDiscrepancy(_ context.Context, paymentID string) error {
+	if err := s.fail("SettleDiscrepancy"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.disc[paymentID]
+	if !ok {
+		return fmt.Errorf("fake: settle discrepancy of payment %s: %w", paymentID, expiry.ErrNotFound)
+	}
+	r.settled = true
+	return nil
+}
+
+// transition moves order no from pending to to when guard allows it,
+// storing reason (a cancel) or paymentID (a payment) with it.
+func (s *Store) transition(no, userID string, to expiry.Status, guard func(*order) bool, reason cancel.Reason, paymentID string) (cancel.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o, ok := s.orders[no]
@@ -132,9 +243,9 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 	cur := o.o
 	cur.ReadAt = s.now()
 	if o.o.Status != expiry.StatusPending || !guard(o) {
-		return cancel.Result{Order: cur}, nil
+		return cancel.Result{Order: cur, PaymentID: o.paymentID}, nil
 	}
-	o.o.Status, o.reason = to, reason
+	o.o.Status, o.reason, o.paymentID = to, reason, paymentID
 	cur.Status = to
 	seats := slices.Clone(o.seats)
 	if to == expiry.StatusCancelled {
@@ -143,20 +254,37 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 		}
 		o.seats = nil
 	}
-	return cancel.Result{Changed: true, Order: cur, Seats: seats}, nil
+	return cancel.Result{Changed: true, Order: cur, Seats: seats, PaymentID: o.paymentID}, nil
 }
 
-// Expired implements reconcile.ExpiredFinder.
-func (s *Store) Expired(_ context.Context, limit int) ([]string, error) {
+// Expired implements reconcile.ExpiredFinder like sqlstore's: pending orders
+// due by the store's clock in (expire_at, order number) order, strictly after
+// cursor, which is "expire_at_ms|order_no" ("" starts); next is "" after a
+// page shorter than limit.
+func (s *Store) Expired(_ context.Context, cursor string, limit int) ([]string, string, error) {
 	if err := s.fail("Expired"); err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	if limit <= 0 {
+		return nil, "", nil
+	}
+	afterMS, afterNo := int64(math.MinInt64), ""
+	if cursor != "" {
+		msText, no, ok := strings.Cut(cursor, "|")
+		ms, err := strconv.ParseInt(msText, 10, 64)
+		if !ok || err != nil || expiry.ValidateID("order number", no) != nil {
+			return nil, "", fmt.Errorf("fake: expired: %w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
+		}
+		afterMS, afterNo = ms, no
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	var due []*order
 	for _, o := range s.orders {
-		if o.o.Status == expiry.StatusPending && !o.o.ExpireAt.After(now) {
+		ms := o.o.ExpireAt.UnixMilli()
+		if o.o.Status == expiry.StatusPending && !o.o.ExpireAt.After(now) &&
+			(ms > afterMS || ms == afterMS && o.o.No > afterNo) {
 			due = append(due, o)
 		}
 	}
@@ -167,10 +295,14 @@ func (s *Store) Expired(_ context.Context, limit int) ([]string, error) {
 		return due[i].o.No < due[j].o.No
 	})
 	var out []string
-	for _, o := range due[:min(len(due), max(limit, 0))] {
+	for _, o := range due[:min(len(due), limit)] {
 		out = append(out, o.o.No)
 	}
-	return out, nil
+	if len(out) < limit {
+		return out, "", nil
+	}
+	last := due[limit-1].o
+	return out, strconv.FormatInt(last.ExpireAt.UnixMilli(), 10) + "|" + last.No, nil
 }
 
 // Statuses implements reconcile.StatusReader.

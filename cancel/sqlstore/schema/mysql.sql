@@ -1,26 +1,50 @@
 -- orderexpiry schema for MySQL 8 / MariaDB 10.6+.
 -- Times are epoch milliseconds (BIGINT) so that every dialect compares them
 -- the same way, whatever the server's or the session's time zone.
+-- Ids are ASCII (expiry.ValidateID) and compare byte for byte (ascii_bin):
+-- the server's default collations are case-insensitive, and "ALICE" must not
+-- match "alice", nor seat "a1" seat "A1" (invariant I10). The primary keys
+-- and indexes are on these columns, so lookups stay index lookups.
 CREATE TABLE IF NOT EXISTS oe_order (
-    order_no      VARCHAR(64)  NOT NULL,
-    user_id       VARCHAR(64)  NOT NULL,
-    show_id       VARCHAR(64)  NOT NULL,
+    order_no      VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    user_id       VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    show_id       VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     status        SMALLINT     NOT NULL DEFAULT 0, -- 0 pending, 1 paid, 2 cancelled
     expire_at_ms  BIGINT       NOT NULL,
     created_at_ms BIGINT       NOT NULL,
     updated_at_ms BIGINT       NOT NULL,
-    cancel_reason VARCHAR(16)  NULL,
+    cancel_reason VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NULL,
+    payment_id    VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NULL, -- the payment that paid it
     PRIMARY KEY (order_no),
     -- The reconciler's scan: pending orders by expiry, never a table scan.
+    -- InnoDB appends the primary key, so this is (status, expire_at_ms,
+    -- order_no): a page of the keyset scan starts at its cursor.
     KEY oe_order_status_expire (status, expire_at_ms)
 ) ENGINE=InnoDB;
 
 CREATE TABLE IF NOT EXISTS oe_order_seat (
-    show_id  VARCHAR(64) NOT NULL,
-    seat_id  VARCHAR(64) NOT NULL,
-    order_no VARCHAR(64) NOT NULL,
+    show_id  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    seat_id  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    order_no VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     state    SMALLINT    NOT NULL DEFAULT 1, -- 1 locked, 2 sold
     -- One live claim per seat: the last line of defence against a double sale.
     PRIMARY KEY (show_id, seat_id),
     KEY oe_order_seat_order (order_no)
+) ENGINE=InnoDB;
+
+-- Payments that could not be honoured (the order was cancelled, or paid by
+-- another payment), once per payment id, so that the host's refund hook runs
+-- once per payment however often the provider repeats its callback, and is
+-- tried again until it succeeds (invariant I9).
+CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
+    payment_id     VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    order_no       VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    user_id        VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    status         SMALLINT    NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled
+    recorded_at_ms BIGINT      NOT NULL,
+    tried_at_ms    BIGINT      NOT NULL, -- the hook's last start: claimed again a lease later
+    settled_at_ms  BIGINT      NULL,     -- the hook succeeded
+    PRIMARY KEY (payment_id),
+    -- The retry scan: unsettled by last try (InnoDB appends payment_id).
+    KEY oe_payment_discrepancy_due (settled_at_ms, tried_at_ms)
 ) ENGINE=InnoDB;

@@ -9,10 +9,14 @@ CREATE TABLE IF NOT EXISTS oe_order (
     expire_at_ms  BIGINT      NOT NULL,
     created_at_ms BIGINT      NOT NULL,
     updated_at_ms BIGINT      NOT NULL,
-    cancel_reason VARCHAR(16)
+    cancel_reason VARCHAR(16),
+    payment_id    VARCHAR(64) -- the payment that paid it
 );
--- The reconciler's scan: pending orders by expiry, never a table scan.
-CREATE INDEX IF NOT EXISTS oe_order_status_expire ON oe_order (status, expire_at_ms);
+-- The reconciler's scan: pending orders by expiry, never a table scan, in
+-- (expire_at_ms, order_no) order so that a page starts at its cursor.
+CREATE INDEX IF NOT EXISTS oe_order_due ON oe_order (status, expire_at_ms, order_no);
+-- The index of earlier versions, without order_no: oe_order_due replaces it.
+DROP INDEX IF EXISTS oe_order_status_expire;
 
 CREATE TABLE IF NOT EXISTS oe_order_seat (
     show_id  VARCHAR(64) NOT NULL,
@@ -23,3 +27,19 @@ CREATE TABLE IF NOT EXISTS oe_order_seat (
     PRIMARY KEY (show_id, seat_id)
 );
 CREATE INDEX IF NOT EXISTS oe_order_seat_order ON oe_order_seat (order_no);
+
+-- Payments that could not be honoured (the order was cancelled, or paid by
+-- another payment), once per payment id, so that the host's refund hook runs
+-- once per payment however often the provider repeats its callback, and is
+-- tried again until it succeeds (invariant I9).
+CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
+    payment_id     VARCHAR(64) PRIMARY KEY,
+    order_no       VARCHAR(64) NOT NULL,
+    user_id        VARCHAR(64) NOT NULL,
+    status         SMALLINT    NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled
+    recorded_at_ms BIGINT      NOT NULL,
+    tried_at_ms    BIGINT      NOT NULL, -- the hook's last start: claimed again a lease later
+    settled_at_ms  BIGINT                -- the hook succeeded
+);
+-- The retry scan: unsettled by last try.
+CREATE INDEX IF NOT EXISTS oe_payment_discrepancy_due ON oe_payment_discrepancy (settled_at_ms, tried_at_ms, payment_id);

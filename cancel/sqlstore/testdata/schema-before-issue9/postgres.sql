@@ -1,0 +1,25 @@
+-- orderexpiry schema for PostgreSQL 12+.
+-- Times are epoch milliseconds (BIGINT) so that every dialect compares them
+-- the same way, whatever the server's or the session's time zone.
+CREATE TABLE IF NOT EXISTS oe_order (
+    order_no      VARCHAR(64) PRIMARY KEY,
+    user_id       VARCHAR(64) NOT NULL,
+    show_id       VARCHAR(64) NOT NULL,
+    status        SMALLINT    NOT NULL DEFAULT 0, -- 0 pending, 1 paid, 2 cancelled
+    expire_at_ms  BIGINT      NOT NULL,
+    created_at_ms BIGINT      NOT NULL,
+    updated_at_ms BIGINT      NOT NULL,
+    cancel_reason VARCHAR(16)
+);
+-- The reconciler's scan: pending orders by expiry, never a table scan.
+CREATE INDEX IF NOT EXISTS oe_order_status_expire ON oe_order (status, expire_at_ms);
+
+CREATE TABLE IF NOT EXISTS oe_order_seat (
+    show_id  VARCHAR(64) NOT NULL,
+    seat_id  VARCHAR(64) NOT NULL,
+    order_no VARCHAR(64) NOT NULL,
+    state    SMALLINT    NOT NULL DEFAULT 1, -- 1 locked, 2 sold
+    -- One live claim per seat: the last line of defence against a double sale.
+    PRIMARY KEY (show_id, seat_id)
+);
+CREATE INDEX IF NOT EXISTS oe_order_seat_order ON oe_order_seat (order_no);
