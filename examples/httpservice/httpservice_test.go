@@ -300,7 +300,8 @@ func TestSeatTakenAndLimit(t *testing.T) {
 }
 
 // An order number placed already (a retry after an unknown commit, a double
-// submit) is refused, 409, and the live order keeps its seats.
+// submit) is refused, 409, before any seat is locked, and the live order
+// keeps its seats.
 func TestOrderNumberPlacedAgain(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, time.Minute)
@@ -310,17 +311,17 @@ func TestOrderNumberPlacedAgain(t *testing.T) {
 	require.NoError(t, h.app.Place(ctx, p))
 	live := map[string]string{"H1": "locked:o-again", "H2": "locked:o-again"}
 
-	err := h.app.Place(ctx, p) // a double submit: its seats are the live order's
-	assert.ErrorIs(t, err, cancel.ErrSeatUnavailable)
+	err := h.app.Place(ctx, p) // a double submit
+	assert.ErrorIs(t, err, cancel.ErrOrderExists)
 	other := p
-	other.Seats = []string{"H3"} // the same number on a free seat: locked, then given back
+	other.Seats = []string{"H3"} // the same number on a free seat
 	err = h.app.Place(ctx, other)
 	assert.ErrorIs(t, err, cancel.ErrOrderExists)
 	rec := httptest.NewRecorder()
 	h.app.fail(rec, httptest.NewRequest("POST", "/orders", nil), err)
 	assert.Equal(t, http.StatusConflict, rec.Code, rec.Body.String())
 
-	assert.Equal(t, live, h.seatStates("show1"), "the live order keeps its seats, H3 is free again")
+	assert.Equal(t, live, h.seatStates("show1"), "the live order keeps its seats, H3 stays free")
 	assert.Equal(t, 2, h.held("show1", "alice"))
 	assert.Equal(t, 1, h.countOrders())
 	code, out := h.do("GET", "/orders/o-again", "alice", "")

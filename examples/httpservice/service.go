@@ -135,25 +135,19 @@ func (a *App) RunReconciler(ctx context.Context) error {
 
 // Place places an order. The library does the sequence: it validates p, locks
 // the seats in Redis (all or nothing, within the purchase limit), runs the
-// function below, the service's own SQL transaction, which inserts the order
-// and has its expiry message sent only after commit, and gives the seats back
-// if the transaction fails (unless its commit's outcome is unknown: then the
+// service's SQL transaction (store.Insert: the order, the service's own rows,
+// and the expiry message sent only after commit), and gives the seats back if
+// the transaction fails (unless its commit's outcome is unknown: then the
 // reconciler decides). An order number placed already is an error wrapping
 // cancel.ErrOrderExists, and the existing order is untouched.
 //
-// With another transaction manager, collect with an expiry.AfterCommit
-// inside the transaction and Flush it from the manager's after-commit hook.
+// With another transaction manager, write the transaction function yourself:
+// insert with store.Place, collect with an expiry.AfterCommit inside the
+// transaction and Flush it from the manager's after-commit hook.
 func (a *App) Place(ctx context.Context, p cancel.Placement) error {
-	return a.svc.Place(ctx, p, a.limit, func(ctx context.Context) error {
-		return a.sched.InTx(ctx, a.db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-			if err := a.store.Place(ctx, tx, p); err != nil {
-				return err
-			}
-			// The service's own rows go here, in the same transaction.
-			after.Add(p.OrderNo, p.ExpireAt)
-			return nil
-		})
-	})
+	return a.svc.Place(ctx, p, a.limit, a.store.Insert(a.db, a.sched, p, func(ctx context.Context, tx *sql.Tx) error {
+		return nil // the service's own rows go here, in the same transaction
+	}))
 }
 
 // Handler serves the order API:

@@ -358,30 +358,18 @@ func (d *demo) take(show string, count int) []string {
 
 // place is how a host places an order: cancel.Service.Place locks the seats
 // in Redis (all or nothing, within the purchase limit), then runs the host's
-// own SQL transaction, which inserts the order and schedules its expiry
-// message after commit. check is the host's other work in the same
-// transaction (stock, coupons, audit rows); nil for none.
+// SQL transaction (sqlstore.Store.Insert), which inserts the order, runs
+// check, and schedules the expiry message after commit. check is the host's
+// other work in the same transaction (stock, coupons, audit rows); nil for
+// none.
 //
 // If the transaction fails, the order does not exist and no message was sent
 // (invariant I6), so Place gives the seats back at once (a failed release is
 // logged, and the reconciler frees them once its grace period has passed, as
 // it would had the process died). Only a commit whose outcome is unknown
 // keeps them: the order may exist, and the reconciler decides.
-func (d *demo) place(ctx context.Context, p cancel.Placement, check func(*sql.Tx) error) error {
-	return d.svc.Place(ctx, p, purchaseLimit, func(ctx context.Context) error {
-		return d.sched.InTx(ctx, d.env.db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-			if err := d.store.Place(ctx, tx, p); err != nil {
-				return err
-			}
-			if check != nil {
-				if err := check(tx); err != nil {
-					return err
-				}
-			}
-			after.Add(p.OrderNo, p.ExpireAt)
-			return nil
-		})
-	})
+func (d *demo) place(ctx context.Context, p cancel.Placement, check func(ctx context.Context, tx *sql.Tx) error) error {
+	return d.svc.Place(ctx, p, purchaseLimit, d.store.Insert(d.env.db, d.sched, p, check))
 }
 
 // scenario places the batch, acts on it, waits until no order is pending and
@@ -648,7 +636,7 @@ func (d *demo) rejections(ctx context.Context) {
 
 	errCoupon := errors.New("coupon expired")
 	pl = cancel.Placement{OrderNo: d.extras[2], UserID: visitor, ShowID: show, Seats: d.take(show, 2), ExpireAt: expiresAt}
-	err = d.place(ctx, pl, func(*sql.Tx) error { return errCoupon })
+	err = d.place(ctx, pl, func(context.Context, *sql.Tx) error { return errCoupon })
 	if errors.Is(err, errCoupon) {
 		d.mu.Lock()
 		d.rolledBack++

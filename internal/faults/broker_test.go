@@ -2,7 +2,6 @@ package faults_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -99,12 +98,7 @@ func TestBrokerFaults(t *testing.T) {
 		now, err := w.Store.Now(ctx)
 		require.NoError(t, err)
 		p := cancel.Placement{OrderNo: fmt.Sprintf("%s-%d", w.ShowID, i), UserID: fmt.Sprintf("u%d", i%3), ShowID: w.ShowID, Seats: []string{fmt.Sprintf("s%d", i)}, ExpireAt: now.Add(ttl)}
-		require.NoError(t, w.Service.Place(ctx, p, 0, func(ctx context.Context) error {
-			return sched.InTx(ctx, w.DB, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-				after.Add(p.OrderNo, p.ExpireAt)
-				return w.Store.Place(ctx, tx, p)
-			})
-		}), "the order is placed whatever the broker does")
+		require.NoError(t, w.Service.Place(ctx, p, 0, w.Store.Insert(w.DB, sched, p, nil)), "the order is placed whatever the broker does")
 		placed = append(placed, p)
 	}
 
