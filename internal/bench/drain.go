@@ -222,7 +222,7 @@ func (c *common) drainEngine(engine string, backlog, small, large, perRound, bat
 	if err != nil {
 		return nil, err
 	}
-	fmt.Printf("\nThe scan as `sqlstore.Store.Expired` issues it (captured from the driver; LIMIT bound to %d):\n\n```sql\n%s\n```\n\n", batch, scanQ)
+	fmt.Printf("\nThe scan as `sqlstore.Store.Expired` issues it for a first page (captured from the driver with its arguments bound: cursor \"\", LIMIT %d):\n\n```sql\n%s\n```\n\n", batch, scanQ)
 	if err := explain(ctx, sets[1].bd, engine, scanQ, "large table, before the drain (backlog present)"); err != nil {
 		return nil, err
 	}
