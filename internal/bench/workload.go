@@ -181,17 +181,19 @@ func token() string { return strconv.FormatInt(time.Now().UnixNano()%(36*36*36*3
 // unexported there); the raw baseline runs it with EVALSHA directly.
 const releaseLua = `
 local mine = 'L|' .. ARGV[1] .. '|'
-local freed, user = 0, nil
+local freed, per = 0, {}
 for i = 2, #ARGV do
   local v = redis.call('HGET', KEYS[1], ARGV[i])
   if v and string.sub(v, 1, #mine) == mine then
     redis.call('HDEL', KEYS[1], ARGV[i])
+    redis.call('SREM', KEYS[3], ARGV[i])
     freed = freed + 1
-    user = string.match(string.sub(v, #mine + 1), '^[^|]+')
+    local user = string.match(string.sub(v, #mine + 1), '^[^|]+')
+    if user then per[user] = (per[user] or 0) + 1 end
   end
 end
-if freed > 0 and user then
-  local left = tonumber(redis.call('HGET', KEYS[2], user) or '0') - freed
+for user, n in pairs(per) do
+  local left = tonumber(redis.call('HGET', KEYS[2], user) or '0') - n
   if left > 0 then redis.call('HSET', KEYS[2], user, left) else redis.call('HDEL', KEYS[2], user) end
 end
 return freed
@@ -225,6 +227,9 @@ const benchNS = "oebench"
 func seatsKey(show string) string { return benchNS + ":{" + show + "}:seats" }
 func limitKey(show string) string { return benchNS + ":{" + show + "}:limit" }
 
+// lockedKey is the show's lock index (the set of its locked seats).
+func lockedKey(show string) string { return benchNS + ":{" + show + "}:locked" }
+
 func newSeats(rdb redis.UniversalClient) *redisseat.Seats {
 	s, err := redisseat.New(rdb, benchNS)
 	if err != nil {
@@ -240,7 +245,7 @@ func rawRelease(ctx context.Context, rdb *redis.Client, sha string, h cancel.Hol
 	for _, s := range h.Seats {
 		args = append(args, s)
 	}
-	return rdb.EvalSha(ctx, sha, []string{seatsKey(h.ShowID), limitKey(h.ShowID)}, args...).Int64()
+	return rdb.EvalSha(ctx, sha, []string{seatsKey(h.ShowID), limitKey(h.ShowID), lockedKey(h.ShowID)}, args...).Int64()
 }
 
 func seatState(st expiry.Status) int {
