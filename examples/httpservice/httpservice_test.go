@@ -409,7 +409,11 @@ func TestServeStopsOnCancel(t *testing.T) {
 	url := "http://" + ln.Addr().String()
 	var resp *http.Response
 	require.Eventually(t, func() bool {
-		req, _ := http.NewRequest("POST", url+"/orders", strings.NewReader(`{"show_id":"s1","seats":["A1"]}`))
+		req, rerr := http.NewRequest("POST", url+"/orders", strings.NewReader(`{"show_id":"s1","seats":["A1"]}`))
+		if rerr != nil {
+			t.Error(rerr)
+			return false
+		}
 		req.Header.Set("X-User", "alice")
 		resp, err = http.DefaultClient.Do(req)
 		return err == nil
