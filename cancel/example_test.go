@@ -62,9 +62,9 @@ func ExampleService_Place() {
 		return store.Place(ctx, p)
 	})
 	fmt.Println("placed:", err)
-	again := p // a double submit
+	again := p // a double submit, or a retry after an unknown commit
 	err = svc.Place(ctx, again, 4, func(ctx context.Context) error { return store.Place(ctx, again) })
-	fmt.Println(errors.Is(err, cancel.ErrSeatUnavailable))
+	fmt.Println(errors.Is(err, cancel.ErrOrderExists))
 	held, _ := seats.Held(ctx, "s1", "u1")
 	fmt.Println("seats held:", held)
 	// Output:

@@ -100,7 +100,8 @@ func New(c Config) (*Service, error) {
 // (expiry.Scheduler.InTx, or an after-commit hook of the host's transaction
 // manager). insert gets a context bounded by Config.PlaceTimeout.
 //
-// If insert fails, the seats are released again, with two exceptions: an
+// An order number that exists already gives ErrOrderExists before anything
+// is locked. If insert fails, the seats are released again, with two exceptions: an
 // error wrapping expiry.ErrCommitUnknown (the order may exist: its seats stay
 // locked, and the reconciler releases them after its grace period if it does
 // not), and a failed lock (nothing was locked). Because Lock only succeeds on
@@ -114,6 +115,17 @@ func (s *Service) Place(ctx context.Context, p Placement, limit int, insert func
 	}
 	if limit < 0 {
 		return fmt.Errorf("cancel: place %s: negative limit %d", p.OrderNo, limit)
+	}
+	// An order number placed already is refused before anything is locked:
+	// a retry or a double submit then never holds seats, even for a moment.
+	// (Two submits racing past this read both lock; Lock lets one of them
+	// win, and the loser's insert fails with ErrOrderExists and releases its
+	// own seats only.)
+	switch _, err := s.store.Order(ctx, p.OrderNo); {
+	case err == nil:
+		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, ErrOrderExists)
+	case !errors.Is(err, expiry.ErrNotFound):
+		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
 	}
 	h := p.Hold()
 	if err := s.seats.Lock(ctx, h, limit); err != nil {

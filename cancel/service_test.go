@@ -245,17 +245,27 @@ func TestFailedHookIsRetried(t *testing.T) {
 	require.NoError(t, err)
 	_, err = svc.Pay(ctx, pay("o1", "u1", "p1"))
 	require.ErrorIs(t, err, cancel.ErrDiscrepancy)
-	n, err := svc.RetryDiscrepancies(ctx, 10)
-	require.NoError(t, err)
-	assert.Zero(t, n, "still failing")
+	hooked := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls
+	}
+	// The lease is a nanosecond, but the store's clock counts milliseconds:
+	// retry until the failing hook has been tried again.
+	require.Eventually(t, func() bool {
+		n, err := svc.RetryDiscrepancies(ctx, 10)
+		require.NoError(t, err)
+		require.Zero(t, n, "still failing")
+		return hooked() == 2
+	}, 5*time.Second, time.Millisecond)
 	mu.Lock()
 	fail = false
 	mu.Unlock()
-	require.Eventually(t, func() bool { // the lease is a nanosecond of the store's clock
+	require.Eventually(t, func() bool {
 		n, err := svc.RetryDiscrepancies(ctx, 10)
 		return err == nil && n == 1
 	}, 5*time.Second, time.Millisecond)
-	n, err = svc.RetryDiscrepancies(ctx, 10)
+	n, err := svc.RetryDiscrepancies(ctx, 10)
 	require.NoError(t, err)
 	assert.Zero(t, n, "settled: never called again")
 	_, err = svc.Pay(ctx, pay("o1", "u1", "p1"))
@@ -278,15 +288,23 @@ func TestPlace(t *testing.T) {
 
 	again := live // a retry after an unknown commit: same seats
 	err := e.svc.Place(ctx, again, 0, insert(again))
-	assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "the seats are the live order's")
+	assert.ErrorIs(t, err, cancel.ErrOrderExists)
 	other := cancel.Placement{OrderNo: "o1", UserID: "u2", ShowID: "s", Seats: []string{"x1"}, ExpireAt: live.ExpireAt}
 	err = e.svc.Place(ctx, other, 0, insert(other)) // the same number, other seats
+	assert.ErrorIs(t, err, cancel.ErrOrderExists)
+	// Two submits racing past the existence check: the loser's insert finds
+	// the number taken and releases its own seat only.
+	racing := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"x2"}, ExpireAt: live.ExpireAt}
+	late, err := cancel.New(cancel.Config{Store: blind{e.store}, Seats: e.seats})
+	require.NoError(t, err)
+	err = late.Place(ctx, racing, 0, insert(racing))
 	assert.ErrorIs(t, err, cancel.ErrOrderExists)
 	show, _ := e.seats.Show(ctx, "s")
 	for _, s := range live.Seats {
 		assert.Equal(t, "o1", show[s].OrderNo, "the live order keeps its seats")
 	}
 	assert.NotContains(t, show, "x1", "the failed placement's seat is free again")
+	assert.NotContains(t, show, "x2", "the racing placement's seat is free again")
 	for user, want := range map[string]int{"u1": 2, "u2": 0} {
 		n, _ := e.seats.Held(ctx, "s", user)
 		assert.Equal(t, want, n, "I8 for %s", user)
@@ -316,4 +334,12 @@ func TestPlace(t *testing.T) {
 	assert.LessOrEqual(t, seen, cancel.PlaceTimeoutDefault)
 	show, _ = e.seats.Show(ctx, "s")
 	assert.NotContains(t, show, "w1")
+}
+
+// blind is an order store whose reads miss every order, as a read does that
+// ran before a concurrent placement of the same number committed.
+type blind struct{ *fake.Store }
+
+func (blind) Order(_ context.Context, no string) (expiry.Order, error) {
+	return expiry.Order{}, fmt.Errorf("blind: %s: %w", no, expiry.ErrNotFound)
 }

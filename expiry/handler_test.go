@@ -204,9 +204,9 @@ func TestHandlerBranches(t *testing.T) {
 	}{
 		{name: "missing", canceller: stubCanceller{err: fmt.Errorf("x: %w", expiry.ErrNotFound)}, want: expiry.OutcomeMissing},
 		{name: "store down", canceller: stubCanceller{err: boom}, want: expiry.OutcomeFailed, wantErr: true},
-		{name: "cancelled", canceller: stubCanceller{cancelled: true, order: expiry.Order{Status: expiry.StatusCancelled}}, want: expiry.OutcomeCancelled},
-		{name: "already cancelled", canceller: stubCanceller{order: expiry.Order{Status: expiry.StatusCancelled}}, want: expiry.OutcomeFinal},
-		{name: "paid first", canceller: stubCanceller{order: expiry.Order{Status: expiry.StatusPaid}}, want: expiry.OutcomeFinal},
+		{name: "cancelled", canceller: stubCanceller{cancelled: true, order: expiry.Order{No: "o1", Status: expiry.StatusCancelled}}, want: expiry.OutcomeCancelled},
+		{name: "already cancelled", canceller: stubCanceller{order: expiry.Order{No: "o1", Status: expiry.StatusCancelled}}, want: expiry.OutcomeFinal},
+		{name: "paid first", canceller: stubCanceller{order: expiry.Order{No: "o1", Status: expiry.StatusPaid}}, want: expiry.OutcomeFinal},
 		{name: "not due", canceller: stubCanceller{order: pending(3 * time.Second)}, want: expiry.OutcomeRearmed, wantSent: 3 * time.Second},
 		{name: "re-arm send fails", canceller: stubCanceller{order: pending(time.Second)}, sendErr: boom, want: expiry.OutcomeFailed, wantErr: true},
 		{name: "boundary never spins", canceller: stubCanceller{order: pending(0)}, want: expiry.OutcomeRearmed, wantSent: 100 * time.Millisecond},

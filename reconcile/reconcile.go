@@ -1,8 +1,8 @@
 // Package reconcile repairs what the message path lost, in bounded rounds.
 //
 // SQL is the source of truth; Redis seat state is rebuilt from it. A round
-// runs these passes, each bounded by Config.MaxPerRound, each run even when
-// another failed (their errors are joined):
+// runs these passes in this order, each bounded by Config.MaxPerRound, each
+// run even when another failed (their errors are joined):
 //
 //   - expired orders (scan #1): orders still pending past expire_at by the
 //     database's clock go through the same cancel path as a timeout (a lost
@@ -11,6 +11,10 @@
 //     with a backoff, so one stuck order never holds the others back (I12).
 //     When the pass hits its bound, Run starts the next round at once, so a
 //     backlog drains at the cancel path's rate, not a batch per interval;
+//   - seat locks (scan #4): seats locked in Redis whose order is no longer
+//     pending are fixed: released when the order is cancelled, or missing
+//     for longer than Config.Grace by the seat store's clock (a crash between
+//     the lock and the SQL commit); marked sold when the order is paid;
 //   - claims (scan #2): SQL's seat claims of pending and paid orders are
 //     given to the seat store, which fills the seats it lacks (a lost lock,
 //     a show evicted or lost in a partial failure). When the seat store says
@@ -19,10 +23,6 @@
 //     otherwise the pass goes on slowly, round after round. Each batch that
 //     restored anything is then checked against SQL again, so a cancel that
 //     committed meanwhile does not leave its seats locked;
-//   - seat locks (scan #4): seats locked in Redis whose order is no longer
-//     pending are fixed: released when the order is cancelled, or missing
-//     for longer than Config.Grace by the seat store's clock (a crash between
-//     the lock and the SQL commit); marked sold when the order is paid;
 //   - refunds: recorded discrepancies whose refund hook failed or was
 //     interrupted are handed to the hook again (I9).
 //
@@ -163,6 +163,10 @@ type Config struct {
 	OrderTimeout time.Duration
 	Observer     expiry.Observer // nil: expiry.NopObserver
 	Logger       *slog.Logger    // nil: slog.Default()
+	// Clock paces the retries of skipped orders (nil: expiry.SystemClock).
+	// It never decides anything about an order: every such "now" is the
+	// database's or the seat store's (invariant I11).
+	Clock expiry.Clock
 }
 
 func (c *Config) validate() error {
@@ -197,6 +201,9 @@ func (c *Config) validate() error {
 	if c.OrderTimeout == 0 {
 		c.OrderTimeout = OrderTimeoutDefault
 	}
+	if c.Clock == nil {
+		c.Clock = expiry.SystemClock
+	}
 	return nil
 }
 
@@ -215,9 +222,9 @@ type Reconciler struct {
 	backoff map[string]backoff
 }
 
-// backoff paces the retries of one order whose cancel failed. It uses this
-// host's monotonic clock only to pace its own work: no decision about the
-// order depends on it.
+// backoff paces the retries of one order whose cancel failed, by
+// Config.Clock: it paces this host's own work, no decision about the order
+// depends on it.
 type backoff struct {
 	until time.Time
 	wait  time.Duration
@@ -253,6 +260,8 @@ type Report struct {
 	More bool
 	// Rebuilt is true when this round completed a rebuild of the seat store.
 	Rebuilt bool
+	// ClaimsComplete is true when scan #2 finished a pass over SQL's claims.
+	ClaimsComplete bool
 	// Complete is true when scan #4 finished a pass over the seat store.
 	Complete bool
 }
@@ -261,7 +270,9 @@ type Report struct {
 // failed; the error joins theirs, and the Report counts what was done.
 func (r *Reconciler) Round(ctx context.Context) (Report, error) {
 	var rep Report
-	errs := []error{r.expired(ctx, &rep), r.restore(ctx, &rep), r.locks(ctx, &rep), r.refunds(ctx, &rep)}
+	// Scan #4 before #2: a stale lock released first leaves its seat free for
+	// the claim that SQL gives it.
+	errs := []error{r.expired(ctx, &rep), r.locks(ctx, &rep), r.restore(ctx, &rep), r.refunds(ctx, &rep)}
 	return rep, errors.Join(errs...)
 }
 
@@ -303,6 +314,7 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 		r.claims = next
 		r.mu.Unlock()
 		if next == "" {
+			rep.ClaimsComplete = true
 			break
 		}
 	}
@@ -421,7 +433,7 @@ func (r *Reconciler) waiting(no string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b, ok := r.backoff[no]
-	return ok && time.Now().Before(b.until)
+	return ok && r.c.Clock.Now().Before(b.until)
 }
 
 // settle records the outcome of one order's cancel: a failure doubles its
@@ -435,7 +447,7 @@ func (r *Reconciler) settle(ctx context.Context, no string, err error) {
 	}
 	b := r.backoff[no]
 	b.wait = min(max(2*b.wait, BackoffMin), BackoffMax)
-	b.until = time.Now().Add(b.wait)
+	b.until = r.c.Clock.Now().Add(b.wait)
 	r.backoff[no] = b
 	r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSkipped, OrderNo: no, Reason: "cancel", Err: err})
 	r.log.ErrorContext(ctx, "reconcile: cancel failed; skipping the order for now", "order", no, "retry_in", b.wait, "err", err)
@@ -447,7 +459,7 @@ func (r *Reconciler) pruneBackoff() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for no, b := range r.backoff {
-		if time.Since(b.until) > BackoffMax {
+		if r.c.Clock.Now().Sub(b.until) > BackoffMax {
 			delete(r.backoff, no)
 		}
 	}

@@ -26,19 +26,18 @@ func Example() {
 	}
 
 	a := cancel.Hold{ShowID: "show42", OrderNo: "A1", UserID: "alice", Seats: []string{"r1c1", "r1c2"}}
-	n, _ := seats.Lock(ctx, a, 4)
-	fmt.Println("locked", n)
-	_, err = seats.Lock(ctx, cancel.Hold{ShowID: "show42", OrderNo: "B1", UserID: "bob", Seats: []string{"r1c2"}}, 4)
+	fmt.Println("locked:", seats.Lock(ctx, a, 4))
+	err = seats.Lock(ctx, cancel.Hold{ShowID: "show42", OrderNo: "B1", UserID: "bob", Seats: []string{"r1c2"}}, 4)
 	fmt.Println("bob:", errors.Is(err, cancel.ErrSeatUnavailable))
 
-	n, _ = seats.Release(ctx, a)
+	n, _ := seats.Release(ctx, a)
 	fmt.Println("released", n)
 	n, _ = seats.Release(ctx, a)
 	fmt.Println("released again", n)
 	held, _ := seats.Held(ctx, "show42", "alice")
 	fmt.Println("alice holds", held)
 	// Output:
-	// locked 2
+	// locked: <nil>
 	// bob: true
 	// released 2
 	// released again 0

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,11 +18,55 @@ import (
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
+// harness is the store under test plus what the suite needs to provoke a
+// data loss (canceltest.Wiper): it deletes every key of its namespace, on
+// every master, as a Redis restart without persistence would.
+type harness struct {
+	*redisseat.Seats
+	t   *testing.T
+	rdb redis.UniversalClient
+	ns  string
+}
+
+func newHarness(t *testing.T, rdb redis.UniversalClient, ns string) *harness {
+	s, err := redisseat.New(rdb, ns)
+	require.NoError(t, err)
+	if ns == "" {
+		ns = redisseat.DefaultNamespace
+	}
+	return &harness{Seats: s, t: t, rdb: rdb, ns: ns}
+}
+
+func (h *harness) Wipe() {
+	ctx := context.Background()
+	wipe := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, h.ns+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := h.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, wipe)
+	case *redis.Client:
+		err = wipe(ctx, c)
+	default:
+		h.t.Fatalf("harness: cannot wipe a %T", h.rdb)
+	}
+	require.NoError(h.t, err, "wipe namespace %s", h.ns)
+}
+
+// Now reads the Redis server's clock (canceltest.Clock): the suite checks
+// lock times and ages against it.
+func (h *harness) Now(ctx context.Context) (time.Time, error) { return h.rdb.Time(ctx).Result() }
+
 func TestRedis(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		s, err := redisseat.New(testenv.Redis(t), "oe-"+testenv.Unique())
-		require.NoError(t, err)
-		return s
+		return newHarness(t, testenv.Redis(t), "oe-"+testenv.Unique())
 	})
 }
 
@@ -28,9 +74,7 @@ func TestRedis(t *testing.T) {
 // they must pass the same suite on a real three-master Redis Cluster.
 func TestRedisCluster(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		s, err := redisseat.New(testenv.RedisCluster(t), "oe-"+testenv.Unique())
-		require.NoError(t, err)
-		return s
+		return newHarness(t, testenv.RedisCluster(t), "oe-"+testenv.Unique())
 	})
 }
 
@@ -51,9 +95,7 @@ func TestRedisClusterAcrossNodes(t *testing.T) {
 		require.NoError(t, err)
 		nodes[master.Options().Addr] = true
 		h := cancel.Hold{ShowID: show, OrderNo: fmt.Sprintf("o%02d", i), UserID: "u1", Seats: []string{"A1", "A2"}}
-		n, err := s.Lock(ctx, h, 2)
-		require.NoError(t, err)
-		require.Equal(t, 2, n)
+		require.NoError(t, s.Lock(ctx, h, 2))
 		holds = append(holds, h)
 	}
 	require.GreaterOrEqual(t, len(nodes), 2, "the shows must land on more than one master")
@@ -88,9 +130,7 @@ func TestMiniredis(t *testing.T) {
 		m := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		s, err := redisseat.New(rdb, "")
-		require.NoError(t, err)
-		return s
+		return newHarness(t, rdb, "")
 	})
 }
 
@@ -102,4 +142,110 @@ func TestNew(t *testing.T) {
 	require.Error(t, err, "a namespace cannot carry a hash tag")
 	_, err = redisseat.New(nil, "")
 	require.Error(t, err)
+}
+
+// Check reads maxmemory-policy: the shared test servers run noeviction, a
+// server answering allkeys-lru is refused, one refusing CONFIG passes.
+func TestCheck(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t) // miniredis has no CONFIG: like a managed Redis that refuses it
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := redisseat.New(rdb, "")
+	require.NoError(t, err)
+	assert.NoError(t, s.Check(ctx), "CONFIG refused: Check cannot tell")
+
+	for policy, bad := range map[string]bool{"allkeys-lru": true, "allkeys-lfu": true, "allkeys-random": true, "volatile-lru": false, "noeviction": false} {
+		m := miniredis.RunT(t)
+		require.NoError(t, m.Server().Register("CONFIG", func(c *server.Peer, _ string, _ []string) {
+			c.WriteLen(2)
+			c.WriteBulk("maxmemory-policy")
+			c.WriteBulk(policy)
+		}))
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		s, err := redisseat.New(rdb, "")
+		require.NoError(t, err)
+		err = s.Check(ctx)
+		if bad {
+			assert.ErrorIs(t, err, redisseat.ErrEvictingPolicy, policy)
+			assert.ErrorContains(t, err, policy)
+		} else {
+			assert.NoError(t, err, policy)
+		}
+		rdb.Close()
+	}
+
+	for name, rdb := range map[string]redis.UniversalClient{"redis": testenv.Redis(t), "cluster": testenv.RedisCluster(t)} {
+		s, err := redisseat.New(rdb, "oe-"+testenv.Unique())
+		require.NoError(t, err)
+		assert.NoError(t, s.Check(ctx), "%s runs noeviction", name)
+	}
+}
+
+// Locks written before the lock index existed (in the seat hash only) are
+// invisible to ScanLocks until Reindex has run; an index entry whose seat
+// is no longer locked is dropped by the scan.
+func TestReindexAndDrift(t *testing.T) {
+	for name, rdb := range map[string]redis.UniversalClient{"redis": testenv.Redis(t), "cluster": testenv.RedisCluster(t)} {
+		t.Run(name, func(t *testing.T) { testReindexAndDrift(t, rdb) })
+	}
+}
+
+func testReindexAndDrift(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	ns := "oe-" + testenv.Unique()
+	s, err := redisseat.New(rdb, ns)
+	require.NoError(t, err)
+	show := "show-" + testenv.Unique()
+	// What the previous version left: a lock and a sale in the hash, the show listed.
+	require.NoError(t, rdb.HSet(ctx, ns+":{"+show+"}:seats", "A1", "L|o1|u1|1700000000000", "A2", "S|o2|u2").Err())
+	require.NoError(t, rdb.SAdd(ctx, ns+":shows", show).Err())
+
+	locks, _, err := s.ScanLocks(ctx, "", 100)
+	require.NoError(t, err)
+	assert.Empty(t, locks, "not indexed yet")
+	shows, err := s.ListedShows(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, shows, "that scan unlisted the show: Reindex must find it anyway")
+	n, err := s.Reindex(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the lock, not the sale")
+	n, err = s.Reindex(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "idempotent")
+	assert.Equal(t, []string{show}, must(s.ListedShows(ctx)), "a reindexed lock lists its show")
+	locks, _, err = s.ScanLocks(ctx, "", 100)
+	require.NoError(t, err)
+	require.Len(t, locks, 1)
+	assert.Equal(t, cancel.SeatLock{ShowID: show, SeatID: "A1", OrderNo: "o1", UserID: "u1",
+		LockedAt: time.UnixMilli(1700000000000).UTC(), Age: locks[0].Age}, locks[0])
+	assert.Greater(t, locks[0].Age, 24*time.Hour)
+
+	// Drift: the index names a seat that is not locked (its hash field was
+	// deleted by hand). The scan drops it and, the index empty, the show.
+	require.NoError(t, rdb.HDel(ctx, ns+":{"+show+"}:seats", "A1").Err())
+	locks, _, err = s.ScanLocks(ctx, "", 100)
+	require.NoError(t, err)
+	assert.Empty(t, locks)
+	assert.Zero(t, rdb.SCard(ctx, ns+":{"+show+"}:locked").Val())
+	shows, err = s.ListedShows(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, shows)
+}
+
+// RetireShow's refusal is typed.
+func TestRetireShowRefusesLocks(t *testing.T) {
+	ctx := context.Background()
+	s, err := redisseat.New(testenv.Redis(t), "oe-"+testenv.Unique())
+	require.NoError(t, err)
+	h := cancel.Hold{ShowID: "show-" + testenv.Unique(), OrderNo: "o1", UserID: "u1", Seats: []string{"A1"}}
+	require.NoError(t, s.Lock(ctx, h, 0))
+	assert.ErrorIs(t, s.RetireShow(ctx, h.ShowID), redisseat.ErrShowHasLocks)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -36,7 +36,6 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/internal/e2e"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
@@ -74,7 +73,7 @@ func TestCrashChild(t *testing.T) {
 
 	switch scenario {
 	case "release":
-		svc, err := cancel.New(cancel.Config{Store: store, Seats: crashingReleaser{seats}, Seller: seats})
+		svc, err := cancel.New(cancel.Config{Store: store, Seats: crashingReleaser{seats}})
 		require.NoError(t, err)
 		res, err := svc.UserCancel(ctx, no, user)
 		t.Fatalf("the parent should have killed this process inside the seat release; the cancel returned %+v, %v", res, err)
@@ -84,16 +83,10 @@ func TestCrashChild(t *testing.T) {
 		now, err := store.Now(ctx)
 		require.NoError(t, err)
 		p := cancel.Placement{OrderNo: no, UserID: user, ShowID: show, Seats: strings.Split(os.Getenv(crashEnvSeats), ","), ExpireAt: now.Add(time.Second)}
-		_, err = seats.Lock(ctx, p.Hold(), 0)
+		svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
 		require.NoError(t, err)
-		err = sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-			if err := store.Place(ctx, tx, p); err != nil {
-				return err
-			}
-			after.Add(p.OrderNo, p.ExpireAt)
-			return nil
-		})
-		t.Fatalf("the parent should have killed this process inside the delayed send; InTx returned %v", err)
+		err = svc.Place(ctx, p, 0, store.Insert(db, sched, p, nil))
+		t.Fatalf("the parent should have killed this process inside the delayed send; Place returned %v", err)
 	default:
 		t.Fatalf("unknown crash scenario %q", scenario)
 	}
@@ -101,7 +94,7 @@ func TestCrashChild(t *testing.T) {
 
 // crashingReleaser announces that the cancel has committed and the release
 // has begun, then waits to be killed.
-type crashingReleaser struct{ cancel.SeatReleaser }
+type crashingReleaser struct{ *redisseat.Seats }
 
 func (crashingReleaser) Release(_ context.Context, h cancel.Hold) (int, error) {
 	fmt.Printf("%s release %s %s\n", crashMarker, h.OrderNo, strings.Join(h.Seats, ","))
@@ -129,6 +122,7 @@ type crashEnv struct {
 	store    *sqlstore.Store
 	seats    *redisseat.Seats
 	released *releaseCounter
+	svc      *cancel.Service
 	rec      reconcile.Config
 }
 
@@ -150,27 +144,28 @@ func newCrashEnv(t *testing.T) *crashEnv {
 	t.Cleanup(func() {
 		e.rdb.Del(context.Background(), e.ns+":{"+e.show+"}:seats", e.ns+":{"+e.show+"}:limit", e.ns+":shows")
 	})
-	e.released = &releaseCounter{SeatReleaser: e.seats, n: map[string]int{}}
-	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.released, Seller: e.seats})
-	require.NoError(t, err)
-	e.rec = reconcile.Config{Expired: e.store, Canceller: svc, Locks: e.seats, Orders: e.store, Seats: e.released, Seller: e.seats, Batch: 100, Grace: time.Minute, Logger: secQuiet()}
+	e.released = &releaseCounter{Seats: e.seats, n: map[string]int{}}
+	var err2 error
+	e.svc, err2 = cancel.New(cancel.Config{Store: e.store, Seats: e.released})
+	require.NoError(t, err2)
+	e.rec = reconcile.Config{Orders: e.store, Seats: e.released, Service: e.svc, Batch: 100, Grace: time.Minute, Logger: secQuiet()}
 	return e
 }
 
 // place places an order as a host does: seats locked, then the order inserted.
 func (e *crashEnv) place(t *testing.T, p cancel.Placement) {
-	require.NoError(t, e2e.Place(context.Background(), e.db, e.store, e.seats, 0, p))
+	require.NoError(t, e.svc.Place(context.Background(), p, 0, e.store.Insert(e.db, nil, p, nil)))
 }
 
 // releaseCounter counts the seats each order really had freed.
 type releaseCounter struct {
-	cancel.SeatReleaser
+	*redisseat.Seats
 	mu sync.Mutex
 	n  map[string]int
 }
 
 func (r *releaseCounter) Release(ctx context.Context, h cancel.Hold) (int, error) {
-	n, err := r.SeatReleaser.Release(ctx, h)
+	n, err := r.Seats.Release(ctx, h)
 	r.mu.Lock()
 	r.n[h.OrderNo] += n
 	r.mu.Unlock()
@@ -269,9 +264,7 @@ func TestCrashRelease(t *testing.T) {
 	for _, p := range []cancel.Placement{victim, pending, paid} {
 		e.place(t, p)
 	}
-	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.released, Seller: e.seats})
-	require.NoError(t, err)
-	_, err = svc.Pay(ctx, paid.OrderNo, paid.UserID)
+	_, err = e.svc.Pay(ctx, cancel.Payment{OrderNo: paid.OrderNo, UserID: paid.UserID, PaymentID: "pay-c"})
 	require.NoError(t, err)
 	require.Equal(t, 6, e.held(t, "u1"))
 

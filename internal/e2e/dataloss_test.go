@@ -36,7 +36,7 @@ func TestRedisDataLoss(t *testing.T) {
 		placed = append(placed, p)
 		switch i % 3 {
 		case 0:
-			_, err = w.Service.Pay(ctx, p.OrderNo, p.UserID)
+			_, err = w.Service.Pay(ctx, cancel.Payment{OrderNo: p.OrderNo, UserID: p.UserID, PaymentID: "pay-" + p.OrderNo})
 		case 1:
 			_, err = w.Service.UserCancel(ctx, p.OrderNo, p.UserID)
 		}

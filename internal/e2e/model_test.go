@@ -67,12 +67,16 @@ func TestModelFake(t *testing.T) {
 	mRun(t, "fake", func(rt *rapid.T) *mEnv {
 		clock := expirytest.NewFakeClock(start)
 		store := fake.NewStore(clock.Now)
+		seats := fake.NewSeats(clock.Now)
 		return &mEnv{
-			store: store,
-			seats: fake.NewSeats(clock.Now),
-			place: store.Place,
-			clock: clock,
-			grace: time.Minute,
+			store:    store,
+			seats:    seats,
+			place:    store.Place,
+			clock:    clock,
+			grace:    time.Minute,
+			lease:    time.Minute,
+			wipe:     seats.Wipe,
+			wipeShow: seats.WipeShow,
 			// Born up to 2 minutes past due, or due within 20 minutes.
 			expiryMin: -2 * time.Minute, expiryMax: 20 * time.Minute,
 		}
@@ -128,19 +132,36 @@ func mRunSQL(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect, checks, 
 				return tx.Commit()
 			},
 			grace:     100 * time.Millisecond,
+			lease:     20 * time.Millisecond,
 			expiryMin: -800 * time.Millisecond, expiryMax: 2500 * time.Millisecond,
+		}
+		keys := func(show string) []string {
+			return []string{ns + ":{" + show + "}:seats", ns + ":{" + show + "}:limit", ns + ":{" + show + "}:locked"}
+		}
+		env.wipeShow = func(show string) {
+			if err := rdb.Del(ctx, keys(show)...).Err(); err != nil {
+				rt.Fatalf("wipe %s: %v", show, err)
+			}
+		}
+		env.wipe = func() {
+			var all []string
+			for _, show := range []string{prefix + "showA", prefix + "showB"} {
+				all = append(all, keys(show)...)
+			}
+			all = append(all, ns+":shows", ns+":restored", ns+":rebuild")
+			if err := rdb.Del(ctx, all...).Err(); err != nil {
+				rt.Fatalf("wipe: %v", err)
+			}
 		}
 		env.cleanup = func(shows []string) {
 			// The prefix is ours ([a-z0-9-]), so the LIKE pattern is a constant.
-			for _, q := range []string{"DELETE FROM oe_order_seat WHERE order_no LIKE '" + prefix + "%'", "DELETE FROM oe_order WHERE order_no LIKE '" + prefix + "%'"} {
+			for _, q := range []string{"DELETE FROM oe_order_seat WHERE order_no LIKE '" + prefix + "%'", "DELETE FROM oe_order WHERE order_no LIKE '" + prefix + "%'",
+				"DELETE FROM oe_payment_discrepancy WHERE order_no LIKE '" + prefix + "%'"} {
 				if _, err := db.ExecContext(ctx, q); err != nil {
 					rt.Errorf("cleanup: %v", err)
 				}
 			}
-			for _, show := range shows {
-				rdb.Del(ctx, ns+":{"+show+"}:seats", ns+":{"+show+"}:limit")
-			}
-			rdb.Del(ctx, ns+":shows")
+			env.wipe()
 		}
 		return env
 	})
@@ -184,8 +205,8 @@ var (
 // interfaces over orders, plus the store's clock.
 type mOrderStore interface {
 	cancel.OrderStore
-	reconcile.ExpiredFinder
-	reconcile.StatusReader
+	cancel.DiscrepancyStore
+	reconcile.Orders
 	Now(ctx context.Context) (time.Time, error)
 }
 
@@ -198,8 +219,13 @@ type mEnv struct {
 	// clock is the FakeClock of the fake variant; nil means real time.
 	clock                *expirytest.FakeClock
 	grace                time.Duration
+	lease                time.Duration // of a discrepancy whose refund hook failed
 	expiryMin, expiryMax time.Duration
 	cleanup              func(shows []string)
+	// wipe makes the seat store lose every key (a restart without
+	// persistence), wipeShow one show's keys (eviction, a partial loss).
+	wipe     func()
+	wipeShow func(show string)
 }
 
 type mStats struct {
@@ -250,6 +276,16 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"SeatStoreOutage":  m.SeatStoreOutage,
 			"":                 m.Check,
 			"DeliverDuplicate": m.DeliverDuplicate,
+			// The hostile-but-legal vocabulary (issue 9, I13).
+			"PlaceDupSeat": m.PlaceDupSeat,
+			"PlaceAgain":   m.PlaceAgain,
+			"PayAgain":     m.PayAgain,
+			"CaseVariant":  m.CaseVariant,
+			"StuckOrder":   m.StuckOrder,
+			"Backlog":      m.Backlog,
+			"WipeSeats":    m.WipeSeats,
+			"WipeShow":     m.WipeShow,
+			"FailRefunds":  m.FailRefunds,
 		}
 		for k, f := range actions {
 			if k != "" {
@@ -301,6 +337,10 @@ type mOrder struct {
 	// paid order's seats still locked rather than sold) until a reconcile round.
 	lag         bool
 	transitions int
+	paidBy      string // the payment that paid it
+	// lagBehind: the seat store lost this order's seats; until the run
+	// settles, another order's stale lock may hold one of them.
+	lagBehind bool
 }
 
 type mFlight struct {
@@ -321,11 +361,27 @@ type machine struct {
 	next               int
 	flights            []*mFlight
 
-	armed  map[string]mMode
-	outage int      // actions left during which every seat operation fails
-	hits   []string // operations that failed in the current action
-	bad    []string // violations seen inside decorators
-	freed  map[[3]string]bool
+	armed map[string]mMode
+	stuck map[string]bool // orders whose every cancel fails (a row held by a stuck transaction)
+	// backoff: orders whose cancel failed in a reconcile round, until when
+	// (app clock) a reconciler may still be skipping them (BackoffMax).
+	backoff map[string]time.Time
+	// lost: the seat store lost its data (all of it, or lostShows' shows) and
+	// has not been rebuilt since: seat-side checks wait for the repair.
+	lost      bool
+	lostShows map[string]bool
+	// The refund hook: successful calls per payment id, the payment ids that
+	// must reach it (a discrepancy was answered), and whether it fails now.
+	refunded   map[string]int
+	owed       map[string]string // payment id → order
+	refundDown bool
+	// repairPasses: complete claims passes still needed before a lost show
+	// counts as repaired.
+	repairPasses int
+	outage       int      // actions left during which every seat operation fails
+	hits         []string // operations that failed in the current action
+	bad          []string // violations seen inside decorators
+	freed        map[[3]string]bool
 
 	obs   *mObserver
 	fo    *mOrders
@@ -345,17 +401,20 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 		shows: []string{env.prefix + "showA", env.prefix + "showB"}, users: []string{"u1", "u2", "u3"},
 		limit:  6,
 		orders: map[string]*mOrder{}, armed: map[string]mMode{}, freed: map[[3]string]bool{},
+		stuck: map[string]bool{}, backoff: map[string]time.Time{}, lostShows: map[string]bool{}, refunded: map[string]int{}, owed: map[string]string{},
 		obs: &mObserver{kinds: map[expiry.Kind]int{}, cancelled: map[string]int{}, paid: map[string]int{}},
 	}
 	for i := 1; i <= 12; i++ {
 		m.pool = append(m.pool, "s"+strconv.Itoa(i))
 	}
+	m.pool = append(m.pool, "S1", "S2") // case variants of s1, s2: other seats (I10)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m.fo = &mOrders{m: m, inner: env.store, place: env.place}
 	m.fs = &mSeats{m: m, inner: env.seats}
 	m.snd = &mSender{m: m}
 	var err error
-	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Seller: m.fs, Observer: m.obs, Logger: quiet})
+	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Discrepancies: m.fo, Observer: m.obs, Logger: quiet,
+		OnDiscrepancy: m.refund, DiscrepancyLease: env.lease})
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -372,8 +431,9 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.rcfg = reconcile.Config{Expired: m.fo, Canceller: m.svc, Locks: m.fs, Orders: m.fo, Seats: m.fs, Seller: m.fs,
-		Batch: 100, Grace: env.grace, Observer: m.obs, Logger: quiet, Now: m.appNow,
+	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Clock: clock,
+		// Small batches and rounds, so a backlog spans rounds (Report.More).
+		Batch: 4, MaxPerRound: 12, Grace: env.grace, Observer: m.obs, Logger: quiet,
 		// One cancel at a time: the model attributes each seat change to the
 		// call that made it, which concurrent workers within a round would
 		// blur (concurrency is the race and storm tests' job).
@@ -519,7 +579,15 @@ func (s *mOrders) Order(ctx context.Context, no string) (expiry.Order, error) {
 }
 
 func (s *mOrders) CancelPending(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	if s.m.stuck[req.OrderNo] {
+		s.m.hits = append(s.m.hits, "CancelPending")
+		s.m.stats.failures["stuck/CancelPending"]++
+		return cancel.Result{}, injected("CancelPending (stuck)")
+	}
 	mode, hit := s.m.fault("CancelPending", req.OrderNo)
+	if hit && req.Reason == cancel.ReasonReconcile { // that reconciler backs off from the order
+		s.m.backoff[req.OrderNo] = s.m.appNow().Add(reconcile.BackoffMax)
+	}
 	if mode == mBefore {
 		return cancel.Result{}, injected("CancelPending")
 	}
@@ -533,14 +601,16 @@ func (s *mOrders) CancelPending(ctx context.Context, req cancel.Request) (cancel
 	return res, err
 }
 
-func (s *mOrders) PayPending(ctx context.Context, no, user string) (cancel.Result, error) {
+func (s *mOrders) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
+	no := p.OrderNo
 	mode, hit := s.m.fault("PayPending", no)
 	if mode == mBefore {
 		return cancel.Result{}, injected("PayPending")
 	}
-	res, err := s.inner.PayPending(ctx, no, user)
+	res, err := s.inner.PayPending(ctx, p)
 	if err == nil && res.Changed {
 		s.m.onTransition(no, expiry.StatusPaid, nil, res)
+		s.m.orders[no].paidBy = p.PaymentID
 	}
 	if hit {
 		return cancel.Result{}, injected("PayPending")
@@ -548,11 +618,34 @@ func (s *mOrders) PayPending(ctx context.Context, no, user string) (cancel.Resul
 	return res, err
 }
 
-func (s *mOrders) Expired(ctx context.Context, limit int) ([]string, error) {
+func (s *mOrders) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	if _, hit := s.m.fault("Expired", ""); hit {
-		return nil, injected("Expired")
+		return nil, "", injected("Expired")
 	}
-	return s.inner.Expired(ctx, limit)
+	return s.inner.Expired(ctx, cursor, limit)
+}
+
+func (s *mOrders) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
+	return s.inner.Claims(ctx, cursor, limit)
+}
+
+func (s *mOrders) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bool, error) {
+	return s.inner.RecordDiscrepancy(ctx, d)
+}
+
+func (s *mOrders) ClaimDiscrepancies(ctx context.Context, lease time.Duration, limit int) ([]cancel.Discrepancy, error) {
+	ds, err := s.inner.ClaimDiscrepancies(ctx, lease, limit)
+	mine := ds[:0:0] // the SQL variants share one table between runs
+	for _, d := range ds {
+		if strings.HasPrefix(d.OrderNo, s.m.env.prefix) {
+			mine = append(mine, d)
+		}
+	}
+	return mine, err
+}
+
+func (s *mOrders) SettleDiscrepancy(ctx context.Context, paymentID string) error {
+	return s.inner.SettleDiscrepancy(ctx, paymentID)
 }
 
 func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]expiry.Status, error) {
@@ -562,7 +655,9 @@ func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]expiry
 	return s.inner.Statuses(ctx, nos)
 }
 
-// Place is the host's placing transaction.
+// Place is the host's placing transaction. A lost acknowledgement is a
+// commit whose answer was lost: expiry.ErrCommitUnknown, as Scheduler.InTx
+// reports it.
 func (s *mOrders) Place(ctx context.Context, p cancel.Placement) error {
 	mode, hit := s.m.fault("Place", p.OrderNo)
 	if mode == mBefore {
@@ -573,7 +668,7 @@ func (s *mOrders) Place(ctx context.Context, p cancel.Placement) error {
 		s.m.onPlaced(p)
 	}
 	if hit {
-		return injected("Place")
+		return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, injected("Place"))
 	}
 	return err
 }
@@ -587,16 +682,32 @@ type mSeats struct {
 	inner canceltest.SeatStore
 }
 
-func (s *mSeats) Lock(ctx context.Context, h cancel.Hold, limit int) (int, error) {
+func (s *mSeats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
 	mode, hit := s.m.fault("Lock", h.OrderNo)
 	if mode == mBefore {
-		return 0, injected("Lock")
+		return injected("Lock")
 	}
-	n, err := s.inner.Lock(ctx, h, limit)
+	err := s.inner.Lock(ctx, h, limit)
 	if hit {
-		return 0, injected("Lock")
+		return injected("Lock")
 	}
-	return n, err
+	return err
+}
+
+func (s *mSeats) Lost(ctx context.Context) (string, bool, error) { return s.inner.Lost(ctx) }
+
+func (s *mSeats) Restore(ctx context.Context, claims []cancel.Claim) (int, error) {
+	mine := claims[:0:0]
+	for _, c := range claims {
+		if slices.Contains(s.m.shows, c.ShowID) {
+			mine = append(mine, c)
+		}
+	}
+	return s.inner.Restore(ctx, mine)
+}
+
+func (s *mSeats) MarkRestored(ctx context.Context, token string) error {
+	return s.inner.MarkRestored(ctx, token)
 }
 
 func (s *mSeats) show(ctx context.Context, show string) map[string]cancel.SeatState {
@@ -746,24 +857,39 @@ func (o *mObserver) Observe(_ context.Context, e expiry.Event) {
 
 // ---- actions --------------------------------------------------------------------
 
-// Place does what a host does: lock the seats, insert the order in one
-// transaction, schedule the message after commit. When the insert reports an
-// error the host cannot know whether it committed, so it reads the order back:
-// found, it is placed; not found, the seats go back; no answer, the seats are
-// left to the reconciler (a lock whose order is missing is released after the
-// grace period).
+// Place places a new order through the library's placing call
+// (cancel.Service.Place): lock the seats, insert the order in one
+// transaction, schedule the message after commit; the library releases the
+// seats when the insert fails, except after an unknown commit (the reconciler
+// decides: a lock whose order is missing is released after the grace period).
 func (m *machine) Place(t *rapid.T) {
 	show := rapid.SampledFrom(m.shows).Draw(t, "show")
 	user := rapid.SampledFrom(m.users).Draw(t, "user")
 	seats := rapid.SliceOfNDistinct(rapid.SampledFrom(m.pool), 1, 4, rapid.ID[string]).Draw(t, "seats")
-	offset := time.Duration(rapid.Int64Range(m.env.expiryMin.Milliseconds(), m.env.expiryMax.Milliseconds()).Draw(t, "expire_in_ms")) * time.Millisecond
 	m.next++
-	no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
-	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: show, Seats: seats, ExpireAt: m.storeNow(t).Add(offset).Truncate(time.Millisecond)}
-	m.orders[no] = &mOrder{p: p}
-	m.nos = append(m.nos, no)
+	m.place(t, fmt.Sprintf("%so%d", m.env.prefix, m.next), user, show, seats, m.drawExpiry(t))
+}
 
-	// What the lock must answer, from the seat store as it is.
+func (m *machine) drawExpiry(t *rapid.T) time.Time {
+	offset := time.Duration(rapid.Int64Range(m.env.expiryMin.Milliseconds(), m.env.expiryMax.Milliseconds()).Draw(t, "expire_in_ms")) * time.Millisecond
+	return m.storeNow(t).Add(offset).Truncate(time.Millisecond)
+}
+
+// place tries one placement and checks the library's answer against what the
+// seat store and the order store hold.
+func (m *machine) place(t *rapid.T, no, user, show string, seats []string, expireAt time.Time) {
+	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: show, Seats: seats, ExpireAt: expireAt}
+	o := m.orders[no]
+	again := o != nil && o.placed
+	if o == nil {
+		o = &mOrder{p: p}
+		m.orders[no] = o
+		m.nos = append(m.nos, no)
+	} else if !o.placed {
+		o.p = p // a number tried before and never placed: a fresh try
+	}
+
+	// What the library must answer, from the stores as they are.
 	state := m.fs.show(m.ctx, show)
 	held, err := m.env.seats.Held(m.ctx, show, user)
 	if err != nil {
@@ -778,34 +904,72 @@ func (m *machine) Place(t *rapid.T) {
 	if want == nil && held+len(seats) > m.limit {
 		want = cancel.ErrLimitExceeded
 	}
-	n, err := m.fs.Lock(m.ctx, p.Hold(), m.limit)
-	if !m.hit("Lock") {
-		switch {
-		case want == nil && (err != nil || n != len(seats)):
-			m.violate("lock %v for %s: got %d, %v; want all seats", seats, no, n, err)
-		case want != nil && !errors.Is(err, want):
-			m.violate("lock %v for %s: got %d, %v; want %v", seats, no, n, err, want)
+	if again {
+		want = cancel.ErrOrderExists // refused before any lock
+	}
+	err = m.svc.Place(m.ctx, p, m.limit, func(ctx context.Context) error {
+		if err := m.fo.Place(ctx, p); err != nil {
+			return err
 		}
+		m.sched.Schedule(ctx, no, p.ExpireAt) // a failed send is left to the reconciler
+		return nil
+	})
+	switch {
+	case m.hit("Lock", "Place", "Order"):
+	case m.lost || m.lostShows[show]:
+		// Seats SQL claims may look free in a seat store that lost them: the
+		// store's unique claim refuses the order then, and the seats go back.
+		if err != nil && !errors.Is(err, want) && !errors.Is(err, cancel.ErrSeatUnavailable) && !errors.Is(err, cancel.ErrLimitExceeded) {
+			m.violate("place %s while the seat store lost data: %v", no, err)
+		}
+	case want == nil && err != nil:
+		m.violate("place %v for %s: %v; want it placed", seats, no, err)
+	case want != nil && !errors.Is(err, want):
+		m.violate("place %v for %s: %v; want %v", seats, no, err, want)
 	}
 	if err != nil {
 		m.stats.kinds["place_refused"]++
-		return
 	}
-	if err := m.fo.Place(m.ctx, p); err != nil {
-		if !m.hit("Place") {
-			m.violate("the store refused %s although its seats were free in the seat store: %v", no, err)
-		}
-		_, rerr := m.fo.Order(m.ctx, no)
-		switch {
-		case rerr == nil: // it committed after all
-		case errors.Is(rerr, expiry.ErrNotFound):
-			_, _ = m.fs.Release(m.ctx, p.Hold()) // a failure leaves them to the reconciler
-			return
-		default:
-			return
+}
+
+// PlaceDupSeat places an order that lists one seat twice: refused as invalid,
+// nothing locked (the limit counter must not count the seat twice, I8).
+func (m *machine) PlaceDupSeat(t *rapid.T) {
+	seat := rapid.SampledFrom(m.pool).Draw(t, "seat")
+	m.next++
+	no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
+	p := cancel.Placement{OrderNo: no, UserID: m.users[0], ShowID: m.shows[0], Seats: []string{seat, seat}, ExpireAt: m.storeNow(t).Add(time.Second)}
+	err := m.svc.Place(m.ctx, p, m.limit, func(ctx context.Context) error {
+		m.violate("an order with a seat listed twice reached the store")
+		return nil
+	})
+	m.expectErr("place with a seat listed twice", err, expiry.ErrInvalidID)
+}
+
+// PlaceAgain places an order number that exists (a retry after an unknown
+// commit, a double submit), with its own seats or others, by its owner or
+// another user: refused, and the live order keeps its seats (I2, I8).
+func (m *machine) PlaceAgain(t *rapid.T) {
+	var placed []string
+	for _, no := range m.nos {
+		if m.orders[no].placed {
+			placed = append(placed, no)
 		}
 	}
-	m.sched.Schedule(m.ctx, no, p.ExpireAt) // a failed send is left to the reconciler
+	if len(placed) == 0 {
+		t.Skip("no order placed yet")
+	}
+	no := rapid.SampledFrom(placed).Draw(t, "order")
+	o := m.orders[no]
+	p := o.p
+	switch rapid.SampledFrom([]string{"same", "other_seats", "other_user"}).Draw(t, "again") {
+	case "other_seats":
+		p.Seats = rapid.SliceOfNDistinct(rapid.SampledFrom(m.pool), 1, 3, rapid.ID[string]).Draw(t, "seats")
+	case "other_user":
+		p.UserID = rapid.SampledFrom(m.users).Draw(t, "user")
+	}
+	m.stats.kinds["place_again_"+o.status.String()]++
+	m.place(t, no, p.UserID, p.ShowID, p.Seats, p.ExpireAt)
 }
 
 // pick draws one of the orders tried, or a number never used.
@@ -854,8 +1018,13 @@ func (m *machine) Pay(t *rapid.T) {
 		kind = "pay_wrong_user"
 	}
 	m.stats.kinds[kind]++
+	m.pay(t, no, o, user, rightful, fmt.Sprintf("pay-%s-%d", no, rapid.IntRange(1, 2).Draw(t, "payment")))
+}
+
+// pay sends one payment callback and checks the answer (I1, I9).
+func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bool, pid string) {
 	before := m.state(o)
-	res, err := m.svc.Pay(m.ctx, no, user)
+	res, err := m.svc.Pay(m.ctx, cancel.Payment{OrderNo: no, UserID: user, PaymentID: pid})
 	if m.hit("PayPending") {
 		return
 	}
@@ -868,13 +1037,160 @@ func (m *machine) Pay(t *rapid.T) {
 		if err != nil || !res.Changed {
 			m.violate("pay pending %s: changed=%v err=%v", no, res.Changed, err)
 		}
-	case before == "paid":
+	case before == "paid" && o.paidBy == pid:
 		if err != nil || res.Changed {
-			m.violate("pay paid %s again: changed=%v err=%v, want nothing", no, res.Changed, err)
+			m.violate("pay paid %s again with %s: changed=%v err=%v, want nothing", no, pid, res.Changed, err)
 		}
-	case before == "cancelled":
-		m.expectErr("pay cancelled "+no, err, cancel.ErrDiscrepancy)
+	case before == "paid" || before == "cancelled":
+		m.expectErr("pay "+before+" "+no+" with "+pid, err, cancel.ErrDiscrepancy)
+		m.owed[pid] = no
+		m.stats.kinds["discrepancy_"+before]++
 	}
+}
+
+// PayAgain repeats a payment callback that was already sent, as providers do
+// when the answer was an error or got lost (same payment id), or sends a
+// second payment for an order paid or refunded already (a new payment id).
+func (m *machine) PayAgain(t *rapid.T) {
+	byPID := maps.Clone(m.owed)
+	for _, no := range m.nos {
+		if o := m.orders[no]; o.paidBy != "" {
+			byPID[o.paidBy] = no
+		}
+	}
+	if len(byPID) == 0 {
+		t.Skip("no payment yet")
+	}
+	pid := rapid.SampledFrom(slices.Sorted(maps.Keys(byPID))).Draw(t, "payment")
+	no := byPID[pid]
+	o := m.orders[no]
+	if rapid.Bool().Draw(t, "second_payment") { // the buyer pays the same order again
+		m.next++
+		pid = fmt.Sprintf("pay-%s-second%d", no, m.next)
+		m.stats.kinds["pay_second"]++
+	} else {
+		m.stats.kinds["pay_again"]++
+	}
+	m.pay(t, no, o, o.p.UserID, true, pid)
+}
+
+// refund is the host's refund hook: it counts successful calls per payment
+// id (I9 wants exactly one for every discrepancy answered).
+func (m *machine) refund(_ context.Context, d cancel.Discrepancy) error {
+	if m.refundDown {
+		m.stats.failures["refund_hook"]++
+		return errors.New("model: the payment provider is down")
+	}
+	m.refunded[d.PaymentID]++
+	if m.refunded[d.PaymentID] > 1 {
+		m.violate("I9: payment %s of %s refunded %d times", d.PaymentID, d.OrderNo, m.refunded[d.PaymentID])
+	}
+	return nil
+}
+
+// FailRefunds makes the refund hook fail until the next FailRefunds (the
+// reconciler must call it again later).
+func (m *machine) FailRefunds(t *rapid.T) {
+	m.refundDown = !m.refundDown
+}
+
+// CaseVariant sends a request with a case-shifted id: another user's or
+// another order's id on every dialect and collation (I10), so it finds
+// nothing of the original's.
+func (m *machine) CaseVariant(t *rapid.T) {
+	var placed []string
+	for _, no := range m.nos {
+		if m.orders[no].placed {
+			placed = append(placed, no)
+		}
+	}
+	if len(placed) == 0 {
+		t.Skip("no order placed yet")
+	}
+	no := rapid.SampledFrom(placed).Draw(t, "order")
+	o := m.orders[no]
+	switch what := rapid.SampledFrom([]string{"user_cancel_user", "pay_user", "cancel_order", "pay_order"}).Draw(t, "variant"); what {
+	case "user_cancel_user":
+		_, err := m.svc.UserCancel(m.ctx, no, strings.ToUpper(o.p.UserID))
+		if !m.hit("CancelPending") {
+			m.expectErr("cancel "+no+" by a case variant of its user", err, cancel.ErrNotOwner)
+		}
+	case "pay_user":
+		_, err := m.svc.Pay(m.ctx, cancel.Payment{OrderNo: no, UserID: strings.ToUpper(o.p.UserID), PaymentID: "pay-" + no + "-case"})
+		if !m.hit("PayPending") {
+			m.expectErr("pay "+no+" by a case variant of its user", err, cancel.ErrNotOwner)
+		}
+	case "cancel_order":
+		_, err := m.svc.UserCancel(m.ctx, strings.ToUpper(no), o.p.UserID)
+		if !m.hit("CancelPending") {
+			m.expectErr("cancel a case variant of "+no, err, expiry.ErrNotFound)
+		}
+	case "pay_order":
+		_, err := m.svc.Pay(m.ctx, cancel.Payment{OrderNo: strings.ToUpper(no), UserID: o.p.UserID, PaymentID: "pay-" + no + "-case"})
+		if !m.hit("PayPending") {
+			m.expectErr("pay a case variant of "+no, err, expiry.ErrNotFound)
+		}
+	}
+}
+
+// StuckOrder makes every cancel of one pending order fail from now on (its
+// row held by a stuck transaction) until the run settles: the reconciler
+// must skip it and do the rest (I12).
+func (m *machine) StuckOrder(t *rapid.T) {
+	var pending []string
+	for _, no := range m.nos {
+		if o := m.orders[no]; o.placed && o.status == expiry.StatusPending && !m.stuck[no] {
+			pending = append(pending, no)
+		}
+	}
+	if len(pending) == 0 {
+		t.Skip("no pending order")
+	}
+	no := rapid.SampledFrom(pending).Draw(t, "order")
+	m.stuck[no] = true
+	m.orders[no].lag = true // a user cancel of it fails too: its seats stay locked
+}
+
+// Backlog places several orders that are due already (their messages lost in
+// a broker outage, say), more than one reconcile round takes.
+func (m *machine) Backlog(t *rapid.T) {
+	n := rapid.IntRange(5, 16).Draw(t, "orders")
+	for i := 0; i < n; i++ {
+		m.next++
+		no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
+		seat := fmt.Sprintf("bk%d", m.next) // seats of their own: a backlog of placed orders
+		m.armed["Send"] = mBefore           // the broker is down: the message is lost
+		m.place(t, no, m.users[i%len(m.users)], m.shows[i%2], []string{seat}, m.storeNow(t).Add(-time.Millisecond))
+		delete(m.armed, "Send")
+	}
+	m.stats.kinds["backlog_orders"] += n
+}
+
+// WipeSeats makes the seat store lose all its data (a restart without
+// persistence), possibly in the middle of a rebuild.
+func (m *machine) WipeSeats(t *rapid.T) {
+	if m.lost {
+		m.stats.kinds["wipe_during_rebuild"]++
+	}
+	m.env.wipe()
+	m.lost = true
+	for _, o := range m.orders {
+		o.lagBehind = o.placed
+	}
+	m.freed = map[[3]string]bool{}
+}
+
+// WipeShow makes the seat store lose one show's keys (an eviction, an async
+// replica promoted): the marker stays, so only the claims pass repairs it.
+func (m *machine) WipeShow(t *rapid.T) {
+	show := rapid.SampledFrom(m.shows).Draw(t, "show")
+	m.env.wipeShow(show)
+	m.lostShows[show] = true
+	for _, o := range m.orders {
+		o.lagBehind = o.lagBehind || o.placed && o.p.ShowID == show
+	}
+	m.repairPasses = 2 // the pass under way may have passed the show already
+	m.freed = map[[3]string]bool{}
 }
 
 func (m *machine) UserCancel(t *rapid.T) {
@@ -898,7 +1214,7 @@ func (m *machine) UserCancel(t *rapid.T) {
 	case before == "pending":
 		if err != nil || !res.Changed {
 			m.violate("user cancel of pending %s: changed=%v err=%v", no, res.Changed, err)
-		} else if !m.hit("Release") && res.Released != len(o.p.Seats) {
+		} else if !m.hit("Release") && !m.lost && !m.lostShows[o.p.ShowID] && res.Released != len(o.p.Seats) {
 			m.violate("user cancel of %s released %d seats, want %d", no, res.Released, len(o.p.Seats))
 		}
 	default:
@@ -1062,12 +1378,15 @@ func mDue(o *mOrder) string {
 	return o.p.ExpireAt.String()
 }
 
-// Reconcile runs a round on one of two reconciler hosts. Without failures, a
-// round leaves no order pending that was due when it started.
+// Reconcile runs a reconcile "interval" on one of two reconciler hosts: a
+// round, and the next at once while the last stopped at its bound (as Run
+// does). Without failures, that leaves no order pending that was due when it
+// started, but the stuck ones (I3, I12).
 func (m *machine) Reconcile(t *rapid.T) {
 	host := rapid.IntRange(0, 1).Draw(t, "host")
 	t0 := m.storeNow(t)
-	_, err := m.hosts[host].Round(m.ctx)
+	rounds, err := m.rounds(m.hosts[host])
+	m.stats.kinds[fmt.Sprintf("reconcile_rounds_%d", min(rounds, 3))]++
 	if len(m.hits) > 0 {
 		return
 	}
@@ -1077,9 +1396,35 @@ func (m *machine) Reconcile(t *rapid.T) {
 	m.noneDue(t0, "a reconcile round")
 }
 
+// rounds runs rounds on r while they stop at their bound (at most 40), and
+// notes what the seat store's repair completed.
+func (m *machine) rounds(r *reconcile.Reconciler) (int, error) {
+	var errs []error
+	for n := 1; ; n++ {
+		rep, err := r.Round(m.ctx)
+		errs = append(errs, err)
+		if rep.Rebuilt {
+			m.lost = false
+			m.stats.kinds["rebuilt"]++
+		}
+		if rep.ClaimsComplete && !m.lost && m.repairPasses > 0 {
+			if m.repairPasses--; m.repairPasses == 0 {
+				m.lostShows = map[string]bool{}
+				m.stats.kinds["show_repaired"]++
+			}
+		}
+		m.stats.kinds["skipped"] += rep.Skipped
+		m.stats.kinds["refund_retried"] += rep.Refunds
+		if !rep.More || n == 40 {
+			return n, errors.Join(errs...)
+		}
+	}
+}
+
 func (m *machine) noneDue(t0 time.Time, after string) {
 	for _, no := range m.nos {
-		if o := m.orders[no]; o.placed && o.status == expiry.StatusPending && !o.p.ExpireAt.After(t0) {
+		if o := m.orders[no]; o.placed && o.status == expiry.StatusPending && !o.p.ExpireAt.After(t0) && !m.stuck[no] &&
+			!m.appNow().Before(m.backoff[no]) {
 			m.violate("I3: %s still pending after %s, due %s (store clock %s)", no, after, o.p.ExpireAt, t0)
 		}
 	}
@@ -1173,8 +1518,21 @@ func (m *machine) Check(t *rapid.T) {
 		}
 	}
 
-	// The seat store against the order store (I2, I8).
+	// I9: every refund owed was made at most once (refund counts it as it
+	// happens); settle checks that each was made.
+
+	// The seat store against the order store (I2, I8), but for shows whose
+	// seat state was lost and is not repaired yet: there only the counter's
+	// floor holds.
 	for _, show := range m.shows {
+		if m.lost || m.lostShows[show] {
+			for _, u := range m.users {
+				if held := snap.Held[show+"/"+u]; held < 0 {
+					fail("I8: %s/%s counter below zero: %d", show, u, held)
+				}
+			}
+			continue
+		}
 		seats := snap.Seats[show]
 		perUser, stale, want := map[string]int{}, map[string]int{}, map[string]int{}
 		for seat, s := range seats {
@@ -1200,6 +1558,7 @@ func (m *machine) Check(t *rapid.T) {
 				}
 			}
 		}
+		blocked := map[string]int{}
 		for _, no := range m.nos {
 			o := m.orders[no]
 			if !o.placed || o.p.ShowID != show || o.status == expiry.StatusCancelled {
@@ -1208,6 +1567,13 @@ func (m *machine) Check(t *rapid.T) {
 			want[o.p.UserID] += len(o.p.Seats)
 			for _, seat := range o.p.Seats {
 				s, ok := seats[seat]
+				if ok && s.OrderNo != no && m.orders[s.OrderNo] != nil && m.orders[s.OrderNo].lag && o.lagBehind {
+					// After a loss, a failed placement's lock (that a failure
+					// left) holds a seat SQL gives this order; the reconciler
+					// releases it after the grace period, then restores the claim.
+					blocked[o.p.UserID]++
+					continue
+				}
 				if !ok || s.OrderNo != no || (o.status == expiry.StatusPending && s.Status != expiry.StatusPending) {
 					fail("I2: seat %s/%s of %s order %s is %+v (held %v)", show, seat, o.status, no, s, ok)
 				}
@@ -1220,7 +1586,7 @@ func (m *machine) Check(t *rapid.T) {
 				fail("I8: %s/%s counter below zero: %d", show, u, held)
 			case held != perUser[u]:
 				fail("I8: %s/%s counter %d, but the seat store holds %d seats for the user", show, u, held, perUser[u])
-			case stale[u] == 0 && held != want[u]:
+			case stale[u] == 0 && blocked[u] == 0 && held != want[u]:
 				fail("I8: %s/%s counter %d, the user's pending and paid orders hold %d seats", show, u, held, want[u])
 			}
 		}
@@ -1239,6 +1605,9 @@ func (m *machine) settle(t *rapid.T) {
 	m.armed = map[string]mMode{}
 	m.outage = 0
 	m.hits = m.hits[:0]
+	m.stuck = map[string]bool{}
+	m.backoff = map[string]time.Time{} // settle's reconciler is a fresh host
+	m.refundDown = false
 	if m.env.clock != nil {
 		latest := m.appNow()
 		for _, o := range m.orders {
@@ -1255,12 +1624,32 @@ func (m *machine) settle(t *rapid.T) {
 		t.Fatal(err)
 	}
 	t0 := m.storeNow(t)
-	if _, err := r.Round(m.ctx); err != nil {
+	if _, err := m.rounds(r); err != nil {
 		t.Fatalf("final reconcile round: %v", err)
 	}
-	m.noneDue(t0, "the final reconcile round")
+	// A rebuild or a repair pass that the run left unfinished completes in
+	// further rounds (each bounded by MaxPerRound claims).
+	for i := 0; (m.lost || len(m.lostShows) > 0) && i < 20; i++ {
+		if _, err := m.rounds(r); err != nil {
+			t.Fatalf("final reconcile round: %v", err)
+		}
+	}
+	if m.lost || len(m.lostShows) > 0 {
+		t.Fatalf("the seat store was not repaired in 20 rounds (lost %v, shows %v)", m.lost, m.lostShows)
+	}
+	m.noneDue(t0, "the final reconcile rounds")
+	// I9: every payment answered with a discrepancy reached the hook, once.
+	for i := 0; i < 50 && len(m.unrefunded()) > 0; i++ {
+		m.pass(m.env.lease + time.Millisecond) // past the lease of a failed hook
+		if _, err := r.Round(m.ctx); err != nil {
+			t.Fatalf("reconcile round retrying refunds: %v", err)
+		}
+	}
+	if left := m.unrefunded(); len(left) > 0 {
+		t.Fatalf("I9: payments never refunded: %v", left)
+	}
 	for _, o := range m.orders {
-		o.lag = false // nothing excuses a stale lock any more
+		o.lag, o.lagBehind = false, false // nothing excuses a stale lock any more
 	}
 	m.Check(t)
 	for _, show := range m.shows {
@@ -1274,7 +1663,7 @@ func (m *machine) settle(t *rapid.T) {
 	// not due at the first round may be by now: only the fake clock stood
 	// still, so only there must it expire nothing.)
 	rep, err := r.Round(m.ctx)
-	if err != nil || rep.Released+rep.Sold != 0 || (m.env.clock != nil && rep.Expired != 0) {
+	if err != nil || rep.Released+rep.Sold+rep.Restored != 0 || (m.env.clock != nil && rep.Expired != 0) {
 		t.Fatalf("a second final round still did something: %+v, %v", rep, err)
 	}
 	m.Check(t)
@@ -1286,4 +1675,16 @@ func (m *machine) settle(t *rapid.T) {
 		}
 	}
 	m.stats.kinds["settle"]++
+}
+
+// unrefunded lists the payment ids owed a refund that the hook has not made.
+func (m *machine) unrefunded() []string {
+	var left []string
+	for pid := range m.owed {
+		if m.refunded[pid] == 0 {
+			left = append(left, pid)
+		}
+	}
+	slices.Sort(left)
+	return left
 }

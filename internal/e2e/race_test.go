@@ -80,7 +80,7 @@ func raceTest(t *testing.T, db *sql.DB, d sqlstore.Dialect) {
 	}
 	for _, p := range placed {
 		go1(func() {
-			if _, err := w.Service.Pay(ctx, p.OrderNo, p.UserID); err != nil && !isDiscrepancy(err) {
+			if _, err := w.Service.Pay(ctx, cancel.Payment{OrderNo: p.OrderNo, UserID: p.UserID, PaymentID: "pay-" + p.OrderNo}); err != nil && !isDiscrepancy(err) {
 				fail(fmt.Errorf("pay %s: %w", p.OrderNo, err))
 			}
 		})

@@ -44,7 +44,6 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/internal/e2e"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
@@ -116,7 +115,7 @@ func newSecWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, rdb *redis.Client
 	w.seats, err = redisseat.New(rdb, ns)
 	require.NoError(t, err)
 	quiet := secQuiet()
-	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Seller: w.seats, Observer: w.obs, Logger: quiet})
+	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Discrepancies: w.store, Observer: w.obs, Logger: quiet})
 	require.NoError(t, err)
 	w.handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.sent, Observer: w.obs, Logger: quiet})
 	require.NoError(t, err)
@@ -127,7 +126,7 @@ func newSecWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, rdb *redis.Client
 }
 
 func (w *secWorld) place(t *testing.T, p cancel.Placement) {
-	require.NoError(t, e2e.Place(context.Background(), w.db, w.store, w.seats, 0, p))
+	require.NoError(t, w.svc.Place(context.Background(), p, 0, w.store.Insert(w.db, nil, p, nil)))
 }
 
 // snapshot is every row of both tables and every Redis key of the namespace.
@@ -244,7 +243,7 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 	for _, p := range []cancel.Placement{a, b, paid, gone} {
 		w.place(t, p)
 	}
-	_, err = w.svc.Pay(ctx, paid.OrderNo, paid.UserID)
+	_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: paid.OrderNo, UserID: paid.UserID, PaymentID: "sec-pay"})
 	require.NoError(t, err)
 	_, err = w.svc.UserCancel(ctx, gone.OrderNo, gone.UserID)
 	require.NoError(t, err)
@@ -256,11 +255,20 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 			call func() error
 		}{
 			{"bob cancels alice's pending order", func() error { _, err := w.svc.UserCancel(ctx, a.OrderNo, "bob"); return err }},
-			{"bob pays alice's pending order", func() error { _, err := w.svc.Pay(ctx, a.OrderNo, "bob"); return err }},
+			{"bob pays alice's pending order", func() error {
+				_, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: a.OrderNo, UserID: "bob", PaymentID: "sec-pay-b"})
+				return err
+			}},
 			{"bob cancels alice's paid order", func() error { _, err := w.svc.UserCancel(ctx, paid.OrderNo, "bob"); return err }},
 			{"alice cancels bob's cancelled order", func() error { _, err := w.svc.UserCancel(ctx, gone.OrderNo, "alice"); return err }},
-			{"alice pays bob's pending order", func() error { _, err := w.svc.Pay(ctx, b.OrderNo, "alice"); return err }},
-			{"alice pays bob's cancelled order", func() error { _, err := w.svc.Pay(ctx, gone.OrderNo, "alice"); return err }},
+			{"alice pays bob's pending order", func() error {
+				_, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: b.OrderNo, UserID: "alice", PaymentID: "sec-pay-a"})
+				return err
+			}},
+			{"alice pays bob's cancelled order", func() error {
+				_, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: gone.OrderNo, UserID: "alice", PaymentID: "sec-pay-a2"})
+				return err
+			}},
 		} {
 			assert.ErrorIs(t, c.call(), cancel.ErrNotOwner, c.what)
 		}
@@ -272,7 +280,7 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 		n, err = w.seats.Sell(ctx, cancel.Hold{ShowID: show, OrderNo: b.OrderNo, UserID: "bob", Seats: append(slices.Clone(a.Seats), paid.Seats...)})
 		assert.NoError(t, err)
 		assert.Zero(t, n, "selling alice's seats to bob's order marks nothing")
-		_, err = w.seats.Lock(ctx, cancel.Hold{ShowID: show, OrderNo: "sec-new", UserID: "bob", Seats: []string{"a1"}}, 0)
+		err = w.seats.Lock(ctx, cancel.Hold{ShowID: show, OrderNo: "sec-new", UserID: "bob", Seats: []string{"a1"}}, 0)
 		assert.ErrorIs(t, err, cancel.ErrSeatUnavailable)
 		assert.Equal(t, before, w.snapshot(t), "nothing changed")
 		assert.Zero(t, w.obs.kinds[expiry.KindDiscrepancy], "a refused payment is not a discrepancy")
@@ -328,7 +336,7 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 							var err error
 							switch op {
 							case "Lock":
-								_, err = s.Lock(ctx, hold, 0)
+								err = s.Lock(ctx, hold, 0)
 							case "Release":
 								_, err = s.Release(ctx, hold)
 							default:
@@ -354,8 +362,14 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 				call func(s *secWorld) error
 			}
 			calls := []svcCall{
-				{"Pay/order", func(s *secWorld) error { _, err := s.svc.Pay(ctx, v, "alice"); return err }},
-				{"Pay/order(no user)", func(s *secWorld) error { _, err := s.svc.Pay(ctx, v, ""); return err }},
+				{"Pay/order", func(s *secWorld) error {
+					_, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: v, UserID: "alice", PaymentID: "sec-p"})
+					return err
+				}},
+				{"Pay/order(no user)", func(s *secWorld) error {
+					_, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: v, PaymentID: "sec-p"})
+					return err
+				}},
 				{"UserCancel/order", func(s *secWorld) error { _, err := s.svc.UserCancel(ctx, v, "alice"); return err }},
 				{"UserCancel/user", func(s *secWorld) error { _, err := s.svc.UserCancel(ctx, b.OrderNo, v); return err }},
 				{"Cancel/order", func(s *secWorld) error {
@@ -375,7 +389,10 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 				{"Store.Order/order", func(s *secWorld) error { _, err := s.store.Order(ctx, v); return err }},
 			}
 			if v != "" { // an empty user id is valid for Pay: a callback that names no user
-				calls = append(calls, svcCall{"Pay/user", func(s *secWorld) error { _, err := s.svc.Pay(ctx, b.OrderNo, v); return err }})
+				calls = append(calls, svcCall{"Pay/user", func(s *secWorld) error {
+					_, err := s.svc.Pay(ctx, cancel.Payment{OrderNo: b.OrderNo, UserID: v, PaymentID: "sec-p"})
+					return err
+				}})
 			}
 			for _, c := range calls {
 				tally.try(t, w, c.op, what, func() (bool, string) {

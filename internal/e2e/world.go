@@ -6,7 +6,6 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -30,11 +29,22 @@ type Ledger struct {
 	Paid      map[string]int
 	Released  map[string]int
 	Kinds     map[expiry.Kind]int
+	// Refunded counts the refund hook's calls per payment id (I9 wants one).
+	Refunded map[string]int
 }
 
 // NewLedger returns an empty Ledger.
 func NewLedger() *Ledger {
-	return &Ledger{Cancelled: map[string]int{}, Paid: map[string]int{}, Released: map[string]int{}, Kinds: map[expiry.Kind]int{}}
+	return &Ledger{Cancelled: map[string]int{}, Paid: map[string]int{}, Released: map[string]int{}, Kinds: map[expiry.Kind]int{},
+		Refunded: map[string]int{}}
+}
+
+// refund is the worlds' refund hook: it counts.
+func (l *Ledger) refund(_ context.Context, d cancel.Discrepancy) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Refunded[d.PaymentID]++
+	return nil
 }
 
 // Observe implements expiry.Observer.
@@ -59,12 +69,12 @@ func (l *Ledger) Kind(k expiry.Kind) int {
 
 // countingReleaser records every seat a release actually freed.
 type countingReleaser struct {
-	cancel.SeatReleaser
+	*redisseat.Seats
 	l *Ledger
 }
 
 func (c countingReleaser) Release(ctx context.Context, h cancel.Hold) (int, error) {
-	n, err := c.SeatReleaser.Release(ctx, h)
+	n, err := c.Seats.Release(ctx, h)
 	if n > 0 {
 		c.l.mu.Lock()
 		c.l.Released[h.OrderNo] += n
@@ -113,16 +123,20 @@ func NewWorld(t testing.TB, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalC
 	seats, err := redisseat.New(rdb, "oe-"+show)
 	require.NoError(t, err)
 	w := &World{DB: db, Store: store, Seats: seats, Ledger: NewLedger(), Rearms: &Rearms{}, ShowID: show, Limit: 0}
-	w.Service, err = cancel.New(cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Seller: w.Seats, Observer: w.Ledger})
+	w.Service, err = cancel.New(cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Discrepancies: store, Observer: w.Ledger,
+		OnDiscrepancy: w.Ledger.refund})
 	require.NoError(t, err)
 	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: w.Rearms, Observer: w.Ledger})
 	require.NoError(t, err)
-	w.reconfig = reconcile.Config{Expired: store, Canceller: w.Service, Locks: w.Seats, Orders: store,
-		Seats: countingReleaser{w.Seats, w.Ledger}, Seller: w.Seats, Claims: store, Restorer: w.Seats,
+	w.reconfig = reconcile.Config{Orders: store, Seats: countingReleaser{w.Seats, w.Ledger}, Service: w.Service,
 		Batch: 100, Grace: time.Minute, Observer: w.Ledger}
 	// A new namespace is complete by definition: no rebuild from SQL unless
 	// a test makes Redis lose it.
-	require.NoError(t, w.Seats.MarkRestored(ctx))
+	token, lost, err := w.Seats.Lost(ctx)
+	require.NoError(t, err)
+	if lost {
+		require.NoError(t, w.Seats.MarkRestored(ctx, token))
+	}
 	return w
 }
 
@@ -133,35 +147,9 @@ func (w *World) Reconciler(t testing.TB) *reconcile.Reconciler {
 	return r
 }
 
-// Place does what a host does: lock the seats in Redis, then insert the
-// order in one SQL transaction; if that fails, give the seats back.
+// Place places p the way a host does, through the library's placing call
+// (cancel.Service.Place with the SQL store's transaction, no message: the
+// tests deliver themselves).
 func (w *World) Place(ctx context.Context, p cancel.Placement) error {
-	return Place(ctx, w.DB, w.Store, w.Seats, w.Limit, p)
-}
-
-// Place is the host's placing sequence on any store and seat store: lock the
-// seats (limit: the purchase limit, 0 none), insert the order in one
-// transaction, and give the seats back if that fails, except after a failed
-// COMMIT, whose outcome is unknown (the reconciler decides).
-func Place(ctx context.Context, db *sql.DB, store *sqlstore.Store, seats *redisseat.Seats, limit int, p cancel.Placement) error {
-	if _, err := seats.Lock(ctx, p.Hold(), limit); err != nil {
-		return err
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	commitUnknown := false
-	if err == nil {
-		if err = store.Place(ctx, tx, p); err == nil {
-			err = tx.Commit()
-			commitUnknown = err != nil
-		} else {
-			_ = tx.Rollback()
-		}
-	}
-	if err != nil && !commitUnknown {
-		if _, rerr := seats.Release(ctx, p.Hold()); rerr != nil {
-			return fmt.Errorf("%w (and releasing its seats: %v)", err, rerr)
-		}
-		return err
-	}
-	return err
+	return w.Service.Place(ctx, p, w.Limit, w.Store.Insert(w.DB, nil, p, nil))
 }

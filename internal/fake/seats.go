@@ -3,7 +3,8 @@ package fake
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,16 +12,23 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Seats is an in-memory seat store with the semantics of cancel/redisseat.
-// Safe for concurrent use.
+// Seats is an in-memory seat store with the semantics of cancel/redisseat:
+// it passes the same conformance suite (cancel/canceltest.RunSeats), so the
+// two cannot drift. Its clock (NewSeats) plays the Redis server's: lock
+// times and ages are read from it. Safe for concurrent use.
 type Seats struct {
 	mu       sync.Mutex
-	restored bool
 	now      func() time.Time
 	seats    map[string]map[string]cancel.SeatState // show → seat → state
+	locked   map[string]map[string]struct{}         // show → locked seats (the lock index)
+	listed   map[string]struct{}                    // shows the lock scan walks
 	held     map[[2]string]int                      // (show, user) → seats held
+	token    string                                 // the current (or completed) rebuild's token
+	restored bool
+	tokens   int
 	// Fail, when set, is returned by every call whose name it is given
-	// ("Lock", "Release", "Sell", "ScanLocks").
+	// ("Lock", "Release", "Sell", "ScanLocks", "Lost", "Restore",
+	// "MarkRestored", "RetireShow").
 	Fail func(op string) error
 }
 
@@ -29,7 +37,17 @@ func NewSeats(now func() time.Time) *Seats {
 	if now == nil {
 		now = time.Now
 	}
-	return &Seats{now: now, seats: map[string]map[string]cancel.SeatState{}, held: map[[2]string]int{}}
+	s := &Seats{now: now}
+	s.reset()
+	return s
+}
+
+func (s *Seats) reset() {
+	s.seats = map[string]map[string]cancel.SeatState{}
+	s.locked = map[string]map[string]struct{}{}
+	s.listed = map[string]struct{}{}
+	s.held = map[[2]string]int{}
+	s.token, s.restored = "", false
 }
 
 func (s *Seats) fail(op string) error {
@@ -39,45 +57,66 @@ func (s *Seats) fail(op string) error {
 	return nil
 }
 
-// Lock claims seats for an order, all or nothing (see redisseat.Seats.Lock).
-func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) (int, error) {
+// Now returns the store's clock, the one lock times and ages are read from.
+func (s *Seats) Now(context.Context) (time.Time, error) { return s.now(), nil }
+
+func (s *Seats) show(show string) map[string]cancel.SeatState {
+	if s.seats[show] == nil {
+		s.seats[show] = map[string]cancel.SeatState{}
+	}
+	return s.seats[show]
+}
+
+func (s *Seats) index(show, seat string, locked bool) {
+	if !locked {
+		delete(s.locked[show], seat)
+		return
+	}
+	if s.locked[show] == nil {
+		s.locked[show] = map[string]struct{}{}
+	}
+	s.locked[show][seat] = struct{}{}
+	s.listed[show] = struct{}{} // lock, restore: the show is listed with its first lock
+}
+
+// Lock implements cancel.SeatLocker (see redisseat.Seats.Lock): every seat
+// must be free; a seat listed twice is refused by Hold.Validate.
+func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) error {
 	if err := h.Validate(); err != nil {
-		return 0, err
+		return err
+	}
+	if limit < 0 {
+		return fmt.Errorf("fake: lock %s: negative limit %d", h.OrderNo, limit)
 	}
 	if err := s.fail("Lock"); err != nil {
-		return 0, err
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	show := s.seats[h.ShowID]
-	var fresh []string
+	if len(h.Seats) == 0 {
+		return nil
+	}
+	s.listed[h.ShowID] = struct{}{} // as redisseat: every attempt lists the show
 	for _, seat := range h.Seats {
-		st, ok := show[seat]
-		if !ok {
-			fresh = append(fresh, seat)
-			continue
-		}
-		if st.Status != expiry.StatusPending || st.OrderNo != h.OrderNo {
-			return 0, fmt.Errorf("fake: seat %s: %w", seat, cancel.ErrSeatUnavailable)
+		if _, ok := s.seats[h.ShowID][seat]; ok {
+			return fmt.Errorf("fake: seat %s: %w", seat, cancel.ErrSeatUnavailable)
 		}
 	}
 	key := [2]string{h.ShowID, h.UserID}
-	if limit > 0 && s.held[key]+len(fresh) > limit {
-		return 0, fmt.Errorf("fake: user %s: %w", h.UserID, cancel.ErrLimitExceeded)
-	}
-	if show == nil {
-		show = map[string]cancel.SeatState{}
-		s.seats[h.ShowID] = show
+	if limit > 0 && s.held[key]+len(h.Seats) > limit {
+		return fmt.Errorf("fake: user %s: %w", h.UserID, cancel.ErrLimitExceeded)
 	}
 	now := s.now().Truncate(time.Millisecond)
-	for _, seat := range fresh {
+	show := s.show(h.ShowID)
+	for _, seat := range h.Seats {
 		show[seat] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: h.OrderNo, UserID: h.UserID, LockedAt: now}
+		s.index(h.ShowID, seat, true)
 	}
-	s.held[key] += len(fresh)
-	return len(fresh), nil
+	s.held[key] += len(h.Seats)
+	return nil
 }
 
-// Release implements cancel.SeatReleaser.
+// Release implements cancel.SeatReleaser (see redisseat.Seats.Release).
 func (s *Seats) Release(_ context.Context, h cancel.Hold) (int, error) {
 	if err := h.Validate(); err != nil {
 		return 0, err
@@ -87,21 +126,20 @@ func (s *Seats) Release(_ context.Context, h cancel.Hold) (int, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	freed, user := 0, ""
+	freed := 0
 	for _, seat := range h.Seats {
 		if st, ok := s.seats[h.ShowID][seat]; ok && st.Status == expiry.StatusPending && st.OrderNo == h.OrderNo {
 			delete(s.seats[h.ShowID], seat)
-			freed, user = freed+1, st.UserID
+			s.index(h.ShowID, seat, false)
+			key := [2]string{h.ShowID, st.UserID}
+			s.held[key] = max(s.held[key]-1, 0)
+			freed++
 		}
-	}
-	if freed > 0 {
-		key := [2]string{h.ShowID, user}
-		s.held[key] = max(s.held[key]-freed, 0)
 	}
 	return freed, nil
 }
 
-// Sell implements cancel.SeatSeller.
+// Sell implements cancel.SeatSeller (see redisseat.Seats.Sell).
 func (s *Seats) Sell(_ context.Context, h cancel.Hold) (int, error) {
 	if err := h.Validate(); err != nil {
 		return 0, err
@@ -111,19 +149,18 @@ func (s *Seats) Sell(_ context.Context, h cancel.Hold) (int, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.seats[h.ShowID] == nil {
-		s.seats[h.ShowID] = map[string]cancel.SeatState{}
-	}
+	show := s.show(h.ShowID)
 	sold := 0
 	for _, seat := range h.Seats {
-		st, ok := s.seats[h.ShowID][seat]
-		if ok && (st.Status != expiry.StatusPending || st.OrderNo != h.OrderNo) {
+		st, ok := show[seat]
+		if ok && (st.Status != expiry.StatusPending || st.OrderNo != h.OrderNo || st.UserID != h.UserID) {
 			continue
 		}
 		if !ok {
 			s.held[[2]string{h.ShowID, h.UserID}]++
 		}
-		s.seats[h.ShowID][seat] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: h.OrderNo, UserID: h.UserID}
+		show[seat] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: h.OrderNo, UserID: h.UserID}
+		s.index(h.ShowID, seat, false)
 		sold++
 	}
 	return sold, nil
@@ -147,66 +184,140 @@ func (s *Seats) Held(_ context.Context, show, user string) (int, error) {
 	return s.held[[2]string{show, user}], nil
 }
 
-// ScanLocks implements reconcile.LockScanner; the cursor is "show|seat" of
-// the next entry to examine.
+// ListedShows returns, sorted, the shows the lock scan walks (see
+// redisseat.Seats.ListedShows).
+func (s *Seats) ListedShows(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listedShows(), nil
+}
+
+func (s *Seats) listedShows() []string {
+	out := make([]string, 0, len(s.listed))
+	for show := range s.listed {
+		out = append(out, show)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ScanLocks implements reconcile.LockScanner (see redisseat.Seats.ScanLocks):
+// it walks the listed shows' lock indexes, never the sold seats, counting one
+// entry per lock and at least one per show, and unlists a show whose index
+// is empty. The cursor is "show|seat" of the next entry to examine.
 func (s *Seats) ScanLocks(_ context.Context, cursor string, count int) ([]cancel.SeatLock, string, error) {
 	if err := s.fail("ScanLocks"); err != nil {
 		return nil, "", err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	type entry struct{ show, seat string }
-	var all []entry
-	for show, seats := range s.seats {
-		for seat := range seats {
-			all = append(all, entry{show, seat})
-		}
-	}
-	sort.Slice(all, func(i, j int) bool {
-		if all[i].show != all[j].show {
-			return all[i].show < all[j].show
-		}
-		return all[i].seat < all[j].seat
-	})
-	start := sort.Search(len(all), func(i int) bool { return all[i].show+"|"+all[i].seat >= cursor })
 	if count <= 0 {
 		count = 100
 	}
+	cshow, cseat, _ := strings.Cut(cursor, "|")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
 	var locks []cancel.SeatLock
-	end := min(start+count, len(all))
-	for _, e := range all[start:end] {
-		if st := s.seats[e.show][e.seat]; st.Status == expiry.StatusPending {
-			locks = append(locks, cancel.SeatLock{ShowID: e.show, SeatID: e.seat, OrderNo: st.OrderNo, UserID: st.UserID, LockedAt: st.LockedAt})
+	examined := 0
+	for _, show := range s.listedShows() {
+		if show < cshow {
+			continue
+		}
+		if examined >= count {
+			return locks, show + "|", nil
+		}
+		if len(s.locked[show]) == 0 {
+			delete(s.listed, show)
+			delete(s.locked, show)
+			examined++
+			continue
+		}
+		before := examined
+		seats := make([]string, 0, len(s.locked[show]))
+		for seat := range s.locked[show] {
+			if show != cshow || seat >= cseat {
+				seats = append(seats, seat)
+			}
+		}
+		slices.Sort(seats)
+		for _, seat := range seats {
+			if examined >= count {
+				return locks, show + "|" + seat, nil
+			}
+			st := s.seats[show][seat]
+			locks = append(locks, cancel.SeatLock{ShowID: show, SeatID: seat, OrderNo: st.OrderNo, UserID: st.UserID,
+				LockedAt: st.LockedAt, Age: max(now.Sub(st.LockedAt), 0)})
+			examined++
+		}
+		if examined == before {
+			examined++ // every show costs at least one entry, as in redisseat
 		}
 	}
-	if end == len(all) {
-		return locks, "", nil
-	}
-	return locks, all[end].show + "|" + all[end].seat, nil
+	return locks, "", nil
 }
 
-// Wipe forgets every seat, counter and the restored marker, as a Redis
-// restart without persistence does.
+// RetireShow deletes a show's seats, counters and index (see
+// redisseat.Seats.RetireShow); it refuses while the show holds locks.
+func (s *Seats) RetireShow(_ context.Context, show string) error {
+	if err := expiry.ValidateID("show id", show); err != nil {
+		return err
+	}
+	if err := s.fail("RetireShow"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.locked[show]); n > 0 {
+		return fmt.Errorf("fake: retire %s: %d seats still locked", show, n)
+	}
+	delete(s.seats, show)
+	delete(s.locked, show)
+	delete(s.listed, show)
+	for key := range s.held {
+		if key[0] == show {
+			delete(s.held, key)
+		}
+	}
+	return nil
+}
+
+// Wipe forgets every seat, counter, index and the restored marker with its
+// rebuild token, as a Redis restart without persistence does.
 func (s *Seats) Wipe() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seats, s.held, s.restored = map[string]map[string]cancel.SeatState{}, map[[2]string]int{}, false
+	s.reset()
 }
 
-// Lost implements reconcile.SeatRestorer.
-func (s *Seats) Lost(context.Context) (bool, error) {
+// Lost implements reconcile.SeatRestorer (see redisseat.Seats.Lost): the
+// first call after a loss starts a rebuild under a new token, and every call
+// returns it until MarkRestored succeeds or the store is wiped again.
+func (s *Seats) Lost(context.Context) (string, bool, error) {
 	if err := s.fail("Lost"); err != nil {
-		return false, err
+		return "", false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.restored, nil
+	if s.restored {
+		return "", false, nil
+	}
+	if s.token == "" {
+		s.tokens++
+		s.token = fmt.Sprintf("rebuild-%d", s.tokens)
+	}
+	return s.token, true, nil
 }
 
-// MarkRestored implements reconcile.SeatRestorer.
-func (s *Seats) MarkRestored(context.Context) error {
+// MarkRestored implements reconcile.SeatRestorer (see
+// redisseat.Seats.MarkRestored).
+func (s *Seats) MarkRestored(_ context.Context, token string) error {
+	if err := s.fail("MarkRestored"); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if token == "" || token != s.token {
+		return fmt.Errorf("fake: mark restored %q: %w", token, cancel.ErrRestoreInterrupted)
+	}
 	s.restored = true
 	return nil
 }
@@ -229,22 +340,40 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 		if c.Status != expiry.StatusPending && c.Status != expiry.StatusPaid {
 			continue
 		}
-		if s.seats[c.ShowID] == nil {
-			s.seats[c.ShowID] = map[string]cancel.SeatState{}
-		}
-		st, ok := s.seats[c.ShowID][c.SeatID]
+		show := s.show(c.ShowID)
+		st, ok := show[c.SeatID]
 		switch {
+		case !ok && c.Status == expiry.StatusPaid:
+			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}
 		case !ok:
-			s.seats[c.ShowID][c.SeatID] = cancel.SeatState{Status: c.Status, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: now}
-			if c.Status == expiry.StatusPaid {
-				s.seats[c.ShowID][c.SeatID] = cancel.SeatState{Status: c.Status, OrderNo: c.OrderNo, UserID: c.UserID}
-			}
-			s.held[[2]string{c.ShowID, c.UserID}]++
+			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: now}
+			s.index(c.ShowID, c.SeatID, true)
+		case c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
+			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}
+			s.index(c.ShowID, c.SeatID, false)
 			changed++
-		case c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo:
-			s.seats[c.ShowID][c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}
-			changed++
+			continue
+		default:
+			continue
 		}
+		s.held[[2]string{c.ShowID, c.UserID}]++
+		changed++
 	}
 	return changed, nil
+}
+
+// WipeShow forgets one show's seats, lock index and counters, as Redis does
+// when it evicts the show's keys or a replica that had not received them is
+// promoted: the restored marker stays, so only the reconciler's claims pass
+// notices (it refills what SQL claims).
+func (s *Seats) WipeShow(show string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seats, show)
+	delete(s.locked, show)
+	for key := range s.held {
+		if key[0] == show {
+			delete(s.held, key)
+		}
+	}
 }
