@@ -375,6 +375,7 @@ type machine struct {
 	refunded   map[string]int
 	owed       map[string]string // payment id → order
 	refundDown bool
+	brokerDown bool // every send fails (a broker outage: Backlog)
 	// repairPasses: complete claims passes still needed before a lost show
 	// counts as repaired.
 	repairPasses int
@@ -830,6 +831,10 @@ type mSender struct{ m *machine }
 func (s *mSender) Send(ctx context.Context, msg expiry.Message, delay time.Duration) error {
 	if _, err := expiry.EncodeMessage(msg); err != nil {
 		return err
+	}
+	if s.m.brokerDown {
+		s.m.stats.failures["broker_down/Send"]++
+		return injected("Send (broker down)")
 	}
 	mode, hit := s.m.fault("Send", msg.OrderNo)
 	if mode == mBefore {
@@ -1629,7 +1634,11 @@ func (m *machine) settle(t *rapid.T) {
 	} else {
 		m.pass(m.env.grace + 10*time.Millisecond)
 	}
-	r, err := reconcile.New(m.rcfg)
+	// A fresh host with the default bounds: one round covers every store of
+	// a run (the model's hosts use small ones, so passes span rounds).
+	final := m.rcfg
+	final.Batch, final.MaxPerRound = 0, 0
+	r, err := reconcile.New(final)
 	if err != nil {
 		t.Fatal(err)
 	}
