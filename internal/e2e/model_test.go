@@ -286,6 +286,7 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"WipeSeats":    m.WipeSeats,
 			"WipeShow":     m.WipeShow,
 			"FailRefunds":  m.FailRefunds,
+			"SkewClock":    m.SkewClock,
 		}
 		for k, f := range actions {
 			if k != "" {
@@ -375,7 +376,8 @@ type machine struct {
 	refunded   map[string]int
 	owed       map[string]string // payment id → order
 	refundDown bool
-	brokerDown bool // every send fails (a broker outage: Backlog)
+	skew       time.Duration // how far the placing host's clock is off
+	brokerDown bool          // every send fails (a broker outage: Backlog)
 	// repairPasses: complete claims passes still needed before a lost show
 	// counts as repaired.
 	repairPasses int
@@ -428,7 +430,9 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if env.clock != nil {
 		clock = env.clock
 	}
-	m.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: m.snd, Clock: clock, Observer: m.obs, Logger: quiet})
+	// The placing host's clock may be off (SkewClock): it only sizes the
+	// first message's delay; nothing decides by it.
+	m.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: m.snd, Clock: skewClock{clock, &m.skew}, Observer: m.obs, Logger: quiet})
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -1467,6 +1471,24 @@ func (m *machine) ArmFault(t *rapid.T) {
 func (m *machine) SeatStoreOutage(t *rapid.T) {
 	m.outage = rapid.IntRange(1, 4).Draw(t, "actions") + 1 // +1: this action's own count-down
 }
+
+// SkewClock sets the placing host's clock ahead or behind (a tenth of the
+// longest expiry: two minutes on the fake clock): its messages then arrive
+// early (re-armed by the store's clock) or late (the reconciler's), and no
+// decision may change (I4, I11).
+func (m *machine) SkewClock(t *rapid.T) {
+	unit := m.env.expiryMax / 10
+	m.skew = time.Duration(rapid.IntRange(-1, 1).Draw(t, "skew")) * unit
+	m.stats.kinds[fmt.Sprintf("skew_%+d", m.skew/unit)]++
+}
+
+// skewClock is a clock off by *skew.
+type skewClock struct {
+	expiry.Clock
+	skew *time.Duration
+}
+
+func (c skewClock) Now() time.Time { return c.Clock.Now().Add(*c.skew) }
 
 // ---- invariants -------------------------------------------------------------------
 
