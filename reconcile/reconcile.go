@@ -82,21 +82,33 @@ type ClaimScanner interface {
 	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 }
 
-// SeatRestorer rebuilds the seat store from SQL after it lost its data.
+// SeatRestorer tells when the seat store lost its data and records a
+// completed rebuild.
 //
 // Lost reports that it did (its marker is gone) and names the rebuild with a
 // token: every caller gets the same token until MarkRestored succeeds or the
-// store loses its data again (a new token then). Restore gives each claim's
-// seat its state if the seat is free (and counts it for the user); it is
-// idempotent. MarkRestored records a completed rebuild under token, only if
+// store loses its data again (a new token then). MarkRestored records a
+// completed rebuild under token, only if
 // token is still current (atomically); otherwise it returns an error
 // wrapping cancel.ErrRestoreInterrupted and the rebuild starts over, so a
 // second loss during a rebuild is never marked restored over a half-empty
 // store. Safe for concurrent use.
 type SeatRestorer interface {
 	Lost(ctx context.Context) (token string, lost bool, err error)
-	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 	MarkRestored(ctx context.Context, token string) error
+}
+
+// SeatRepairer gives the seat store what SQL's claims say it lacks.
+//
+// Missing returns the claims whose seat the store does not hold as the
+// claim says (free, or a paid claim's seat only locked); it changes nothing.
+// Restore gives each claim's seat its state if the seat is free (and counts
+// it for the user), and turns a paid claim's lock into a sale; it is
+// idempotent and returns the number of seats changed. Safe for concurrent
+// use.
+type SeatRepairer interface {
+	Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error)
+	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 }
 
 // Orders is the SQL side the reconciler reads; cancel/sqlstore's Store
@@ -114,6 +126,7 @@ type Seats interface {
 	cancel.SeatReleaser
 	cancel.SeatSeller
 	SeatRestorer
+	SeatRepairer
 }
 
 // Service is the cancel path and the refund retries; *cancel.Service
@@ -216,6 +229,7 @@ type Reconciler struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
+	due     string // scan #1's, kept while a round stops at its bound
 	cursor  string // scan #4's
 	claims  string // scan #2's
 	token   string // the rebuild in progress ("": none)
@@ -256,7 +270,8 @@ type Report struct {
 	Restored int // seats given back their state from SQL by scan #2
 	Refunds  int // refund hooks that succeeded on a retry
 	// More is true when scan #1 stopped at MaxPerRound with more orders
-	// possibly due: Run starts the next round at once.
+	// possibly due, having cancelled (or tried) some: Run starts the next
+	// round at once, which goes on where this one stopped.
 	More bool
 	// Rebuilt is true when this round completed a rebuild of the seat store.
 	Rebuilt bool
@@ -297,16 +312,8 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 		if err != nil {
 			return fmt.Errorf("reconcile: scan claims: %w", err)
 		}
-		n, err := r.c.Seats.Restore(ctx, claims)
-		rep.Restored += n
-		if err != nil {
-			return fmt.Errorf("reconcile: restore seats: %w", err)
-		}
-		if n > 0 {
-			r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
-			if err := r.recheck(ctx, claims, rep); err != nil { // nothing restored: no lock of this batch can be stale
-				return err
-			}
+		if err := r.repair(ctx, claims, rep); err != nil {
+			return err
 		}
 		seen += len(claims)
 		cursor = next
@@ -337,6 +344,48 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 	return nil
 }
 
+// repair restores what the seat store lacks of claims. It asks the store
+// which claims it lacks, then SQL again which of those are still live, and
+// restores only those: a cancel that committed after the claims were read
+// released its seats before the store was asked (the release follows the
+// commit), so it is never restored, not even for a moment. Only a seat that
+// was really lost can be restored for an order that a cancel decides in the
+// short window that remains; recheck then releases it at once.
+func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Report) error {
+	missing, err := r.c.Seats.Missing(ctx, claims)
+	if err != nil || len(missing) == 0 {
+		if err != nil {
+			return fmt.Errorf("reconcile: compare claims with the seat store: %w", err)
+		}
+		return nil
+	}
+	nos := make([]string, 0, len(missing))
+	for _, c := range missing {
+		nos = append(nos, c.OrderNo)
+	}
+	statuses, err := r.c.Orders.Statuses(ctx, nos)
+	if err != nil {
+		return fmt.Errorf("reconcile: read statuses: %w", err)
+	}
+	live := missing[:0]
+	for _, c := range missing {
+		if st, ok := statuses[c.OrderNo]; ok && (st == expiry.StatusPending || st == expiry.StatusPaid) {
+			c.Status = st // paid since the claims were read: restore the sale
+			live = append(live, c)
+		}
+	}
+	n, err := r.c.Seats.Restore(ctx, live)
+	rep.Restored += n
+	if err != nil {
+		return fmt.Errorf("reconcile: restore seats: %w", err)
+	}
+	if n == 0 { // nothing restored: no lock of this batch can be stale
+		return nil
+	}
+	r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
+	return r.recheck(ctx, live, rep)
+}
+
 // recheck closes the race between reading claims and restoring them: a
 // cancel that committed (and released, finding nothing) in between would
 // otherwise leave the restored lock until scan #4 came by. The restored locks
@@ -353,34 +402,48 @@ func (r *Reconciler) recheck(ctx context.Context, claims []cancel.Claim, rep *Re
 }
 
 // expired runs scan #1 with keyset paging, so orders it skips do not come
-// first again in every batch.
+// first again in every batch. A round that stops at its bound leaves its
+// cursor to the next round, which goes on from there (and starts over once
+// it reached the end): however many orders are backing off, the ones after
+// them are reached.
 func (r *Reconciler) expired(ctx context.Context, rep *Report) error {
 	r.pruneBackoff()
-	cursor := ""
-	for handled := 0; handled < r.c.MaxPerRound; {
-		nos, next, err := r.c.Orders.Expired(ctx, cursor, min(r.c.Batch, r.c.MaxPerRound-handled))
+	r.mu.Lock()
+	cursor := r.due
+	r.mu.Unlock()
+	// The bound counts the orders tried; those backing off cost only their
+	// index entries, read up to skipScanFactor times the bound.
+	tried, scanned := 0, 0
+	for tried < r.c.MaxPerRound && scanned < skipScanFactor*r.c.MaxPerRound {
+		nos, next, err := r.c.Orders.Expired(ctx, cursor, min(r.c.Batch, r.c.MaxPerRound-tried))
 		if err != nil {
 			return fmt.Errorf("reconcile: scan expired: %w", err)
 		}
-		r.cancelAll(ctx, nos, rep)
-		handled += len(nos)
-		if next == "" {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+		tried += r.cancelAll(ctx, nos, rep)
+		scanned += len(nos)
 		cursor = next
+		if next == "" || ctx.Err() != nil {
+			break
+		}
 	}
-	rep.More = true
-	return nil
+	r.mu.Lock()
+	r.due = cursor
+	r.mu.Unlock()
+	// More work waits only if this round did some: a round that met nothing
+	// but orders backing off waits for the interval like any other.
+	rep.More = cursor != "" && tried > 0
+	return ctx.Err()
 }
+
+// skipScanFactor bounds scan #1's reading of orders that are backing off, as
+// a multiple of MaxPerRound.
+const skipScanFactor = 10
 
 // cancelAll cancels nos with up to Workers calls at once, each its own
 // transaction bounded by OrderTimeout, so the database, not this loop, is the
 // limit. A failure is counted and the order backed off; it never stops the
-// others.
-func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) {
+// others. It returns how many it tried (those not backing off).
+func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) int {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -414,18 +477,23 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) {
 			}
 		}()
 	}
+	tried := 0
 	for _, no := range nos {
 		if ctx.Err() != nil {
 			break
 		}
 		if r.waiting(no) {
+			mu.Lock()
 			rep.Skipped++
+			mu.Unlock()
 			continue
 		}
+		tried++
 		work <- no
 	}
 	close(work)
 	wg.Wait()
+	return tried
 }
 
 // waiting reports whether no is backing off after a failure.

@@ -353,9 +353,10 @@ func TestRebuildRacingDecisions(t *testing.T) {
 	held, err := e.seats.Held(ctx, "s", "u1")
 	require.NoError(t, err)
 	assert.Equal(t, 4, held, "I8: the counter counts the paid and the pending order's seats, not the cancelled one's")
-	assert.Equal(t, 2, rep.Released, "the re-check released the cancelled order's two restored locks")
-	// The payment's own Sell found the seats free and sold them (sellScript
-	// revives lost locks), so the re-check had nothing left to sell.
+	assert.Zero(t, rep.Released, "the cancelled order's seats were never restored: SQL was read again after the seat store")
+	assert.Equal(t, 2, rep.Restored, "the pending order's locks (the payment's own Sell revived its seats as sold)")
+	// The payment's own Sell found the seats free and sold them (Sell
+	// revives lost locks), so there was no sale left to restore.
 }
 
 // stuckCanceller blocks on one order until its context ends, as a cancel does
@@ -439,4 +440,48 @@ func TestConfigNonsenseIsRejected(t *testing.T) {
 		err = r.Run(context.Background(), 0)
 	})
 	assert.Error(t, err, "a zero interval is refused")
+}
+
+// failingCanceller fails the cancel of every order in fail.
+type failingCanceller struct {
+	reconcile.Service
+	fail map[string]bool
+}
+
+func (f failingCanceller) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	if f.fail[req.OrderNo] {
+		return cancel.Result{}, errors.New("row locked")
+	}
+	return f.Service.Cancel(ctx, req)
+}
+
+// I12 at scale (found by the model test): more failing orders than a round's
+// bound, all due before the healthy ones. The first round fails them; the
+// next, with all of them backing off, still reaches and cancels the rest.
+func TestManySkippedOrdersDoNotHideTheRest(t *testing.T) {
+	e := newEnv(t)
+	fail := map[string]bool{}
+	for i := 0; i < 9; i++ {
+		no := fmt.Sprintf("a%d", i)
+		e.place(t, no, time.Minute)
+		fail[no] = true
+	}
+	for i := 0; i < 3; i++ {
+		e.place(t, fmt.Sprintf("b%d", i), 2*time.Minute)
+	}
+	e.advance(3 * time.Minute)
+	r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: failingCanceller{e.svc, fail},
+		Batch: 2, MaxPerRound: 4})
+	require.NoError(t, err)
+	ctx := context.Background()
+	expired := 0
+	for i := 0; i < 5; i++ {
+		rep, err := r.Round(ctx)
+		require.NoError(t, err)
+		expired += rep.Expired
+	}
+	assert.Equal(t, 3, expired, "the healthy orders behind nine failing ones")
+	for i := 0; i < 3; i++ {
+		assert.Equal(t, expiry.StatusCancelled, e.status(t, fmt.Sprintf("b%d", i)))
+	}
 }

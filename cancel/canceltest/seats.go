@@ -25,6 +25,7 @@ type SeatStore interface {
 	cancel.SeatStore
 	ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error)
 	Lost(ctx context.Context) (token string, lost bool, err error)
+	Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error)
 	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 	MarkRestored(ctx context.Context, token string) error
 	// RetireShow deletes a show's seats and counters; it must refuse (an
@@ -534,6 +535,48 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.False(t, lost)
 		assert.Empty(t, token2)
 		_, err = s.Restore(ctx, []cancel.Claim{{ShowID: "a{b}", SeatID: "1", OrderNo: "o", UserID: "u", Status: expiry.StatusPaid}})
+		assert.ErrorIs(t, err, expiry.ErrInvalidID)
+	})
+
+	// Missing names exactly the claims Restore would change, and changes
+	// nothing: the reconciler reads SQL again for them before it restores,
+	// so a seat a cancel has just released is never locked again.
+	t.Run("Missing", func(t *testing.T) {
+		s := newSeats(t)
+		show := id("show")
+		mine := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u1", Seats: []string{"l1", "l2"}}
+		require.NoError(t, s.Lock(ctx, mine, 0))
+		sold := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u2", Seats: []string{"s1"}}
+		require.NoError(t, s.Lock(ctx, sold, 0))
+		_, err := s.Sell(ctx, sold)
+		require.NoError(t, err)
+		claims := []cancel.Claim{
+			{ShowID: show, SeatID: "l1", OrderNo: mine.OrderNo, UserID: "u1", Status: expiry.StatusPending}, // held as claimed
+			{ShowID: show, SeatID: "l2", OrderNo: mine.OrderNo, UserID: "u1", Status: expiry.StatusPaid},    // paid, still only locked
+			{ShowID: show, SeatID: "s1", OrderNo: sold.OrderNo, UserID: "u2", Status: expiry.StatusPaid},    // sold as claimed
+			{ShowID: show, SeatID: "f1", OrderNo: id("o"), UserID: "u3", Status: expiry.StatusPending},      // free: lost
+			{ShowID: show, SeatID: "f2", OrderNo: id("o"), UserID: "u3", Status: expiry.StatusPaid},         // free: lost sale
+			{ShowID: show, SeatID: "l1", OrderNo: id("o"), UserID: "u4", Status: expiry.StatusPending},      // another order's seat
+		}
+		before, err := s.Show(ctx, show)
+		require.NoError(t, err)
+		missing, err := s.Missing(ctx, claims)
+		require.NoError(t, err)
+		var got []string
+		for _, c := range missing {
+			got = append(got, c.SeatID+"/"+c.Status.String())
+		}
+		assert.ElementsMatch(t, []string{"l2/paid", "f1/pending", "f2/paid"}, got)
+		after, err := s.Show(ctx, show)
+		require.NoError(t, err)
+		assert.Equal(t, before, after, "Missing changes nothing")
+		n, err := s.Restore(ctx, missing)
+		require.NoError(t, err)
+		assert.Equal(t, 3, n, "what Missing names, Restore changes")
+		missing, err = s.Missing(ctx, claims)
+		require.NoError(t, err)
+		assert.Empty(t, missing, "nothing left to restore")
+		_, err = s.Missing(ctx, []cancel.Claim{{ShowID: "a{b}", SeatID: "1", OrderNo: "o", UserID: "u", Status: expiry.StatusPaid}})
 		assert.ErrorIs(t, err, expiry.ErrInvalidID)
 	})
 

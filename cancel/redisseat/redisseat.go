@@ -673,6 +673,51 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 	return changed, nil
 }
 
+// Missing returns the claims whose seat the store does not hold as the claim
+// says: the seat is free, or a paid claim's seat is still only locked by its
+// order. It changes nothing (one HMGET per show). The reconciler reads SQL
+// again for what Missing returns before it restores, so a seat that a cancel
+// released between the claims read and now is never locked again. Part of
+// reconcile.SeatRepairer.
+func (s *Seats) Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error) {
+	byShow := map[string][]cancel.Claim{}
+	var shows []string
+	for _, c := range claims {
+		if err := validateHold(cancel.Hold{ShowID: c.ShowID, OrderNo: c.OrderNo, UserID: c.UserID, Seats: []string{c.SeatID}}); err != nil {
+			return nil, err
+		}
+		if _, ok := byShow[c.ShowID]; !ok {
+			shows = append(shows, c.ShowID)
+		}
+		byShow[c.ShowID] = append(byShow[c.ShowID], c)
+	}
+	var out []cancel.Claim
+	for _, show := range shows {
+		cs := byShow[show]
+		fields := make([]string, len(cs))
+		for i, c := range cs {
+			fields[i] = c.SeatID
+		}
+		vals, err := s.rdb.HMGet(ctx, s.seatsKey(show), fields...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redisseat: missing %s: %w", show, err)
+		}
+		for i, c := range cs {
+			v, _ := vals[i].(string)
+			st, ok := parseValue(v)
+			switch {
+			case !ok: // free (or a value this package did not write: left alone by Restore)
+				if vals[i] == nil {
+					out = append(out, c)
+				}
+			case c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
 // Check verifies at startup that Redis will not silently drop seat state:
 // it reads maxmemory-policy (on every node of a cluster) and returns an error
 // wrapping ErrEvictingPolicy for the allkeys-* policies, which evict keys

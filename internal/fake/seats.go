@@ -362,6 +362,28 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 	return changed, nil
 }
 
+// Missing implements reconcile.SeatRepairer (see redisseat.Seats.Missing).
+func (s *Seats) Missing(_ context.Context, claims []cancel.Claim) ([]cancel.Claim, error) {
+	if err := s.fail("Missing"); err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		if err := (cancel.Hold{ShowID: c.ShowID, OrderNo: c.OrderNo, UserID: c.UserID, Seats: []string{c.SeatID}}).Validate(); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []cancel.Claim
+	for _, c := range claims {
+		st, ok := s.seats[c.ShowID][c.SeatID]
+		if !ok || c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo && st.UserID == c.UserID {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // WipeShow forgets one show's seats, lock index and counters, as Redis does
 // when it evicts the show's keys or a replica that had not received them is
 // promoted: the restored marker stays, so only the reconciler's claims pass
