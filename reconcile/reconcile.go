@@ -229,6 +229,7 @@ type Reconciler struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
+	due     string // scan #1's, kept while a round stops at its bound
 	cursor  string // scan #4's
 	claims  string // scan #2's
 	token   string // the rebuild in progress ("": none)
@@ -269,7 +270,8 @@ type Report struct {
 	Restored int // seats given back their state from SQL by scan #2
 	Refunds  int // refund hooks that succeeded on a retry
 	// More is true when scan #1 stopped at MaxPerRound with more orders
-	// possibly due: Run starts the next round at once.
+	// possibly due, having cancelled (or tried) some: Run starts the next
+	// round at once, which goes on where this one stopped.
 	More bool
 	// Rebuilt is true when this round completed a rebuild of the seat store.
 	Rebuilt bool
@@ -400,34 +402,48 @@ func (r *Reconciler) recheck(ctx context.Context, claims []cancel.Claim, rep *Re
 }
 
 // expired runs scan #1 with keyset paging, so orders it skips do not come
-// first again in every batch.
+// first again in every batch. A round that stops at its bound leaves its
+// cursor to the next round, which goes on from there (and starts over once
+// it reached the end): however many orders are backing off, the ones after
+// them are reached.
 func (r *Reconciler) expired(ctx context.Context, rep *Report) error {
 	r.pruneBackoff()
-	cursor := ""
-	for handled := 0; handled < r.c.MaxPerRound; {
-		nos, next, err := r.c.Orders.Expired(ctx, cursor, min(r.c.Batch, r.c.MaxPerRound-handled))
+	r.mu.Lock()
+	cursor := r.due
+	r.mu.Unlock()
+	// The bound counts the orders tried; those backing off cost only their
+	// index entries, read up to skipScanFactor times the bound.
+	tried, scanned := 0, 0
+	for tried < r.c.MaxPerRound && scanned < skipScanFactor*r.c.MaxPerRound {
+		nos, next, err := r.c.Orders.Expired(ctx, cursor, min(r.c.Batch, r.c.MaxPerRound-tried))
 		if err != nil {
 			return fmt.Errorf("reconcile: scan expired: %w", err)
 		}
-		r.cancelAll(ctx, nos, rep)
-		handled += len(nos)
-		if next == "" {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+		tried += r.cancelAll(ctx, nos, rep)
+		scanned += len(nos)
 		cursor = next
+		if next == "" || ctx.Err() != nil {
+			break
+		}
 	}
-	rep.More = true
-	return nil
+	r.mu.Lock()
+	r.due = cursor
+	r.mu.Unlock()
+	// More work waits only if this round did some: a round that met nothing
+	// but orders backing off waits for the interval like any other.
+	rep.More = cursor != "" && tried > 0
+	return ctx.Err()
 }
+
+// skipScanFactor bounds scan #1's reading of orders that are backing off, as
+// a multiple of MaxPerRound.
+const skipScanFactor = 10
 
 // cancelAll cancels nos with up to Workers calls at once, each its own
 // transaction bounded by OrderTimeout, so the database, not this loop, is the
 // limit. A failure is counted and the order backed off; it never stops the
-// others.
-func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) {
+// others. It returns how many it tried (those not backing off).
+func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) int {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -461,18 +477,23 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) {
 			}
 		}()
 	}
+	tried := 0
 	for _, no := range nos {
 		if ctx.Err() != nil {
 			break
 		}
 		if r.waiting(no) {
+			mu.Lock()
 			rep.Skipped++
+			mu.Unlock()
 			continue
 		}
+		tried++
 		work <- no
 	}
 	close(work)
 	wg.Wait()
+	return tried
 }
 
 // waiting reports whether no is backing off after a failure.

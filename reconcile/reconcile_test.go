@@ -441,3 +441,47 @@ func TestConfigNonsenseIsRejected(t *testing.T) {
 	})
 	assert.Error(t, err, "a zero interval is refused")
 }
+
+// failingCanceller fails the cancel of every order in fail.
+type failingCanceller struct {
+	reconcile.Service
+	fail map[string]bool
+}
+
+func (f failingCanceller) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	if f.fail[req.OrderNo] {
+		return cancel.Result{}, errors.New("row locked")
+	}
+	return f.Service.Cancel(ctx, req)
+}
+
+// I12 at scale (found by the model test): more failing orders than a round's
+// bound, all due before the healthy ones. The first round fails them; the
+// next, with all of them backing off, still reaches and cancels the rest.
+func TestManySkippedOrdersDoNotHideTheRest(t *testing.T) {
+	e := newEnv(t)
+	fail := map[string]bool{}
+	for i := 0; i < 9; i++ {
+		no := fmt.Sprintf("a%d", i)
+		e.place(t, no, time.Minute)
+		fail[no] = true
+	}
+	for i := 0; i < 3; i++ {
+		e.place(t, fmt.Sprintf("b%d", i), 2*time.Minute)
+	}
+	e.advance(3 * time.Minute)
+	r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: failingCanceller{e.svc, fail},
+		Batch: 2, MaxPerRound: 4})
+	require.NoError(t, err)
+	ctx := context.Background()
+	expired := 0
+	for i := 0; i < 5; i++ {
+		rep, err := r.Round(ctx)
+		require.NoError(t, err)
+		expired += rep.Expired
+	}
+	assert.Equal(t, 3, expired, "the healthy orders behind nine failing ones")
+	for i := 0; i < 3; i++ {
+		assert.Equal(t, expiry.StatusCancelled, e.status(t, fmt.Sprintf("b%d", i)))
+	}
+}

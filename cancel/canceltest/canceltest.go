@@ -378,8 +378,18 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 	// lease, by the store's clock, by one claimer at a time, until settled.
 	t.Run("DiscrepancyClaimLeaseSettle", func(t *testing.T) {
 		h, _ := setup(t)
-		const lease = 300 * time.Millisecond
+		const lease = 500 * time.Millisecond
+		// Checks that something is not claimable yet hold only while less
+		// than a lease has passed; on a stalled machine they are skipped.
+		within := func(since time.Time, what string) bool {
+			if time.Since(since) < lease {
+				return true
+			}
+			t.Logf("skipped (more than a lease passed): %s", what)
+			return false
+		}
 		tag := id("")
+		start := time.Now()
 		a := cancel.Discrepancy{PaymentID: "pay-a" + tag, OrderNo: id("o"), UserID: "u1", Status: expiry.StatusCancelled}
 		b := cancel.Discrepancy{PaymentID: "pay-b" + tag, OrderNo: id("o"), UserID: "u2", Status: expiry.StatusPaid}
 		for _, d := range []cancel.Discrepancy{a, b} {
@@ -389,21 +399,29 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		}
 		got, err := h.Store.ClaimDiscrepancies(ctx, lease, 10)
 		require.NoError(t, err)
-		assert.Empty(t, got, "a record is tried when it is recorded: its hook is running")
+		if within(start, "a record is tried when it is recorded") {
+			assert.Empty(t, got, "a record is tried when it is recorded: its hook is running")
+		}
 
 		time.Sleep(lease + 100*time.Millisecond)
+		start = time.Now()
 		got, err = h.Store.ClaimDiscrepancies(ctx, lease, 1)
 		require.NoError(t, err)
 		assert.Equal(t, []cancel.Discrepancy{a}, got, "limit, oldest first, every field kept")
 		got, err = h.Store.ClaimDiscrepancies(ctx, lease, 10)
 		require.NoError(t, err)
-		assert.Equal(t, []cancel.Discrepancy{b}, got, "a claimed record waits a lease")
+		if within(start, "a claimed record waits a lease") {
+			assert.Equal(t, []cancel.Discrepancy{b}, got, "a claimed record waits a lease")
+		}
 		got, err = h.Store.ClaimDiscrepancies(ctx, lease, 10)
 		require.NoError(t, err)
-		assert.Empty(t, got)
+		if within(start, "nothing left to claim") {
+			assert.Empty(t, got)
+		}
 
 		// Concurrent claimers never share a record within a lease.
 		time.Sleep(lease + 100*time.Millisecond)
+		start = time.Now()
 		const claimers = 6
 		var mu sync.Mutex
 		seen := map[string]int{}
@@ -425,7 +443,9 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 			}()
 		}
 		wg.Wait()
-		assert.Equal(t, map[string]int{a.PaymentID: 1, b.PaymentID: 1}, seen, "each record claimed once")
+		if within(start, "concurrent claimers") {
+			assert.Equal(t, map[string]int{a.PaymentID: 1, b.PaymentID: 1}, seen, "each record claimed once")
+		}
 
 		require.NoError(t, h.Store.SettleDiscrepancy(ctx, a.PaymentID))
 		require.NoError(t, h.Store.SettleDiscrepancy(ctx, a.PaymentID), "settling is idempotent")

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"strings"
 	"testing"
@@ -20,71 +21,69 @@ import (
 // by Migrate, twice in a row, and its orders keep working.
 func TestMigrateUpgradesEarlierSchema(t *testing.T) {
 	ctx := context.Background()
-	for d, db := range dialects(t) {
-		t.Run(string(d), func(t *testing.T) {
-			b, err := os.ReadFile("testdata/schema-before-issue9/" + string(d) + ".sql")
-			require.NoError(t, err)
-			for _, q := range strings.Split(string(b), ";") {
-				if strings.TrimSpace(stripComments(q)) == "" {
-					continue
-				}
-				_, err := db.ExecContext(ctx, q)
-				require.NoError(t, err, q)
+	dialects(t, func(t *testing.T, d Dialect, db *sql.DB) {
+		b, err := os.ReadFile("testdata/schema-before-issue9/" + string(d) + ".sql")
+		require.NoError(t, err)
+		for _, q := range strings.Split(string(b), ";") {
+			if strings.TrimSpace(stripComments(q)) == "" {
+				continue
 			}
-			s, err := New(db, d)
-			require.NoError(t, err)
-			t.Cleanup(func() { s.Close() })
-			// An order placed before the upgrade.
-			_, err = db.ExecContext(ctx, rebind(d, "INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) VALUES ('old-1', 'alice', 'show-1', 0, 0, 0, 0)"))
-			require.NoError(t, err)
-			_, err = db.ExecContext(ctx, "INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES ('show-1', 'A1', 'old-1', 1)")
-			require.NoError(t, err)
+			_, err := db.ExecContext(ctx, q)
+			require.NoError(t, err, q)
+		}
+		s, err := New(db, d)
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		// An order placed before the upgrade.
+		_, err = db.ExecContext(ctx, rebind(d, "INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) VALUES ('old-1', 'alice', 'show-1', 0, 0, 0, 0)"))
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, "INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES ('show-1', 'A1', 'old-1', 1)")
+		require.NoError(t, err)
 
-			require.NoError(t, s.Migrate(ctx))
-			require.NoError(t, s.Migrate(ctx), "idempotent")
-			has, err := s.hasColumn(ctx, "oe_order", "payment_id")
-			require.NoError(t, err)
-			assert.True(t, has)
+		require.NoError(t, s.Migrate(ctx))
+		require.NoError(t, s.Migrate(ctx), "idempotent")
+		has, err := s.hasColumn(ctx, "oe_order", "payment_id")
+		require.NoError(t, err)
+		assert.True(t, has)
 
-			_, err = s.CancelPending(ctx, cancel.Request{OrderNo: "old-1", Reason: cancel.ReasonUser, UserID: "ALICE"})
-			assert.ErrorIs(t, err, cancel.ErrNotOwner, "ALICE is not alice, in an upgraded table too")
-			_, err = s.Order(ctx, "OLD-1")
-			assert.ErrorIs(t, err, expiry.ErrNotFound)
-			tx, err := db.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			require.NoError(t, s.Place(ctx, tx, cancel.Placement{OrderNo: "new-1", UserID: "bob", ShowID: "show-1", Seats: []string{"a1"}, ExpireAt: time.UnixMilli(0)}), "a1 is not A1")
-			require.NoError(t, tx.Commit())
+		_, err = s.CancelPending(ctx, cancel.Request{OrderNo: "old-1", Reason: cancel.ReasonUser, UserID: "ALICE"})
+		assert.ErrorIs(t, err, cancel.ErrNotOwner, "ALICE is not alice, in an upgraded table too")
+		_, err = s.Order(ctx, "OLD-1")
+		assert.ErrorIs(t, err, expiry.ErrNotFound)
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		require.NoError(t, s.Place(ctx, tx, cancel.Placement{OrderNo: "new-1", UserID: "bob", ShowID: "show-1", Seats: []string{"a1"}, ExpireAt: time.UnixMilli(0)}), "a1 is not A1")
+		require.NoError(t, tx.Commit())
 
-			res, err := s.PayPending(ctx, cancel.Payment{OrderNo: "old-1", UserID: "alice", PaymentID: "pay-1"})
-			require.NoError(t, err)
-			assert.True(t, res.Changed)
-			assert.Equal(t, []string{"A1"}, res.Seats)
-			again, err := s.PayPending(ctx, cancel.Payment{OrderNo: "old-1", PaymentID: "pay-2"})
-			require.NoError(t, err)
-			assert.Equal(t, "pay-1", again.PaymentID)
-			recorded, err := s.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: "pay-2", OrderNo: "old-1", UserID: "alice", Status: expiry.StatusPaid})
-			require.NoError(t, err)
-			assert.True(t, recorded)
-			nos, _, err := s.Expired(ctx, "", 10)
-			require.NoError(t, err)
-			assert.Equal(t, []string{"new-1"}, nos)
+		res, err := s.PayPending(ctx, cancel.Payment{OrderNo: "old-1", UserID: "alice", PaymentID: "pay-1"})
+		require.NoError(t, err)
+		assert.True(t, res.Changed)
+		assert.Equal(t, []string{"A1"}, res.Seats)
+		again, err := s.PayPending(ctx, cancel.Payment{OrderNo: "old-1", PaymentID: "pay-2"})
+		require.NoError(t, err)
+		assert.Equal(t, "pay-1", again.PaymentID)
+		recorded, err := s.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: "pay-2", OrderNo: "old-1", UserID: "alice", Status: expiry.StatusPaid})
+		require.NoError(t, err)
+		assert.True(t, recorded)
+		nos, _, err := s.Expired(ctx, "", 10)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"new-1"}, nos)
 
-			if d == MySQL {
-				var n int
-				require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('oe_order', 'oe_order_seat') AND COLUMN_NAME IN ('order_no', 'user_id', 'show_id', 'seat_id') AND COLLATION_NAME <> 'ascii_bin'").Scan(&n))
-				assert.Zero(t, n, "every id column is ascii_bin")
-			} else {
-				var indexes string
-				q := "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'oe_order'"
-				if d == SQLite {
-					q = "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'oe_order' AND sql IS NOT NULL ORDER BY name)"
-				}
-				require.NoError(t, db.QueryRow(q).Scan(&indexes))
-				assert.Contains(t, indexes, "oe_order_due")
-				assert.NotContains(t, indexes, "oe_order_status_expire", "the earlier expiry index is gone")
+		if d == MySQL {
+			var n int
+			require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('oe_order', 'oe_order_seat') AND COLUMN_NAME IN ('order_no', 'user_id', 'show_id', 'seat_id') AND COLLATION_NAME <> 'ascii_bin'").Scan(&n))
+			assert.Zero(t, n, "every id column is ascii_bin")
+		} else {
+			var indexes string
+			q := "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'oe_order'"
+			if d == SQLite {
+				q = "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'oe_order' AND sql IS NOT NULL ORDER BY name)"
 			}
-		})
-	}
+			require.NoError(t, db.QueryRow(q).Scan(&indexes))
+			assert.Contains(t, indexes, "oe_order_due")
+			assert.NotContains(t, indexes, "oe_order_status_expire", "the earlier expiry index is gone")
+		}
+	})
 }
 
 func stripComments(q string) string {

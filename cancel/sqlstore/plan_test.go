@@ -19,12 +19,26 @@ import (
 // These tests look at what the database does with the store's own queries:
 // the plan of a page from the middle of a keyset scan, and the clock.
 
-// dialects opens a fresh, migrated database of every dialect.
-func dialects(t *testing.T) map[Dialect]*sql.DB {
-	sqlite, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "oe.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
-	require.NoError(t, err)
-	t.Cleanup(func() { sqlite.Close() })
-	return map[Dialect]*sql.DB{SQLite: sqlite, MySQL: testenv.MySQL(t), Postgres: testenv.Postgres(t)}
+// dialects opens a fresh database of every dialect, each in its own subtest
+// of t, so that without servers (a plain go test) only theirs skip.
+func dialects(t *testing.T, run func(t *testing.T, d Dialect, db *sql.DB)) {
+	for _, d := range []Dialect{SQLite, MySQL, Postgres} {
+		t.Run(string(d), func(t *testing.T) {
+			var db *sql.DB
+			switch d {
+			case MySQL:
+				db = testenv.MySQL(t)
+			case Postgres:
+				db = testenv.Postgres(t)
+			default:
+				var err error
+				db, err = sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "oe.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+				require.NoError(t, err)
+				t.Cleanup(func() { db.Close() })
+			}
+			run(t, d, db)
+		})
+	}
 }
 
 func migrated(t *testing.T, db *sql.DB, d Dialect) *Store {
@@ -209,30 +223,28 @@ func inline(q string, args []any) string {
 // seat_id > ?)) is a filter over the primary key from its start.
 func TestClaimsMiddlePageIsARange(t *testing.T) {
 	const limit = 200
-	for d, db := range dialects(t) {
-		t.Run(string(d), func(t *testing.T) {
-			s := migrated(t, db, d)
-			n := fill(t, db, d) // n claims in 4 shows
-			// The middle of the second show: a range that starts at the
-			// show reads n/8 rows before the first one of the page.
-			mid := n * 3 / 8
-			show, seat := fmt.Sprintf("s%04d", mid/(n/4)), fmt.Sprintf("x%07d", mid)
-			claims, next, err := s.Claims(context.Background(), show+"|"+seat, limit)
-			require.NoError(t, err)
-			require.Len(t, claims, limit)
-			assert.Equal(t, fmt.Sprintf("x%07d", mid+1), claims[0].SeatID)
-			assert.Equal(t, fmt.Sprintf("%s|x%07d", show, mid+limit), next)
+	dialects(t, func(t *testing.T, d Dialect, db *sql.DB) {
+		s := migrated(t, db, d)
+		n := fill(t, db, d) // n claims in 4 shows
+		// The middle of the second show: a range that starts at the
+		// show reads n/8 rows before the first one of the page.
+		mid := n * 3 / 8
+		show, seat := fmt.Sprintf("s%04d", mid/(n/4)), fmt.Sprintf("x%07d", mid)
+		claims, next, err := s.Claims(context.Background(), show+"|"+seat, limit)
+		require.NoError(t, err)
+		require.Len(t, claims, limit)
+		assert.Equal(t, fmt.Sprintf("x%07d", mid+1), claims[0].SeatID)
+		assert.Equal(t, fmt.Sprintf("%s|x%07d", show, mid+limit), next)
 
-			n, plan := rowsRead(t, db, d, "oe_order_seat", "s", s.q.claims, s.claimsArgs(show, seat, limit)...)
-			t.Logf("%s: a page of %d from the middle read %d rows of oe_order_seat; plan:\n%s", d, limit, n, plan)
-			if d == SQLite {
-				assert.Regexp(t, `SEARCH s USING \S*INDEX \S+ \(\(show_id,seat_id\)>\(\?,\?\)\)`, plan, "the range starts at the cursor's (show, seat)")
-				assert.NotContains(t, plan, "TEMP B-TREE", "no sort")
-				return
-			}
-			assert.LessOrEqual(t, n, 2*limit, "a middle page reads about one page of rows, not the table up to the cursor")
-		})
-	}
+		n, plan := rowsRead(t, db, d, "oe_order_seat", "s", s.q.claims, s.claimsArgs(show, seat, limit)...)
+		t.Logf("%s: a page of %d from the middle read %d rows of oe_order_seat; plan:\n%s", d, limit, n, plan)
+		if d == SQLite {
+			assert.Regexp(t, `SEARCH s USING \S*INDEX \S+ \(\(show_id,seat_id\)>\(\?,\?\)\)`, plan, "the range starts at the cursor's (show, seat)")
+			assert.NotContains(t, plan, "TEMP B-TREE", "no sort")
+			return
+		}
+		assert.LessOrEqual(t, n, 2*limit, "a middle page reads about one page of rows, not the table up to the cursor")
+	})
 }
 
 // TestNowTruncates (issue 9, item 10): the store's clock is the database's
@@ -240,52 +252,50 @@ func TestClaimsMiddlePageIsARange(t *testing.T) {
 // so a cancel never comes up to half a millisecond early (I4). The clock
 // function is replaced with a fixed time to see the arithmetic.
 func TestNowTruncates(t *testing.T) {
-	for d, db := range dialects(t) {
-		t.Run(string(d), func(t *testing.T) {
-			s := migrated(t, db, d)
-			for _, tc := range []struct {
-				at   string // 2024-01-01 00:00:00 plus this fraction of a second
-				want int64
-			}{
-				{"000000", 1704067200000},
-				{"000600", 1704067200000},
-				{"001000", 1704067200001},
-				{"499999", 1704067200499},
-				{"500500", 1704067200500},
-				{"999999", 1704067200999},
-			} {
-				ts := "2024-01-01 00:00:00." + tc.at
-				var q string
-				switch d {
-				case MySQL:
-					q = strings.Replace(s.q.now, "UTC_TIMESTAMP(6)", "TIMESTAMP'"+ts+"'", 1)
-				case Postgres:
-					q = strings.Replace(s.q.now, "clock_timestamp()", "TIMESTAMPTZ '"+ts+"+00'", 1)
-				case SQLite:
-					// SQLite's 'now' has millisecond resolution, truncated by
-					// the VFS; only its arithmetic can round. A literal time
-					// is rounded by SQLite's parser, so give it whole ms.
-					q = strings.ReplaceAll(s.q.now, "'now'", "'"+ts[:len(ts)-3]+"'")
-				}
-				require.NotEqual(t, s.q.now, q, "the test knows the clock function")
-				var got int64
-				require.NoError(t, db.QueryRow(q).Scan(&got), q)
-				assert.Equal(t, tc.want, got, "%s: %s", ts, q)
+	dialects(t, func(t *testing.T, d Dialect, db *sql.DB) {
+		s := migrated(t, db, d)
+		for _, tc := range []struct {
+			at   string // 2024-01-01 00:00:00 plus this fraction of a second
+			want int64
+		}{
+			{"000000", 1704067200000},
+			{"000600", 1704067200000},
+			{"001000", 1704067200001},
+			{"499999", 1704067200499},
+			{"500500", 1704067200500},
+			{"999999", 1704067200999},
+		} {
+			ts := "2024-01-01 00:00:00." + tc.at
+			var q string
+			switch d {
+			case MySQL:
+				q = strings.Replace(s.q.now, "UTC_TIMESTAMP(6)", "TIMESTAMP'"+ts+"'", 1)
+			case Postgres:
+				q = strings.Replace(s.q.now, "clock_timestamp()", "TIMESTAMPTZ '"+ts+"+00'", 1)
+			case SQLite:
+				// SQLite's 'now' has millisecond resolution, truncated by
+				// the VFS; only its arithmetic can round. A literal time
+				// is rounded by SQLite's parser, so give it whole ms.
+				q = strings.ReplaceAll(s.q.now, "'now'", "'"+ts[:len(ts)-3]+"'")
 			}
-			if d != SQLite {
-				return
-			}
-			// SQLite runs in this process, on this clock: its millisecond is
-			// never ahead of the host's truncated one.
-			for i := 0; i < 500; i++ {
-				before := time.Now().UnixMilli()
-				var got int64
-				require.NoError(t, db.QueryRow(s.q.now).Scan(&got))
-				after := time.Now().UnixMilli()
-				require.True(t, before <= got && got <= after, "SQLite's clock %d outside the host's [%d, %d]", got, before, after)
-			}
-		})
-	}
+			require.NotEqual(t, s.q.now, q, "the test knows the clock function")
+			var got int64
+			require.NoError(t, db.QueryRow(q).Scan(&got), q)
+			assert.Equal(t, tc.want, got, "%s: %s", ts, q)
+		}
+		if d != SQLite {
+			return
+		}
+		// SQLite runs in this process, on this clock: its millisecond is
+		// never ahead of the host's truncated one.
+		for i := 0; i < 500; i++ {
+			before := time.Now().UnixMilli()
+			var got int64
+			require.NoError(t, db.QueryRow(s.q.now).Scan(&got))
+			after := time.Now().UnixMilli()
+			require.True(t, before <= got && got <= after, "SQLite's clock %d outside the host's [%d, %d]", got, before, after)
+		}
+	})
 }
 
 // explainMySQL runs EXPLAIN on q with args bound as the store binds them
@@ -371,28 +381,26 @@ func TestMySQLIDsAreBinaryAndIndexed(t *testing.T) {
 // before it.
 func TestExpiredMiddlePageIsARange(t *testing.T) {
 	const limit = 200
-	for d, db := range dialects(t) {
-		t.Run(string(d), func(t *testing.T) {
-			s := migrated(t, db, d)
-			n := fill(t, db, d) // n pending orders, due at 0…n-1 ms
-			mid := int64(n / 2)
-			cursor := expiredCursor(time.UnixMilli(mid), fmt.Sprintf("o%07d", mid))
-			nos, next, err := s.Expired(context.Background(), cursor, limit)
-			require.NoError(t, err)
-			require.Len(t, nos, limit)
-			assert.Equal(t, fmt.Sprintf("o%07d", mid+1), nos[0])
-			assert.Equal(t, expiredCursor(time.UnixMilli(mid+limit), fmt.Sprintf("o%07d", mid+limit)), next)
+	dialects(t, func(t *testing.T, d Dialect, db *sql.DB) {
+		s := migrated(t, db, d)
+		n := fill(t, db, d) // n pending orders, due at 0…n-1 ms
+		mid := int64(n / 2)
+		cursor := expiredCursor(time.UnixMilli(mid), fmt.Sprintf("o%07d", mid))
+		nos, next, err := s.Expired(context.Background(), cursor, limit)
+		require.NoError(t, err)
+		require.Len(t, nos, limit)
+		assert.Equal(t, fmt.Sprintf("o%07d", mid+1), nos[0])
+		assert.Equal(t, expiredCursor(time.UnixMilli(mid+limit), fmt.Sprintf("o%07d", mid+limit)), next)
 
-			ms, no, err := parseExpiredCursor(cursor)
-			require.NoError(t, err)
-			n, plan := rowsRead(t, db, d, "oe_order", "oe_order", s.q.expired, append(afterArgs(d, ms, no), limit)...)
-			t.Logf("%s: a page of %d from the middle read %d rows of oe_order; plan:\n%s", d, limit, n, plan)
-			if d == SQLite {
-				assert.Regexp(t, `SEARCH oe_order USING COVERING INDEX oe_order_due \(status=\? AND \(expire_at_ms,order_no\)>\(\?,\?\)`, plan)
-				assert.NotContains(t, plan, "TEMP B-TREE", "no sort")
-				return
-			}
-			assert.LessOrEqual(t, n, 2*limit, "a middle page reads about one page of rows")
-		})
-	}
+		ms, no, err := parseExpiredCursor(cursor)
+		require.NoError(t, err)
+		n, plan := rowsRead(t, db, d, "oe_order", "oe_order", s.q.expired, append(afterArgs(d, ms, no), limit)...)
+		t.Logf("%s: a page of %d from the middle read %d rows of oe_order; plan:\n%s", d, limit, n, plan)
+		if d == SQLite {
+			assert.Regexp(t, `SEARCH oe_order USING COVERING INDEX oe_order_due \(status=\? AND \(expire_at_ms,order_no\)>\(\?,\?\)`, plan)
+			assert.NotContains(t, plan, "TEMP B-TREE", "no sort")
+			return
+		}
+		assert.LessOrEqual(t, n, 2*limit, "a middle page reads about one page of rows")
+	})
 }

@@ -140,18 +140,21 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 	bind := func(q string) string { return rebind(d, strings.ReplaceAll(q, "NOW_MS", now)) }
 	cancelSQL := "UPDATE oe_order SET status = 2, cancel_reason = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
 	paySQL := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
+	// MySQL: a duplicate key is error 1062 (INSERT IGNORE would hide other
+	// errors, and ON DUPLICATE KEY UPDATE reports 1 row either way with
+	// clientFoundRows). The others: 0 rows when recorded before.
 	recordSQL := "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES (?, ?, ?, ?, NOW_MS, NOW_MS)"
-	greatest := "GREATEST"
-	switch d {
-	case MySQL:
-		// A duplicate key is error 1062 (INSERT IGNORE would hide others,
-		// and ON DUPLICATE KEY UPDATE reports 1 row either way with
-		// clientFoundRows).
-	default:
-		recordSQL += " ON CONFLICT (payment_id) DO NOTHING" // 0 rows: recorded before
+	if d != MySQL {
+		recordSQL = "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES (?, ?, ?, ?, NOW_MS, NOW_MS) ON CONFLICT (payment_id) DO NOTHING"
 	}
+	// The compare-and-set of a claim: only the claimer that read this
+	// tried_at wins. The new tried_at is always greater than the old, so the
+	// row always changes (changed and matched rows agree, whatever
+	// clientFoundRows says, even if the clock stepped back). SQLite's
+	// GREATEST is its scalar MAX of several arguments.
+	claimSQL := "UPDATE oe_payment_discrepancy SET tried_at_ms = GREATEST(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"
 	if d == SQLite {
-		greatest = "MAX" // SQLite's scalar max of several arguments
+		claimSQL = "UPDATE oe_payment_discrepancy SET tried_at_ms = MAX(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"
 	}
 	return &Store{db: db, dialect: d, stmts: map[string]*sql.Stmt{}, q: queries{
 		now:         bind("SELECT NOW_MS"),
@@ -174,11 +177,7 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		expired:           bind("SELECT order_no, expire_at_ms FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) AND " + after(d, "expire_at_ms", "order_no") + " ORDER BY expire_at_ms, order_no LIMIT ?"),
 		recordDiscrepancy: bind(recordSQL),
 		dueDiscrepancies:  bind("SELECT payment_id, order_no, user_id, status, tried_at_ms FROM oe_payment_discrepancy WHERE settled_at_ms IS NULL AND tried_at_ms <= (SELECT NOW_MS) - ? ORDER BY tried_at_ms, payment_id LIMIT ?"),
-		// The compare-and-set of a claim: only the claimer that read this
-		// tried_at wins. The new tried_at is always greater than the old, so
-		// the row always changes (changed and matched rows agree, whatever
-		// clientFoundRows says, even if the clock stepped back).
-		claimDiscrepancy:  bind("UPDATE oe_payment_discrepancy SET tried_at_ms = " + greatest + "(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"),
+		claimDiscrepancy:  bind(claimSQL),
 		settleDiscrepancy: bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND settled_at_ms IS NULL"),
 		discrepancyExists: bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ?"),
 	}}, nil
@@ -296,19 +295,24 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// idColumns are the MySQL id columns and their definitions, by table.
-var idColumns = map[string][][2]string{
-	"oe_order": {
-		{"order_no", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
-		{"user_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
-		{"show_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
-		{"cancel_reason", "VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL"},
-	},
-	"oe_order_seat": {
-		{"show_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
-		{"seat_id", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
-		{"order_no", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
-	},
+// byteExactIDs are the MySQL id columns by table, and the statement that
+// makes them all ascii_bin at once (one table rebuild).
+var byteExactIDs = []struct {
+	table   string
+	columns []string
+	alter   string
+}{
+	{"oe_order", []string{"order_no", "user_id", "show_id", "cancel_reason"},
+		"ALTER TABLE oe_order MODIFY order_no VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY user_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY show_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY cancel_reason VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL"},
+	{"oe_order_seat", []string{"show_id", "seat_id", "order_no"},
+		"ALTER TABLE oe_order_seat MODIFY show_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY seat_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY order_no VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+}
+
+// addPaymentID adds oe_order.payment_id, by dialect.
+var addPaymentID = map[Dialect]string{
+	MySQL:    "ALTER TABLE oe_order ADD COLUMN payment_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL",
+	Postgres: "ALTER TABLE oe_order ADD COLUMN payment_id VARCHAR(64)",
+	SQLite:   "ALTER TABLE oe_order ADD COLUMN payment_id TEXT",
 }
 
 // upgrade is Migrate's second half: see there.
@@ -318,35 +322,26 @@ func (s *Store) upgrade(ctx context.Context) error {
 		return err
 	}
 	if !has {
-		typ := "VARCHAR(64)"
-		switch s.dialect {
-		case MySQL:
-			typ = "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"
-		case SQLite:
-			typ = "TEXT"
-		}
-		if _, err := s.db.ExecContext(ctx, "ALTER TABLE oe_order ADD COLUMN payment_id "+typ); err != nil && !isDuplicateColumn(err) {
+		if _, err := s.db.ExecContext(ctx, addPaymentID[s.dialect]); err != nil && !isDuplicateColumn(err) {
 			return err // a concurrent Migrate adding it first is success
 		}
 	}
 	if s.dialect != MySQL {
 		return nil
 	}
-	for _, table := range []string{"oe_order", "oe_order_seat"} {
-		var modify []string
-		for _, c := range idColumns[table] {
+	for _, t := range byteExactIDs {
+		exact := true
+		for _, c := range t.columns {
 			var collation sql.NullString
-			err := s.db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?", table, c[0]).Scan(&collation)
+			err := s.db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?", t.table, c).Scan(&collation)
 			if err != nil {
-				return fmt.Errorf("collation of %s.%s: %w", table, c[0], err)
+				return fmt.Errorf("collation of %s.%s: %w", t.table, c, err)
 			}
-			if collation.String != "ascii_bin" {
-				modify = append(modify, "MODIFY "+c[0]+" "+c[1])
-			}
+			exact = exact && collation.String == "ascii_bin"
 		}
-		if len(modify) > 0 {
-			if _, err := s.db.ExecContext(ctx, "ALTER TABLE "+table+" "+strings.Join(modify, ", ")); err != nil {
-				return fmt.Errorf("%s: byte-exact ids: %w", table, err)
+		if !exact {
+			if _, err := s.db.ExecContext(ctx, t.alter); err != nil {
+				return fmt.Errorf("%s: byte-exact ids: %w", t.table, err)
 			}
 		}
 	}
@@ -848,7 +843,10 @@ func (s *Store) ClaimDiscrepancies(ctx context.Context, lease time.Duration, lim
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
 	}
-	leaseMS := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	leaseMS := lease.Milliseconds() // rounded up: "at least lease ago"
+	if time.Duration(leaseMS)*time.Millisecond < lease {
+		leaseMS++
+	}
 	type candidate struct {
 		d       cancel.Discrepancy
 		triedMS int64

@@ -58,6 +58,14 @@ func newHarness(t *testing.T, window time.Duration) *harness {
 	require.NoError(t, err)
 	require.NoError(t, tr.attach(shell))
 	h.app = app
+	// The seat store is fresh, so it has no "restored" marker and the first
+	// reconcile round rebuilds it from SQL. Run that round here, before the
+	// test acts: a rebuild that reads an order's claims just before a cancel
+	// restores its seats just after it, and its re-check frees them again a
+	// moment later; a test reading in between sees them locked (and a new
+	// order for them refused). Later rounds only release and sell.
+	_, err = app.rec.Round(ctx)
+	require.NoError(t, err, "the first reconcile round (the rebuild of the fresh seat store)")
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := app.RunReconciler(ctx); !errors.Is(err, context.Canceled) {

@@ -286,6 +286,7 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"WipeSeats":    m.WipeSeats,
 			"WipeShow":     m.WipeShow,
 			"FailRefunds":  m.FailRefunds,
+			"SkewClock":    m.SkewClock,
 		}
 		for k, f := range actions {
 			if k != "" {
@@ -375,6 +376,8 @@ type machine struct {
 	refunded   map[string]int
 	owed       map[string]string // payment id → order
 	refundDown bool
+	skew       time.Duration // how far the placing host's clock is off
+	brokerDown bool          // every send fails (a broker outage: Backlog)
 	// repairPasses: complete claims passes still needed before a lost show
 	// counts as repaired.
 	repairPasses int
@@ -427,7 +430,9 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if env.clock != nil {
 		clock = env.clock
 	}
-	m.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: m.snd, Clock: clock, Observer: m.obs, Logger: quiet})
+	// The placing host's clock may be off (SkewClock): it only sizes the
+	// first message's delay; nothing decides by it.
+	m.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: m.snd, Clock: skewClock{clock, &m.skew}, Observer: m.obs, Logger: quiet})
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -830,6 +835,10 @@ type mSender struct{ m *machine }
 func (s *mSender) Send(ctx context.Context, msg expiry.Message, delay time.Duration) error {
 	if _, err := expiry.EncodeMessage(msg); err != nil {
 		return err
+	}
+	if s.m.brokerDown {
+		s.m.stats.failures["broker_down/Send"]++
+		return injected("Send (broker down)")
 	}
 	mode, hit := s.m.fault("Send", msg.OrderNo)
 	if mode == mBefore {
@@ -1463,6 +1472,24 @@ func (m *machine) SeatStoreOutage(t *rapid.T) {
 	m.outage = rapid.IntRange(1, 4).Draw(t, "actions") + 1 // +1: this action's own count-down
 }
 
+// SkewClock sets the placing host's clock ahead or behind (a tenth of the
+// longest expiry: two minutes on the fake clock): its messages then arrive
+// early (re-armed by the store's clock) or late (the reconciler's), and no
+// decision may change (I4, I11).
+func (m *machine) SkewClock(t *rapid.T) {
+	unit := m.env.expiryMax / 10
+	m.skew = time.Duration(rapid.IntRange(-1, 1).Draw(t, "skew")) * unit
+	m.stats.kinds[fmt.Sprintf("skew_%+d", m.skew/unit)]++
+}
+
+// skewClock is a clock off by *skew.
+type skewClock struct {
+	expiry.Clock
+	skew *time.Duration
+}
+
+func (c skewClock) Now() time.Time { return c.Clock.Now().Add(*c.skew) }
+
 // ---- invariants -------------------------------------------------------------------
 
 type mSnap struct {
@@ -1629,7 +1656,11 @@ func (m *machine) settle(t *rapid.T) {
 	} else {
 		m.pass(m.env.grace + 10*time.Millisecond)
 	}
-	r, err := reconcile.New(m.rcfg)
+	// A fresh host with the default bounds: one round covers every store of
+	// a run (the model's hosts use small ones, so passes span rounds).
+	final := m.rcfg
+	final.Batch, final.MaxPerRound = 0, 0
+	r, err := reconcile.New(final)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -463,7 +463,12 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`paySQL + " AND user_id = ?"`:               "constants",
 		`"$" + strconv.Itoa(n)`:                     "a placeholder number",
 		`last.ShowID + "|" + last.SeatID`:           "the Claims cursor returned to the caller, never SQL text (it goes back in as arguments)",
-		`"SELECT order_no, status FROM oe_order WHERE order_no IN (?" + strings.Repeat(", ?", len(chunk)-1) + ")"`: "the IN list: placeholders only",
+		`"SELECT order_no, status FROM oe_order WHERE order_no IN (?" + strings.Repeat(", ?", len(chunk)-1) + ")"`:                                                                                                              "the IN list: placeholders only",
+		`"SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE " + after(d, "s.show_id", "s.seat_id") + " ORDER BY s.show_id, s.seat_id LIMIT ?"`: "constants and the keyset condition of two literal column names",
+		`"SELECT order_no, expire_at_ms FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) AND " + after(d, "expire_at_ms", "order_no") + " ORDER BY expire_at_ms, order_no LIMIT ?"`:                           "constants and the keyset condition of two literal column names",
+		`"(" + a + " > ? OR (" + a + " = ? AND " + b + " > ?))"`: "the keyset condition (MySQL form); a and b are literal column names at every call",
+		`"(" + a + ", " + b + ") > (?, ?)"`:                      "the keyset condition (row-value form); a and b are literal column names at every call",
+		`strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no`: "the Expired cursor returned to the caller, never SQL text (it goes back in as arguments)",
 	}
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, filepath.Join("..", "..", "cancel", "sqlstore", "store.go"), nil, 0)
