@@ -109,7 +109,7 @@ func TestPlanSlack(t *testing.T) {
 	assert.Equal(t, 18, levels.Default.Plan(time.Duration(1<<63-1), time.Hour), "no overflow")
 }
 
-// The hop counts DESIGN.md quotes, from the same model.
+// The hop counts the README quotes (11 for 15 minutes by the article's rule), from the same model.
 func TestSimulateHopCounts(t *testing.T) {
 	transit := func(int) time.Duration { return 50 * time.Millisecond }
 	for _, tc := range []struct {

@@ -7,7 +7,7 @@
 //		canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness { … })
 //	}
 //
-// The suite checks the invariants of DESIGN.md that a single store is
+// The suite checks the invariants (README, "Invariants") that a single store is
 // responsible for: one terminal state per order (I1), duplicate calls change
 // nothing (I5), the due guard uses the store's clock (I4), seats are released
 // at most once and never another order's (I2), and the purchase-limit counter

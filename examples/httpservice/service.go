@@ -97,6 +97,11 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	if a.seats, err = redisseat.New(c.Redis, c.Namespace); err != nil {
 		return nil, nil, err
 	}
+	// A Redis that evicts keys without a TTL would drop seat state under
+	// memory pressure: refuse to start on one.
+	if err := a.seats.Check(ctx); err != nil {
+		return nil, nil, err
+	}
 	onDiscrepancy := c.OnDiscrepancy
 	if onDiscrepancy == nil {
 		onDiscrepancy = func(ctx context.Context, d cancel.Discrepancy) error {

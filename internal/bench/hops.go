@@ -148,7 +148,7 @@ func runHops(c *common, args []string) error {
 	fmt.Printf("### 1a. Simulation: hops and lateness per expired order\n\n")
 	fmt.Printf("%d orders per cell, per-hop transit uniform in [%v, %v], first send U(0, %v) after expire_at was stamped (seed %d), levels `%s`. "+
 		"Lateness = cancelling arrival − deadline (an early arrival re-arms, so it is never negative). "+
-		"Last column: `levels.Simulate` with a fixed 50 ms transit, the model behind DESIGN.md's numbers. "+
+		"Last column: `levels.Simulate` with a fixed 50 ms transit, the model behind the design's hop counts. "+
 		"Timer mode: broker floors deliverMs to its 1 s tick and dequeues a slot once the wall clock has passed it (polled every 100 ms), see `hops.go`.\n\n",
 		*n, *tmin, *tmax, *place, c.seed, tbl)
 	t := newTable("expiry", "mode", "hops mean", "hops max", "late p50", "late p99", "late max", "fixed 50 ms: hops / late")
@@ -189,7 +189,7 @@ func runHops(c *common, args []string) error {
 		g.add(fmt.Sprintf("15m with slack 1s: lateness ≤ slack + max transit (%v)", lim), "max "+fmtDur(maxDur(r.late)), yes(maxDur(r.late) <= lim))
 	}
 	if r, ok := results[fmt.Sprint(15*time.Minute, simModes[0].name)]; ok {
-		g.add("15m, article's rule: 11 hops (DESIGN.md, 50 ms fixed)", fmt.Sprintf("%d hops fixed-50ms; %.2f mean / %d max with jitter", r.fixedHops, r.hopsMean, r.hopsMax), yes(r.fixedHops == 11))
+		g.add("15m, article's rule: 11 hops (50 ms fixed transit)", fmt.Sprintf("%d hops fixed-50ms; %.2f mean / %d max with jitter", r.fixedHops, r.hopsMean, r.hopsMax), yes(r.fixedHops == 11))
 	}
 	worstSlack := time.Duration(0)
 	for _, e := range expiries {
