@@ -161,6 +161,12 @@ type rig struct {
 	owners   map[string]string // order → user; read-only once the storm starts
 
 	brokerRefused, brokerLost, hookCalls atomic.Int64
+	// hostile counts the hostile-but-legal calls by kind (placed again,
+	// seat listed twice, case variants); misplaced the ones that wrongly
+	// succeeded (each a violation).
+	hostile   *storm.Counter
+	misplaced []string
+	misMu     sync.Mutex
 
 	hookMu sync.Mutex
 	hooked map[string]cancel.Discrepancy // payment id → the discrepancy the refund hook got
@@ -330,7 +336,7 @@ func (h logCounter) WithGroup(string) slog.Handler      { return h }
 
 func newRig(t *testing.T, w *e2e.World, cfg config) *rig {
 	r := &rig{t: t, cfg: cfg, w: w, hist: storm.NewHistory(),
-		errs: storm.NewCounter(), logs: storm.NewCounter(), outcomes: storm.NewCounter(), faults: storm.NewCounter(),
+		errs: storm.NewCounter(), logs: storm.NewCounter(), outcomes: storm.NewCounter(), faults: storm.NewCounter(), hostile: storm.NewCounter(),
 		owners: map[string]string{}, hooked: map[string]cancel.Discrepancy{}, hooks: map[string]int{}}
 	r.rel = &releaser{seatStore: w.Seats, ledger: w.Ledger, failed: map[string]int{}, restored: map[string]int{}, restoreFailed: map[string]int{}}
 	r.audit = &auditStore{OrderStore: w.Store, mutant: cfg.mutant}
@@ -414,6 +420,30 @@ func (r *rig) earlyTimeout(no string) {
 	ok, _, err := r.svc.Timeout(ctx, no)
 	done(storm.TimeoutOutput(ok, err))
 	r.errs.Err("timeout", err)
+}
+
+// placeAgain places p, which must be refused: its number exists already
+// (ErrOrderExists, or a seat taken) or it lists a seat twice (ErrInvalidID).
+// Faults may make it fail otherwise; it must never succeed, and the
+// invariants checked afterwards show the live order untouched.
+func (r *rig) placeAgain(p cancel.Placement) {
+	ctx, stop := r.opCtx()
+	defer stop()
+	err := r.svc.Place(ctx, p, r.w.Limit, r.w.Store.Insert(r.w.DB, nil, p, nil))
+	switch {
+	case err == nil:
+		r.misMu.Lock()
+		r.misplaced = append(r.misplaced, p.OrderNo)
+		r.misMu.Unlock()
+	case errors.Is(err, expiry.ErrInvalidID):
+		r.hostile.Add("seat_listed_twice", "")
+	case errors.Is(err, cancel.ErrOrderExists):
+		r.hostile.Add("placed_again", "")
+	case errors.Is(err, cancel.ErrSeatUnavailable), errors.Is(err, cancel.ErrLimitExceeded):
+		r.hostile.Add("placed_again_refused_seat", "")
+	default:
+		r.errs.Err("place_again", err)
+	}
 }
 
 func (r *rig) read(no string) {
@@ -568,12 +598,32 @@ func runStorm(t *testing.T, d sqlstore.Dialect, cfg config) outcome {
 		if rng.Float64() < 0.25 {
 			r.sched.At(raceOrEarly(exp), func() { r.userCancel(no, owner) })
 		}
-		if rng.Float64() < 0.15 { // somebody else's user
-			if rng.IntN(2) == 0 {
-				r.sched.At(uniform(0, W), func() { r.pay(no, other, "pay-"+no+"-"+other) })
-			} else {
-				r.sched.At(uniform(0, W), func() { r.userCancel(no, other) })
+		if rng.Float64() < 0.15 { // somebody else's user, or a case variant of the owner (I10)
+			who := other
+			if rng.IntN(3) == 0 {
+				who = strings.ToUpper(owner)
+				r.hostile.Add("case_variant_user", "")
 			}
+			if rng.IntN(2) == 0 {
+				r.sched.At(uniform(0, W), func() { r.pay(no, who, "pay-"+no+"-"+who) })
+			} else {
+				r.sched.At(uniform(0, W), func() { r.userCancel(no, who) })
+			}
+		}
+		if rng.Float64() < 0.06 { // the order number placed again: a retry, a double submit (I13)
+			again := pl.p
+			switch rng.IntN(3) {
+			case 1:
+				again.Seats = []string{fmt.Sprintf("again-%s", no)}
+			case 2:
+				again.UserID = other
+			}
+			r.sched.At(uniform(0, W), func() { r.placeAgain(again) })
+		}
+		if rng.Float64() < 0.03 { // a seat listed twice (I13)
+			dup := cancel.Placement{OrderNo: no + "-dup", UserID: owner, ShowID: pl.p.ShowID,
+				Seats: []string{"dup-" + no, "dup-" + no}, ExpireAt: pl.p.ExpireAt}
+			r.sched.At(uniform(0, W), func() { r.placeAgain(dup) })
 		}
 		if exp > 100*time.Millisecond && rng.Float64() < 0.1 {
 			r.sched.At(exp-uniform(20*time.Millisecond, min(800*time.Millisecond, exp)), func() { r.earlyTimeout(no) })
@@ -662,6 +712,9 @@ func runStorm(t *testing.T, d sqlstore.Dialect, cfg config) outcome {
 	if res != porcupine.Ok {
 		violations = append(violations, fmt.Sprintf("history is not linearizable (%s):\n%s", res, strings.Join(bad, "\n")))
 	}
+	if len(r.misplaced) > 0 {
+		violations = append(violations, fmt.Sprintf("I13: %d placements that must be refused succeeded: %v", len(r.misplaced), r.misplaced))
+	}
 	if n := r.errs.Total(":other"); n > 0 {
 		violations = append(violations, fmt.Sprintf("%d library errors that no fault explains:\n%s", n, strings.Join(r.errs.Samples(":other"), "\n")))
 	}
@@ -691,8 +744,8 @@ func runStorm(t *testing.T, d sqlstore.Dialect, cfg config) outcome {
 		rounds.Load(), cfg.hosts, drainRounds, r.sched.Dropped())
 	t.Logf("phases: placed by %s, storm over by %s, checked by %s", placeTook.Round(time.Millisecond), stormEnd.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	return outcome{violations: violations, sanity: sanity, figure: fmt.Sprintf(
-		"FIGURE storm %s: orders=%d ops=%d races_decided=%d discrepancies=%d faults=%v errors_seen=%v violations=%d duration=%s",
-		d, len(placed), len(ops), races, w.Ledger.Kind(expiry.KindDiscrepancy), r.faults.Map(), errsByKind, len(violations), time.Since(began).Round(time.Millisecond))}
+		"FIGURE storm %s: orders=%d ops=%d races_decided=%d discrepancies=%d hostile=%v faults=%v errors_seen=%v violations=%d duration=%s",
+		d, len(placed), len(ops), races, w.Ledger.Kind(expiry.KindDiscrepancy), r.hostile.Map(), r.faults.Map(), errsByKind, len(violations), time.Since(began).Round(time.Millisecond))}
 }
 
 // place places the orders with 16 workers; rejections (purchase limit, seat
