@@ -35,7 +35,7 @@
 // database/sql once per pooled connection), so each costs one round trip
 // even with go-sql-driver/mysql's default DSN, which otherwise prepares and
 // closes every statement that has arguments: 5 round trips per expired order
-// instead of 8, 21–47 % faster in internal/bench (part 2). Close releases them.
+// instead of 8 (internal/bench part 2 measures what that buys). Close releases them.
 package sqlstore
 
 import (
