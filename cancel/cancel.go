@@ -187,6 +187,12 @@ type Discrepancy struct {
 	Status expiry.Status
 }
 
+// Validate checks every id of d (expiry.ValidateID; UserID may be empty).
+// Errors wrap expiry.ErrInvalidID.
+func (d Discrepancy) Validate() error {
+	return Payment{OrderNo: d.OrderNo, UserID: d.UserID, PaymentID: d.PaymentID}.Validate()
+}
+
 // DiscrepancyStore records discrepancies durably, once per payment id, so
 // that the host's refund hook runs once per payment however often the
 // provider repeats its callback, and is retried after a failure or a crash

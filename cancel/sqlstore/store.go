@@ -781,7 +781,7 @@ func (s *Store) claimsArgs(show, seat string, limit int) []any {
 // there already (settled or not); the primary key makes one of concurrent
 // calls the winner.
 func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bool, error) {
-	if err := validDiscrepancy(d); err != nil {
+	if err := d.Validate(); err != nil {
 		return false, fmt.Errorf("sqlstore: record discrepancy: %w", err)
 	}
 	st, err := s.prepared(ctx, s.q.recordDiscrepancy)
@@ -805,20 +805,6 @@ func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bo
 		return false, fmt.Errorf("sqlstore: record discrepancy of payment %s: %w", d.PaymentID, err)
 	}
 	return recorded, nil
-}
-
-// validDiscrepancy checks d's ids (the user may be empty).
-func validDiscrepancy(d cancel.Discrepancy) error {
-	if err := expiry.ValidateID("payment id", d.PaymentID); err != nil {
-		return err
-	}
-	if err := expiry.ValidateID("order number", d.OrderNo); err != nil {
-		return err
-	}
-	if d.UserID != "" {
-		return expiry.ValidateID("user id", d.UserID)
-	}
-	return nil
 }
 
 // ClaimDiscrepancies implements cancel.DiscrepancyStore: up to limit

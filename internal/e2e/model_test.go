@@ -969,6 +969,21 @@ func (m *machine) PlaceDupSeat(t *rapid.T) {
 // commit, a double submit), with its own seats or others, by its owner or
 // another user: refused, and the live order keeps its seats (I2, I8).
 func (m *machine) PlaceAgain(t *rapid.T) {
+	no, o := m.pickPlaced(t)
+	p := o.p
+	switch rapid.SampledFrom([]string{"same", "other_seats", "other_user"}).Draw(t, "again") {
+	case "other_seats":
+		p.Seats = rapid.SliceOfNDistinct(rapid.SampledFrom(m.pool), 1, 3, rapid.ID[string]).Draw(t, "seats")
+	case "other_user":
+		p.UserID = rapid.SampledFrom(m.users).Draw(t, "user")
+	}
+	m.stats.kinds["place_again_"+o.status.String()]++
+	m.place(t, no, p.UserID, p.ShowID, p.Seats, p.ExpireAt)
+}
+
+// pickPlaced draws one of the orders placed (the action is skipped when
+// there is none yet).
+func (m *machine) pickPlaced(t *rapid.T) (string, *mOrder) {
 	var placed []string
 	for _, no := range m.nos {
 		if m.orders[no].placed {
@@ -979,16 +994,7 @@ func (m *machine) PlaceAgain(t *rapid.T) {
 		t.Skip("no order placed yet")
 	}
 	no := rapid.SampledFrom(placed).Draw(t, "order")
-	o := m.orders[no]
-	p := o.p
-	switch rapid.SampledFrom([]string{"same", "other_seats", "other_user"}).Draw(t, "again") {
-	case "other_seats":
-		p.Seats = rapid.SliceOfNDistinct(rapid.SampledFrom(m.pool), 1, 3, rapid.ID[string]).Draw(t, "seats")
-	case "other_user":
-		p.UserID = rapid.SampledFrom(m.users).Draw(t, "user")
-	}
-	m.stats.kinds["place_again_"+o.status.String()]++
-	m.place(t, no, p.UserID, p.ShowID, p.Seats, p.ExpireAt)
+	return no, m.orders[no]
 }
 
 // pick draws one of the orders tried, or a number never used.
@@ -1117,17 +1123,7 @@ func (m *machine) FailRefunds(t *rapid.T) {
 // another order's id on every dialect and collation (I10), so it finds
 // nothing of the original's.
 func (m *machine) CaseVariant(t *rapid.T) {
-	var placed []string
-	for _, no := range m.nos {
-		if m.orders[no].placed {
-			placed = append(placed, no)
-		}
-	}
-	if len(placed) == 0 {
-		t.Skip("no order placed yet")
-	}
-	no := rapid.SampledFrom(placed).Draw(t, "order")
-	o := m.orders[no]
+	no, o := m.pickPlaced(t)
 	switch what := rapid.SampledFrom([]string{"user_cancel_user", "pay_user", "cancel_order", "pay_order"}).Draw(t, "variant"); what {
 	case "user_cancel_user":
 		_, err := m.svc.UserCancel(m.ctx, no, strings.ToUpper(o.p.UserID))

@@ -145,7 +145,7 @@ func (s *Store) PayPending(_ context.Context, p cancel.Payment) (cancel.Result, 
 // RecordDiscrepancy implements cancel.DiscrepancyStore: once per payment id,
 // marked tried now by the store's clock.
 func (s *Store) RecordDiscrepancy(_ context.Context, d cancel.Discrepancy) (bool, error) {
-	if err := validDiscrepancy(d); err != nil {
+	if err := d.Validate(); err != nil {
 		return false, fmt.Errorf("fake: record discrepancy: %w", err)
 	}
 	if err := s.fail("RecordDiscrepancy"); err != nil {
@@ -159,20 +159,6 @@ func (s *Store) RecordDiscrepancy(_ context.Context, d cancel.Discrepancy) (bool
 	now := s.now().UnixMilli()
 	s.disc[d.PaymentID] = &discrepancy{d: d, recordedMS: now, triedMS: now}
 	return true, nil
-}
-
-// validDiscrepancy checks d's ids as sqlstore does (the user may be empty).
-func validDiscrepancy(d cancel.Discrepancy) error {
-	if err := expiry.ValidateID("payment id", d.PaymentID); err != nil {
-		return err
-	}
-	if err := expiry.ValidateID("order number", d.OrderNo); err != nil {
-		return err
-	}
-	if d.UserID != "" {
-		return expiry.ValidateID("user id", d.UserID)
-	}
-	return nil
 }
 
 // ClaimDiscrepancies implements cancel.DiscrepancyStore: the unsettled
