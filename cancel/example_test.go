@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
-	"github.com/seatflow/orderexpiry/internal/fake"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 )
 
 // The pay side of the race: a payment that arrives after the timeout has
@@ -16,7 +16,7 @@ import (
 // stores stand in for cancel/sqlstore and cancel/redisseat.)
 func ExampleService_Pay() {
 	ctx := context.Background()
-	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			fmt.Println("refund", d.PaymentID, "of", d.OrderNo, "to", d.UserID)
@@ -49,7 +49,7 @@ func ExampleService_Pay() {
 // outcome is unknown.
 func ExampleService_Place() {
 	ctx := context.Background()
-	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
 	if err != nil {
 		panic(err)

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/internal/fake"
 )
 
 type events struct {
@@ -37,8 +37,8 @@ func (e *events) n(k expiry.Kind) int {
 }
 
 type env struct {
-	store   *fake.Store
-	seats   *fake.Seats
+	store   *memstore.Store
+	seats   *memstore.Seats
 	svc     *cancel.Service
 	ev      *events
 	mu      sync.Mutex
@@ -47,7 +47,7 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
-	e := &env{store: fake.NewStore(nil), seats: fake.NewSeats(nil), ev: &events{}}
+	e := &env{store: memstore.NewStore(nil), seats: memstore.NewSeats(nil), ev: &events{}}
 	var err error
 	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Observer: e.ev,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
@@ -225,7 +225,7 @@ func TestSecondPaymentIsADiscrepancy(t *testing.T) {
 // lease calls it again, and once it succeeded never again.
 func TestFailedHookIsRetried(t *testing.T) {
 	ctx := context.Background()
-	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
 	var mu sync.Mutex
 	calls, fail := 0, true
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, DiscrepancyLease: time.Nanosecond,
@@ -338,7 +338,7 @@ func TestPlace(t *testing.T) {
 
 // blind is an order store whose reads miss every order, as a read does that
 // ran before a concurrent placement of the same number committed.
-type blind struct{ *fake.Store }
+type blind struct{ *memstore.Store }
 
 func (blind) Order(_ context.Context, no string) (expiry.Order, error) {
 	return expiry.Order{}, fmt.Errorf("blind: %s: %w", no, expiry.ErrNotFound)

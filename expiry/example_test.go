@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/expirytest"
 	"github.com/seatflow/orderexpiry/expiry/inproc"
-	"github.com/seatflow/orderexpiry/internal/fake"
 	"github.com/seatflow/orderexpiry/levels"
 )
 
@@ -19,7 +19,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	clock := expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	store, seats := fake.NewStore(clock.Now), fake.NewSeats(clock.Now)
+	store, seats := memstore.NewStore(clock.Now), memstore.NewSeats(clock.Now)
 	svc, _ := cancel.New(cancel.Config{Store: store, Seats: seats})
 
 	// RocketMQ-like delays: the default levels, one second of slack.

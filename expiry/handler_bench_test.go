@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/internal/fake"
 )
 
 // The hot path's cost without I/O: the Handler and cancel.Service on the
-// in-memory stores of internal/fake. What is measured is the library's
+// in-memory stores of cancel/memstore. What is measured is the library's
 // own work plus the fake stores' map and mutex; run with -benchmem.
 //
 //	go test -run '^$' -bench . -benchmem ./expiry/
@@ -24,15 +24,15 @@ type benchSender struct{}
 func (benchSender) Send(context.Context, expiry.Message, time.Duration) error { return nil }
 
 type benchEnv struct {
-	store *fake.Store
-	seats *fake.Seats
+	store *memstore.Store
+	seats *memstore.Seats
 	h     *expiry.Handler
 	shell *expiry.Shell
 }
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	e := &benchEnv{store: fake.NewStore(nil), seats: fake.NewSeats(nil)}
+	e := &benchEnv{store: memstore.NewStore(nil), seats: memstore.NewSeats(nil)}
 	// Logs are formatted as in production (text, Info level: Debug is off)
 	// but thrown away.
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

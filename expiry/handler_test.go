@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/expirytest"
-	"github.com/seatflow/orderexpiry/internal/fake"
 )
 
 // recorder is a DelaySender and Observer that remembers what it saw.
@@ -60,8 +60,8 @@ func (r *recorder) count(k expiry.Kind) int {
 
 type world struct {
 	clock  *expirytest.FakeClock
-	store  *fake.Store
-	seats  *fake.Seats
+	store  *memstore.Store
+	seats  *memstore.Seats
 	svc    *cancel.Service
 	rec    *recorder
 	h      *expiry.Handler
@@ -70,8 +70,8 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	w := &world{clock: expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), rec: &recorder{}, userID: "u1"}
-	w.store = fake.NewStore(w.clock.Now)
-	w.seats = fake.NewSeats(w.clock.Now)
+	w.store = memstore.NewStore(w.clock.Now)
+	w.seats = memstore.NewSeats(w.clock.Now)
 	var err error
 	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Observer: w.rec})
 	require.NoError(t, err)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
-	"github.com/seatflow/orderexpiry/internal/fake"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
@@ -14,7 +14,7 @@ import (
 // (The in-memory stores stand in for cancel/sqlstore and cancel/redisseat.)
 func Example() {
 	ctx := context.Background()
-	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
 	if err != nil {
 		panic(err)

@@ -13,16 +13,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/internal/fake"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 type env struct {
 	now   time.Time
 	mu    sync.Mutex
-	store *fake.Store
-	seats *fake.Seats
+	store *memstore.Store
+	seats *memstore.Seats
 	svc   *cancel.Service
 }
 
@@ -40,7 +40,7 @@ func (e *env) advance(d time.Duration) {
 
 func newEnv(t *testing.T) *env {
 	e := &env{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	e.store, e.seats = fake.NewStore(e.clock), fake.NewSeats(e.clock)
+	e.store, e.seats = memstore.NewStore(e.clock), memstore.NewSeats(e.clock)
 	var err error
 	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store})
 	require.NoError(t, err)
@@ -168,7 +168,7 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 
 // countingReleaser counts the seats every release actually freed.
 type countingReleaser struct {
-	*fake.Seats
+	*memstore.Seats
 	mu    sync.Mutex
 	freed int
 }
@@ -300,7 +300,7 @@ func TestRebuildAfterDataLoss(t *testing.T) {
 // Redis step finds nothing to do after the wipe) right after the claims were
 // read and before they are restored: the race a rebuild must not lose.
 type racingClaims struct {
-	*fake.Store
+	*memstore.Store
 	decide func()
 	once   sync.Once
 }
@@ -313,7 +313,7 @@ func (c *racingClaims) Claims(ctx context.Context, cursor string, limit int) ([]
 
 // noLocks hides the seat store from scan #4, so only the rebuild's own
 // re-check can repair what the race left.
-type noLocks struct{ *fake.Seats }
+type noLocks struct{ *memstore.Seats }
 
 func (noLocks) ScanLocks(context.Context, string, int) ([]cancel.SeatLock, string, error) {
 	return nil, "", nil

@@ -679,7 +679,7 @@ func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string
 
 // expiredCursor is the cursor of Expired that continues after order no,
 // due at expireAt (in milliseconds, as the store keeps it). The in-memory
-// fake (internal/fake) uses the same form.
+// fake (cancel/memstore) uses the same form.
 func expiredCursor(expireAt time.Time, no string) string {
 	return strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no
 }

@@ -16,11 +16,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/expirytest"
 	"github.com/seatflow/orderexpiry/expiry/inproc"
 	"github.com/seatflow/orderexpiry/expiry/prometheus"
-	"github.com/seatflow/orderexpiry/internal/fake"
 	"github.com/seatflow/orderexpiry/levels"
 )
 
@@ -149,7 +149,7 @@ func TestThroughTheLibrary(t *testing.T) {
 	ctx := context.Background()
 	clock := expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	o, reg := newObserver(t)
-	store, seats := fake.NewStore(clock.Now), fake.NewSeats(clock.Now)
+	store, seats := memstore.NewStore(clock.Now), memstore.NewSeats(clock.Now)
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: o})
 	require.NoError(t, err)
 	sender := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, Slack: -1})

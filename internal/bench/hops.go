@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/rocketmq"
-	"github.com/seatflow/orderexpiry/internal/fake"
 	"github.com/seatflow/orderexpiry/levels"
 )
 
@@ -281,7 +281,7 @@ func (c *common) hopsBroker(tbl levels.Table, expiries []time.Duration, n int) e
 	type running struct {
 		bc     brokerCase
 		rec    *hopRecorder
-		store  *fake.Store
+		store  *memstore.Store
 		svc    *cancel.Service
 		sched  *expiry.Scheduler
 		orders map[time.Duration][]string
@@ -301,8 +301,8 @@ func (c *common) hopsBroker(tbl levels.Table, expiries []time.Duration, n int) e
 		cleanups = append(cleanups, drop)
 		cfg.Mode, cfg.Slack, cfg.Levels = bc.mode, bc.slack, tbl
 		rec := newHopRecorder()
-		store := fake.NewStore(nil)
-		seats := fake.NewSeats(nil)
+		store := memstore.NewStore(nil)
+		seats := memstore.NewSeats(nil)
 		svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: rec, Logger: c.log})
 		if err != nil {
 			return err

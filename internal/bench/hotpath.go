@@ -32,7 +32,7 @@ func runHotpath(c *common, args []string) error {
 	cmd.Dir = root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	fmt.Printf("`go %s` (in-memory stores of internal/fake; logs formatted by a text handler at Info level into io.Discard):\n\n", strings.Join(argv, " "))
+	fmt.Printf("`go %s` (in-memory stores of cancel/memstore; logs formatted by a text handler at Info level into io.Discard):\n\n", strings.Join(argv, " "))
 	if err := cmd.Run(); err != nil {
 		fmt.Print(out.String())
 		return err

@@ -49,11 +49,11 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/canceltest"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/expirytest"
-	"github.com/seatflow/orderexpiry/internal/fake"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
@@ -66,8 +66,8 @@ func TestModelFake(t *testing.T) {
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	mRun(t, "fake", func(rt *rapid.T) *mEnv {
 		clock := expirytest.NewFakeClock(start)
-		store := fake.NewStore(clock.Now)
-		seats := fake.NewSeats(clock.Now)
+		store := memstore.NewStore(clock.Now)
+		seats := memstore.NewSeats(clock.Now)
 		return &mEnv{
 			store:    store,
 			seats:    seats,

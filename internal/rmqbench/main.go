@@ -25,9 +25,9 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/rocketmq"
-	"github.com/seatflow/orderexpiry/internal/fake"
 	"github.com/seatflow/orderexpiry/levels"
 )
 
@@ -207,7 +207,7 @@ func (c chainCase) run(ctx context.Context, orders int) (string, error) {
 		return "", err
 	}
 	cfg := rocketmq.Config{NameServers: []string{c.b.ns}, Topic: topic, Group: topic + "_p", Mode: c.mode, Levels: c.b.table, Slack: c.slack}
-	store, seats := fake.NewStore(nil), fake.NewSeats(nil)
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
 	var mu sync.Mutex
 	hops := map[string]int{}
 	done := map[string]time.Time{}

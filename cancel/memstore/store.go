@@ -1,8 +1,11 @@
-// Package fake has in-memory implementations of the order store and the seat
-// store, for unit tests of the core. They pass the same conformance suites
-// (cancel/canceltest) as the SQL and Redis adapters, so they cannot drift
-// from them. Hosts must not rely on them: they keep everything in memory.
-package fake
+// Package memstore has in-memory implementations of the order store (Store:
+// cancel/sqlstore's semantics) and the seat store (Seats: cancel/redisseat's),
+// for tests: the library's own, and a host's tests of code that wires the
+// library (see the examples of package cancel and reconcile). They pass the
+// same conformance suites (cancel/canceltest) as the SQL and Redis adapters,
+// so they cannot drift from them. They keep everything in memory and forget
+// it with the process: never use them to serve orders.
+package memstore
 
 import (
 	"context"
@@ -85,11 +88,11 @@ func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.orders[p.OrderNo]; ok {
-		return fmt.Errorf("fake: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
+		return fmt.Errorf("memstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 	}
 	for _, seat := range p.Seats {
 		if _, taken := s.claims[[2]string{p.ShowID, seat}]; taken {
-			return fmt.Errorf("fake: seat %s/%s: %w", p.ShowID, seat, cancel.ErrSeatUnavailable)
+			return fmt.Errorf("memstore: seat %s/%s: %w", p.ShowID, seat, cancel.ErrSeatUnavailable)
 		}
 	}
 	for _, seat := range p.Seats {
@@ -110,7 +113,7 @@ func (s *Store) Order(_ context.Context, no string) (expiry.Order, error) {
 	defer s.mu.Unlock()
 	o, ok := s.orders[no]
 	if !ok {
-		return expiry.Order{}, fmt.Errorf("fake: order %s: %w", no, expiry.ErrNotFound)
+		return expiry.Order{}, fmt.Errorf("memstore: order %s: %w", no, expiry.ErrNotFound)
 	}
 	out := o.o
 	out.ReadAt = s.now()
@@ -120,7 +123,7 @@ func (s *Store) Order(_ context.Context, no string) (expiry.Order, error) {
 // CancelPending implements cancel.OrderStore.
 func (s *Store) CancelPending(_ context.Context, req cancel.Request) (cancel.Result, error) {
 	if req.UserID != "" && req.OnlyIfDue {
-		return cancel.Result{}, errors.New("fake: a cancel is either the user's or due, not both")
+		return cancel.Result{}, errors.New("memstore: a cancel is either the user's or due, not both")
 	}
 	if err := s.fail("CancelPending"); err != nil {
 		return cancel.Result{}, err
@@ -134,7 +137,7 @@ func (s *Store) CancelPending(_ context.Context, req cancel.Request) (cancel.Res
 // order it pays, and answers a paid order with the payment that paid it.
 func (s *Store) PayPending(_ context.Context, p cancel.Payment) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
-		return cancel.Result{}, fmt.Errorf("fake: pay: %w", err)
+		return cancel.Result{}, fmt.Errorf("memstore: pay: %w", err)
 	}
 	if err := s.fail("PayPending"); err != nil {
 		return cancel.Result{}, err
@@ -146,7 +149,7 @@ func (s *Store) PayPending(_ context.Context, p cancel.Payment) (cancel.Result, 
 // marked tried now by the store's clock.
 func (s *Store) RecordDiscrepancy(_ context.Context, d cancel.Discrepancy) (bool, error) {
 	if err := d.Validate(); err != nil {
-		return false, fmt.Errorf("fake: record discrepancy: %w", err)
+		return false, fmt.Errorf("memstore: record discrepancy: %w", err)
 	}
 	if err := s.fail("RecordDiscrepancy"); err != nil {
 		return false, err
@@ -166,7 +169,7 @@ func (s *Store) RecordDiscrepancy(_ context.Context, d cancel.Discrepancy) (bool
 // recently tried first (then by payment id), each marked tried now.
 func (s *Store) ClaimDiscrepancies(_ context.Context, lease time.Duration, limit int) ([]cancel.Discrepancy, error) {
 	if lease < 0 {
-		return nil, fmt.Errorf("fake: claim discrepancies: negative lease %v", lease)
+		return nil, fmt.Errorf("memstore: claim discrepancies: negative lease %v", lease)
 	}
 	if err := s.fail("ClaimDiscrepancies"); err != nil {
 		return nil, err
@@ -208,7 +211,7 @@ func (s *Store) SettleDiscrepancy(_ context.Context, paymentID string) error {
 	defer s.mu.Unlock()
 	r, ok := s.disc[paymentID]
 	if !ok {
-		return fmt.Errorf("fake: settle discrepancy of payment %s: %w", paymentID, expiry.ErrNotFound)
+		return fmt.Errorf("memstore: settle discrepancy of payment %s: %w", paymentID, expiry.ErrNotFound)
 	}
 	r.settled = true
 	return nil
@@ -221,10 +224,10 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 	defer s.mu.Unlock()
 	o, ok := s.orders[no]
 	if !ok {
-		return cancel.Result{}, fmt.Errorf("fake: order %s: %w", no, expiry.ErrNotFound)
+		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", no, expiry.ErrNotFound)
 	}
 	if userID != "" && o.o.UserID != userID {
-		return cancel.Result{}, fmt.Errorf("fake: order %s: %w", no, cancel.ErrNotOwner)
+		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", no, cancel.ErrNotOwner)
 	}
 	cur := o.o
 	cur.ReadAt = s.now()
@@ -259,7 +262,7 @@ func (s *Store) Expired(_ context.Context, cursor string, limit int) ([]string, 
 		msText, no, ok := strings.Cut(cursor, "|")
 		ms, err := strconv.ParseInt(msText, 10, 64)
 		if !ok || err != nil || expiry.ValidateID("order number", no) != nil {
-			return nil, "", fmt.Errorf("fake: expired: %w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
+			return nil, "", fmt.Errorf("memstore: expired: %w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
 		}
 		afterMS, afterNo = ms, no
 	}

@@ -1,4 +1,4 @@
-package fake_test
+package memstore_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/canceltest"
-	"github.com/seatflow/orderexpiry/internal/fake"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 )
 
 // The seat suite again with the fake's clock three minutes behind the host's,
@@ -18,7 +18,7 @@ import (
 // clock (canceltest.Clock), never the host's (invariant I11).
 func TestSeatsConformanceSkewedClock(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		return fake.NewSeats(func() time.Time { return time.Now().Add(-3 * time.Minute) })
+		return memstore.NewSeats(func() time.Time { return time.Now().Add(-3 * time.Minute) })
 	})
 }
 
@@ -26,7 +26,7 @@ func TestSeatsConformanceSkewedClock(t *testing.T) {
 func TestSeatsAgeByTheFakeClock(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	s := fake.NewSeats(func() time.Time { return now })
+	s := memstore.NewSeats(func() time.Time { return now })
 	require.NoError(t, s.Lock(ctx, cancel.Hold{ShowID: "s", OrderNo: "o", UserID: "u", Seats: []string{"1"}}, 0))
 	now = now.Add(90 * time.Second)
 	locks, next, err := s.ScanLocks(ctx, "", 10)

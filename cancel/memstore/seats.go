@@ -1,4 +1,4 @@
-package fake
+package memstore
 
 import (
 	"context"
@@ -86,7 +86,7 @@ func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) error {
 		return err
 	}
 	if limit < 0 {
-		return fmt.Errorf("fake: lock %s: negative limit %d", h.OrderNo, limit)
+		return fmt.Errorf("memstore: lock %s: negative limit %d", h.OrderNo, limit)
 	}
 	if err := s.fail("Lock"); err != nil {
 		return err
@@ -99,12 +99,12 @@ func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) error {
 	s.listed[h.ShowID] = struct{}{} // as redisseat: every attempt lists the show
 	for _, seat := range h.Seats {
 		if _, ok := s.seats[h.ShowID][seat]; ok {
-			return fmt.Errorf("fake: seat %s: %w", seat, cancel.ErrSeatUnavailable)
+			return fmt.Errorf("memstore: seat %s: %w", seat, cancel.ErrSeatUnavailable)
 		}
 	}
 	key := [2]string{h.ShowID, h.UserID}
 	if limit > 0 && s.held[key]+len(h.Seats) > limit {
-		return fmt.Errorf("fake: user %s: %w", h.UserID, cancel.ErrLimitExceeded)
+		return fmt.Errorf("memstore: user %s: %w", h.UserID, cancel.ErrLimitExceeded)
 	}
 	now := s.now().Truncate(time.Millisecond)
 	show := s.show(h.ShowID)
@@ -267,7 +267,7 @@ func (s *Seats) RetireShow(_ context.Context, show string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.locked[show]); n > 0 {
-		return fmt.Errorf("fake: retire %s: %d seats still locked", show, n)
+		return fmt.Errorf("memstore: retire %s: %d seats still locked", show, n)
 	}
 	delete(s.seats, show)
 	delete(s.locked, show)
@@ -316,7 +316,7 @@ func (s *Seats) MarkRestored(_ context.Context, token string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if token == "" || token != s.token {
-		return fmt.Errorf("fake: mark restored %q: %w", token, cancel.ErrRestoreInterrupted)
+		return fmt.Errorf("memstore: mark restored %q: %w", token, cancel.ErrRestoreInterrupted)
 	}
 	s.restored = true
 	return nil
