@@ -37,21 +37,29 @@ type SchedulerConfig struct {
 	Observer Observer     // nil: NopObserver
 	Logger   *slog.Logger // nil: slog.Default()
 	// SendTimeout bounds each send, so a hung broker cannot hold the request
-	// that placed the order. Zero means 3 seconds.
+	// that placed the order. Zero means SendTimeoutDefault; negative is an
+	// error.
 	SendTimeout time.Duration
 }
 
-// NewScheduler returns a Scheduler, or an error if Sender is nil.
+// SendTimeoutDefault is SchedulerConfig.SendTimeout's default.
+const SendTimeoutDefault = 3 * time.Second
+
+// NewScheduler returns a Scheduler, or an error naming the field that is
+// missing or out of range.
 func NewScheduler(c SchedulerConfig) (*Scheduler, error) {
 	if c.Sender == nil {
 		return nil, errors.New("expiry: SchedulerConfig.Sender is nil")
+	}
+	if c.SendTimeout < 0 {
+		return nil, fmt.Errorf("expiry: SchedulerConfig.SendTimeout is negative (%v)", c.SendTimeout)
 	}
 	s := &Scheduler{sender: c.Sender, clock: c.Clock, obs: OrNop(c.Observer), log: orDefault(c.Logger), timeout: c.SendTimeout}
 	if s.clock == nil {
 		s.clock = SystemClock
 	}
-	if s.timeout <= 0 {
-		s.timeout = 3 * time.Second
+	if s.timeout == 0 {
+		s.timeout = SendTimeoutDefault
 	}
 	return s, nil
 }

@@ -109,5 +109,7 @@ func TestAfterCommitWithOtherTransactionManagers(t *testing.T) {
 	assert.Equal(t, 0, after.Flush(context.Background(), s), "flushed orders are forgotten")
 	assert.Len(t, rec.sent, 2)
 	_, err = expiry.NewScheduler(expiry.SchedulerConfig{})
-	assert.Error(t, err)
+	assert.ErrorContains(t, err, "Sender")
+	_, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, SendTimeout: -time.Second})
+	assert.ErrorContains(t, err, "SendTimeout", "nonsense is an error naming the field, not a silent default")
 }
