@@ -343,3 +343,23 @@ type blind struct{ *memstore.Store }
 func (blind) Order(_ context.Context, no string) (expiry.Order, error) {
 	return expiry.Order{}, fmt.Errorf("blind: %s: %w", no, expiry.ErrNotFound)
 }
+
+// One order may carry at most cancel.MaxSeats seats: a seat-store script
+// runs atomically, and an unbounded one would block its Redis shard.
+func TestSeatsPerOrderAreBounded(t *testing.T) {
+	e := newEnv(t)
+	seats := make([]string, cancel.MaxSeats+1)
+	for i := range seats {
+		seats[i] = fmt.Sprintf("s%d", i)
+	}
+	p := cancel.Placement{OrderNo: "big", UserID: "u1", ShowID: "s", Seats: seats, ExpireAt: time.Now().Add(time.Hour)}
+	err := e.svc.Place(context.Background(), p, 0, func(context.Context) error {
+		t.Fatal("an order over the bound reached the store")
+		return nil
+	})
+	assert.ErrorIs(t, err, expiry.ErrInvalidID)
+	_, err = e.seats.Release(context.Background(), p.Hold())
+	assert.ErrorIs(t, err, expiry.ErrInvalidID, "the seat store refuses it too")
+	p.Seats = seats[:cancel.MaxSeats]
+	require.NoError(t, e.svc.Place(context.Background(), p, 0, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
+}
