@@ -1,5 +1,11 @@
 module github.com/seatflow/orderexpiry
 
+// The oldest Go this module can be built with: its pinned requirements say
+// go 1.26.0 (github.com/redis/go-redis/v9 v9.23.0, prometheus/client_golang
+// v1.25.0 and prometheus/common v0.72.0, golang.org/x/sys v0.49.0, x/sync,
+// x/text; modernc.org/sqlite v1.62.0 in tests), above what the code itself
+// uses (go1.22 in the importable packages, go1.24 in their tests, go1.25 in
+// examples). The test command builds and tests with exactly this toolchain.
 go 1.26.0
 
 require (
