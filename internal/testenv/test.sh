@@ -102,9 +102,9 @@ for mod in "${modules[@]}"; do
 	go -C "$mod" vet ./...
 	# A requirement no package (or test) of the module needs would reach every host's module
 	# graph; a missing one would fail elsewhere.
-	if ! go -C "$mod" mod tidy -diff >"${TMPDIR:-/tmp}/orderexpiry-tidy.diff" 2>&1; then
+	if ! tidy_diff="$(go -C "$mod" mod tidy -diff 2>&1)"; then
 		say "FAIL: $mod/go.mod or go.sum is not tidy (run go -C $mod mod tidy):"
-		cat "${TMPDIR:-/tmp}/orderexpiry-tidy.diff" >&2
+		printf '%s\n' "$tidy_diff" >&2
 		exit 1
 	fi
 done
