@@ -1,7 +1,8 @@
 // Package sqlstore is the SQL adapter of orderexpiry, on database/sql, for
 // MySQL/MariaDB (go-sql-driver/mysql), PostgreSQL (pgx's stdlib driver) and
 // SQLite (modernc.org/sqlite). The host opens the *sql.DB with its driver;
-// this package imports none of them (only the MySQL error type).
+// this package imports none of them (it reads go-sql-driver/mysql's error
+// numbers by reflection, see mysqlErrorNumber).
 //
 // One Store serves every interface the core declares over orders:
 //   - cancel.OrderStore (Order, CancelPending, PayPending),
@@ -49,8 +50,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
@@ -368,9 +367,8 @@ func (s *Store) hasColumn(ctx context.Context, table, column string) (bool, erro
 
 // isDuplicateColumn reports an ADD COLUMN of a column that exists.
 func isDuplicateColumn(err error) bool {
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1060
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrDupFieldName
 	}
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) {
@@ -611,9 +609,8 @@ func ctxCause(ctx context.Context, err error) error {
 
 // retryable reports serialization failures and deadlocks.
 func retryable(err error) bool {
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1020 || my.Number == 1213 || my.Number == 1205
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrCheckRead || n == myErrLockDeadlock || n == myErrLockWaitTimeout
 	}
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) {
@@ -625,9 +622,8 @@ func retryable(err error) bool {
 }
 
 func isDuplicate(err error) bool {
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1062
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrDupEntry
 	}
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -81,13 +82,17 @@ func lastDash(s string) string {
 	return ""
 }
 
+var libraryModule = regexp.MustCompile(`(?m)^module\s+github\.com/seatflow/orderexpiry\s*$`)
+
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/seatflow/orderexpiry")) {
+		// The library's go.mod, not internal/bench's own (module
+		// github.com/seatflow/orderexpiry/internal/bench).
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && libraryModule.Match(b) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)

@@ -8,11 +8,13 @@
 // 2-core machine, so each part measures what it compares side by side in the
 // same run (interleaved where it can) and reports ratios.
 //
-//	go run ./internal/bench -h
-//	go run ./internal/bench all
-//	go run ./internal/bench throughput -n 1000 -conc 1,4,16,32
+//	go -C internal/bench run . -h
+//	go -C internal/bench run . all
+//	go -C internal/bench run . throughput -n 1000 -conc 1,4,16,32
 //
-// It is a tool of this repository (internal/), not part of the library.
+// It is a tool of this repository (internal/), not part of the library, and a
+// module of its own so that its dependencies (asynq, gonum/plot) stay out of
+// the library's go.mod.
 package main
 
 import (
@@ -44,14 +46,14 @@ var parts = []part{
 
 func usage() {
 	w := flag.CommandLine.Output()
-	fmt.Fprintf(w, "usage: go run ./internal/bench [common flags] <part|all> [part flags]\n\nparts:\n")
+	fmt.Fprintf(w, "usage: go -C internal/bench run . [common flags] <part|all> [part flags]\n\nparts:\n")
 	for _, p := range parts {
 		fmt.Fprintf(w, "  %-11s %s\n", p.name, p.about)
 	}
 	fmt.Fprintf(w, "  %-11s every part above with its defaults (about 5 minutes)\n\n", "all")
 	fmt.Fprintf(w, "common flags (before the part name):\n")
 	flag.PrintDefaults()
-	fmt.Fprintf(w, "\n'go run ./internal/bench <part> -h' lists a part's own flags.\n")
+	fmt.Fprintf(w, "\n'go -C internal/bench run . <part> -h' lists a part's own flags.\n")
 }
 
 func main() {

@@ -10,5 +10,8 @@
 //
 // The tools: Proxies (toxiproxy in process), RedisProc (a redis-server of
 // the test's own), Scheduler, History and its model, ErrKind and Counter.
-// Tests only; hosts must not import it.
+// Tests only; hosts must not import it. It is a module of its own
+// (internal/storm/go.mod, the library through replace => ../..) so that
+// toxiproxy, porcupine and zerolog stay out of the library's go.mod and its
+// hosts' module graphs: go -C internal/storm test ./...
 package storm

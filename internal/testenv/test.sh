@@ -3,10 +3,14 @@
 #
 #   bash internal/testenv/test.sh
 #
-# It checks formatting (gofmt -l) and go vet, starts the real servers with services.sh (MariaDB,
+# It checks formatting (gofmt -l), go vet and go mod tidy -diff, starts the real servers with services.sh (MariaDB,
 # PostgreSQL, Redis, a Redis Cluster, and RocketMQ when internal/testenv/rocketmq.sh exists), exports their
 # addresses with OE_REQUIRE_SERVERS=1 (so no integration test can silently skip), runs
 # go test -race over every package, then extra_checks. It exits with go test's status.
+#
+# Every step covers every module of the repository: the library (the root go.mod) and the tools'
+# modules of their own under it (internal/bench, internal/storm: see README "Modules"), found as
+# the go.mod files below the root.
 #
 # Servers this script started are stopped on any exit (failure and Ctrl-C included). If all of
 # them were already running before it began (someone ran services.sh start), they are left
@@ -31,24 +35,46 @@ extra_checks() {
 }
 
 # no_servers: plain `go test ./...` on a machine without servers must pass, the integration
-# tests skipping with the server they missed (a promise of the README's Tests section).
+# tests skipping with the server they missed (a promise of the README's Tests section), in every
+# module. It runs with the oldest toolchain the go directive allows (GOTOOLCHAIN=go<go line of
+# go.mod>, fetched as a module by the go command the first time), so the library is also built
+# and tested with the Go it claims to need; GOTOOLCHAIN without +auto makes a module (ours or a
+# dependency) that needs a newer Go fail instead of switching toolchains.
 no_servers() {
-	local log="$LOG_DIR/orderexpiry-noservers.log"
-	say "go test ./... as on a machine without servers (full log: $log)"
-	if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR -u OE_REDIS_CLUSTER \
-		-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER go test -count=1 -v ./... >"$log" 2>&1; then
-		say "FAIL: go test ./... fails without servers instead of skipping:"
-		grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL\s' "$log" | head -200 >&2 || tail -100 "$log" >&2
-		return 1
-	fi
-	say "without servers: $(grep -c -- '--- SKIP' "$log") tests skipped, each naming what it missed"
+	local log="$LOG_DIR/orderexpiry-noservers.log" floor mod
+	floor="go$(awk '$1 == "go" { print $2; exit }' go.mod)"
+	say "go test ./... as on a machine without servers, with GOTOOLCHAIN=$floor, in ${modules[*]} (full log: $log)"
+	: >"$log"
+	for mod in "${modules[@]}"; do
+		echo "=== module $mod" >>"$log"
+		if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR -u OE_REDIS_CLUSTER \
+			-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER GOTOOLCHAIN="$floor" \
+			go -C "$mod" test -count=1 -v ./... >>"$log" 2>&1; then
+			say "FAIL: go test ./... in $mod fails without servers (or with $floor) instead of passing or skipping:"
+			grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL\s|^go: ' "$log" | head -200 >&2 || tail -100 "$log" >&2
+			return 1
+		fi
+	done
+	say "without servers ($(GOTOOLCHAIN="$floor" go version | cut -d' ' -f3)): $(grep -c -- '--- SKIP' "$log") tests skipped, each naming what it missed"
 }
 # -----------------------------------------------------------------------------------------------
 
 stop_services=0
+# descendants PID: the processes under PID (children first), from /proc.
+descendants() {
+	local c
+	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+		descendants "$c"
+		echo "$c"
+	done
+}
+nested_pids=()
 cleanup() {
-	local rc=$?
+	local rc=$? pid
 	trap - EXIT INT TERM
+	for pid in "${nested_pids[@]}"; do # a nested module's tests still running (Ctrl-C, a failure)
+		kill $(descendants "$pid") "$pid" 2>/dev/null || true
+	done
 	if ((stop_services)); then
 		say "stopping services"
 		bash "$SERVICES" stop || say "WARNING: services.sh stop failed"
@@ -60,6 +86,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# The modules: "." (the library) first, then every other go.mod's directory.
+mapfile -t modules < <(find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*' -printf '%h\n' | sort)
+
 say "gofmt -l"
 unformatted="$(gofmt -l .)"
 if [[ -n $unformatted ]]; then
@@ -68,8 +97,17 @@ if [[ -n $unformatted ]]; then
 	exit 1
 fi
 
-say "go vet ./..."
-go vet ./...
+for mod in "${modules[@]}"; do
+	say "go vet ./... and go mod tidy -diff in $mod"
+	go -C "$mod" vet ./...
+	# A requirement no package (or test) of the module needs would reach every host's module
+	# graph; a missing one would fail elsewhere.
+	if ! tidy_diff="$(go -C "$mod" mod tidy -diff 2>&1)"; then
+		say "FAIL: $mod/go.mod or go.sum is not tidy (run go -C $mod mod tidy):"
+		printf '%s\n' "$tidy_diff" >&2
+		exit 1
+	fi
+done
 
 if bash "$SERVICES" status >/dev/null 2>&1; then
 	say "services already running: reusing them, and leaving them running"
@@ -96,12 +134,12 @@ mapfile -t race < <(go list ./... | grep -vxF -f <(printf '%s\n' "${norace[@]}")
 # log goes to a file, and only package results, failures and FIGURE lines are
 # shown, with the context of any failure.
 LOG_DIR="${OE_TEST_LOG_DIR:-${TMPDIR:-/tmp}}"
-run_go_test() { # name, go test args...
-	local name="$1" log status=0
-	shift
+run_go_test() { # name, module directory, go test args...
+	local name="$1" dir="$2" log status=0
+	shift 2
 	log="$LOG_DIR/orderexpiry-$name.log"
-	say "go test $* (full log: $log)"
-	go test "$@" >"$log" 2>&1 || status=$?
+	say "go -C $dir test $* (full log: $log)"
+	go -C "$dir" test "$@" >"$log" 2>&1 || status=$?
 	grep -E '^(ok|FAIL|panic:)|^\s*--- FAIL|FIGURE|^\s*--- SKIP' "$log" || true
 	if ((status != 0)); then
 		say "FAIL: go test exited $status; the failures in context:"
@@ -110,8 +148,29 @@ run_go_test() { # name, go test args...
 	fi
 }
 
-run_go_test race -race -count=1 -timeout 15m -v "${race[@]}"
-run_go_test norace -count=1 -timeout 10m -v "${norace[@]}"  # client-go races, see above
+# The other modules' tests (the storm's ~90 s) run beside the library's race run, as they did
+# when they were packages of the one module (go test -p 2 on this 2-core machine); each module's
+# output is shown when it is done.
+nested=("${modules[@]:1}")
+nested_pids=()
+for mod in "${nested[@]}"; do
+	name="race-${mod#./}" && name="${name//\//-}"
+	(run_go_test "$name" "$mod" -race -count=1 -timeout 15m -v ./... \
+		>"$LOG_DIR/orderexpiry-$name.summary" 2>&1) &
+	nested_pids+=($!)
+done
+race_status=0
+run_go_test race . -race -count=1 -timeout 15m -v "${race[@]}" || race_status=$?
+for i in "${!nested_pids[@]}"; do
+	st=0
+	wait "${nested_pids[i]}" || st=$?
+	name="race-${nested[i]#./}" && name="${name//\//-}"
+	cat "$LOG_DIR/orderexpiry-$name.summary"
+	((st == 0)) || race_status=$st
+done
+nested_pids=()
+((race_status == 0)) || exit "$race_status"
+run_go_test norace . -count=1 -timeout 10m -v "${norace[@]}"  # client-go races, see above
 
 extra_checks
 say "PASS"
