@@ -1,8 +1,9 @@
 // Command bench measures orderexpiry against the limits it sits on: the
 // delay-level hop chains (simulated, and on a real RocketMQ broker), end-to-end
 // expiry throughput against the raw SQL + Redis work it does, reconcile drain
-// rate against table size, the library's transport against asynq, and the
-// hot path's allocations.
+// rate against table size, the library's transport against asynq, the
+// hot path's allocations, and how fast reconcile.Run drains the backlog an
+// outage leaves.
 //
 // Every part prints markdown tables. Absolute numbers drift on a shared
 // 2-core machine, so each part measures what it compares side by side in the
@@ -42,6 +43,7 @@ var parts = []part{
 	{"drain", "3. reconcile drain rate of a 10k backlog in a 20k and a 1M order table, with EXPLAIN of the scan", runDrain},
 	{"asynq", "4. the library's transport (RocketMQ timer mode, and in-process) against asynq ProcessIn on the same cancel path", runAsynq},
 	{"hotpath", "5. go test -bench of the hot path (Handler.Handle, Shell.Process, Encode/DecodeMessage) with -benchmem", runHotpath},
+	{"backlog", "6. a 100k backlog left by an outage: reconcile.Run with the default Config beside the raw cancel path over an equal backlog, MariaDB and PostgreSQL; correctness checks", runBacklog},
 }
 
 func usage() {
@@ -50,7 +52,7 @@ func usage() {
 	for _, p := range parts {
 		fmt.Fprintf(w, "  %-11s %s\n", p.name, p.about)
 	}
-	fmt.Fprintf(w, "  %-11s every part above with its defaults (about 5 minutes)\n\n", "all")
+	fmt.Fprintf(w, "  %-11s every part above with its defaults (about 10 minutes)\n\n", "all")
 	fmt.Fprintf(w, "common flags (before the part name):\n")
 	flag.PrintDefaults()
 	fmt.Fprintf(w, "\n'go -C internal/bench run . <part> -h' lists a part's own flags.\n")
