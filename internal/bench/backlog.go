@@ -309,6 +309,8 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 		}
 	}
 	fmt.Printf("### %s\n\n", engineName(engine))
+	fmt.Printf("- load average after loading: %s\n", loadAvg())
+	defer func() { fmt.Printf("- load average after the drains and checks: %s\n\n", loadAvg()) }()
 	for _, s := range sets {
 		fmt.Printf("- %s copy: %d orders, %d seat claims restored into Redis, loaded in %v\n", s.label, o.n+o.history, s.claims, s.load.Round(100*time.Millisecond))
 	}
@@ -410,7 +412,7 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 		}
 		fmt.Printf("- of the rounds' time: scan #1 with its cancels %v (of which inside `Expired` %v), scans #4, #2 and refunds %v\n", fmtDur(exp), fmtDur(scan), fmtDur(rest))
 	}
-	fmt.Printf("- raw cancel path: %d orders in %v + %v\n\n", o.n, fmtDur(d1), fmtDur(d2))
+	fmt.Printf("- raw cancel path: %d orders in %v + %v\n", o.n, fmtDur(d1), fmtDur(d2))
 	recRate := float64(o.n) / recDrain.Seconds()
 	rawRate := float64(o.n) / rawTime.Seconds()
 	// The same rounds, each followed by a wait of one interval: the last
@@ -421,7 +423,7 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 		medMax = fmtDur(pct(dur, 50)) + " (" + fmtDur(maxDur(dur)) + ")"
 	}
 	summary.add(engineName(engine), o.n, len(rounds), medMax, maxGap, recDrain, fmt.Sprintf("%.0f", recRate),
-		rawTime, fmt.Sprintf("%.0f", rawRate), ratio(recRate, rawRate), fmt.Sprintf("%v (%d rounds)", fmtDur(old), working))
+		rawTime, fmt.Sprintf("%.0f", rawRate), ratio(recRate, rawRate), fmt.Sprintf("%v (%d round%s)", fmtDur(old), working, map[bool]string{true: "", false: "s"}[working == 1]))
 
 	for _, s := range sets {
 		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen)
