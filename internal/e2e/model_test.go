@@ -1174,9 +1174,9 @@ func (m *machine) Backlog(t *rapid.T) {
 		m.next++
 		no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
 		seat := fmt.Sprintf("bk%d", m.next) // seats of their own: a backlog of placed orders
-		m.armed["Send"] = mBefore           // the broker is down: the message is lost
+		m.brokerDown = true                 // the message is lost
 		m.place(t, no, m.users[i%len(m.users)], m.shows[i%2], []string{seat}, m.storeNow(t).Add(-time.Millisecond))
-		delete(m.armed, "Send")
+		m.brokerDown = false
 	}
 	m.stats.kinds["backlog_orders"] += n
 }
