@@ -134,6 +134,7 @@ mapfile -t race < <(go list ./... | grep -vxF -f <(printf '%s\n' "${norace[@]}")
 # log goes to a file, and only package results, failures and FIGURE lines are
 # shown, with the context of any failure.
 LOG_DIR="${OE_TEST_LOG_DIR:-${TMPDIR:-/tmp}}"
+mkdir -p "$LOG_DIR"
 run_go_test() { # name, module directory, go test args...
 	local name="$1" dir="$2" log status=0
 	shift 2
