@@ -33,7 +33,11 @@ type privateBroker struct {
 	env   []string // extra settings for rocketmq.sh (RMQ_TIMER_WHEEL=false)
 }
 
-const nsPort, brokerPort = 39876, 40911
+// The private broker's ports (it also listens on brokerPort-2 and +1) lie
+// below the kernel's ephemeral range (32768-60999 here): a port in that range
+// can be taken at any moment by the local end of an outgoing connection, and
+// the broker then dies with "Address already in use" (seen in a CI run).
+const nsPort, brokerPort = 29876, 30911
 
 func (b *privateBroker) script(keepStore bool, verb string) {
 	root, err := filepath.Abs("../..")
