@@ -76,8 +76,10 @@ func TestBrokerFaults(t *testing.T) {
 	testenv.RocketMQ(t) // the test command has the jars and a JVM; fail or skip like every server test
 	ctx := context.Background()
 	b := &privateBroker{t: t, state: t.TempDir(), ns: fmt.Sprintf("127.0.0.1:%d", nsPort), addr: fmt.Sprintf("127.0.0.1:%d", brokerPort)}
-	b.script(false, "start")
+	// Stop registered first: a start that fails half way (the broker dead,
+	// its name server up) must not leave a JVM behind for the next test.
 	t.Cleanup(func() { b.script(false, "stop") })
+	b.script(false, "start")
 
 	w := e2e.NewWorld(t, testenv.MySQL(t), sqlstore.MySQL, testenv.Redis(t), "bf-"+testenv.Unique())
 	topic := "oe_fault_" + testenv.Unique()

@@ -24,8 +24,10 @@ func TestTimerRefusedByBroker(t *testing.T) {
 	ctx := context.Background()
 	b := &privateBroker{t: t, state: t.TempDir(), ns: fmt.Sprintf("127.0.0.1:%d", nsPort), addr: fmt.Sprintf("127.0.0.1:%d", brokerPort),
 		env: []string{"RMQ_TIMER_WHEEL=false"}}
-	b.script(false, "start")
+	// Stop registered first: a start that fails half way (the broker dead,
+	// its name server up) must not leave a JVM behind for the next test.
 	t.Cleanup(func() { b.script(false, "stop") })
+	b.script(false, "start")
 
 	topic := "oe_notimer_" + testenv.Unique()
 	require.NoError(t, rocketmq.EnsureTopic(ctx, []string{b.ns}, b.addr, topic))
