@@ -48,8 +48,9 @@ type Config struct {
 	// Nil (and no hook): each such callback is logged and counted, as often
 	// as the provider repeats it.
 	Discrepancies DiscrepancyStore
-	Observer      expiry.Observer // nil: expiry.NopObserver
-	Logger        *slog.Logger    // nil: slog.Default()
+	// Runtime: the logger and the observer. The Service keeps no clock:
+	// every "now" it acts on is the store's or the seat store's.
+	expiry.Runtime
 	// OnDiscrepancy is the host's refund hook: called once per recorded
 	// discrepancy (a new payment id), synchronously in Pay, bounded by half
 	// of DiscrepancyLease. An error (or a crash before it returned) leaves
@@ -79,11 +80,9 @@ func New(c Config) (*Service, error) {
 	case c.DiscrepancyLease < 0:
 		return nil, fmt.Errorf("cancel: Config.DiscrepancyLease is negative (%v)", c.DiscrepancyLease)
 	}
-	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: expiry.OrNop(c.Observer),
-		log: c.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
+	rt := c.Runtime.WithDefaults()
+	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: rt.Observer,
+		log: rt.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease}
 	if s.placeTimeout == 0 {
 		s.placeTimeout = PlaceTimeoutDefault
 	}

@@ -23,13 +23,15 @@ func Example() {
 	svc, _ := cancel.New(cancel.Config{Store: store, Seats: seats})
 
 	// RocketMQ-like delays: the default levels, one second of slack.
-	sender := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, Slack: time.Second,
-		OnSend: func(m expiry.Message, level int, d time.Duration) {
-			fmt.Printf("hop %d: level %d (%v)\n", m.Hop, level, d)
-		}})
+	sends := expiry.ObserverFunc(func(_ context.Context, e expiry.Event) {
+		if e.Kind == expiry.KindSent {
+			fmt.Printf("hop %d: level %d (%v)\n", e.Hop, e.Level, e.Delay)
+		}
+	})
+	sender := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock, Observer: sends}, Levels: levels.Default, Slack: time.Second})
 	h, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
-	sender.Attach(expiry.NewShell(h, nil, nil))
-	sched, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Clock: clock})
+	sender.Attach(expiry.NewShell(h))
+	sched, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Clock: clock}})
 
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(15 * time.Minute)}
 	_ = seats.Lock(ctx, p.Hold(), 4)

@@ -71,6 +71,7 @@ const minRearm = 100 * time.Millisecond
 type Handler struct {
 	cancel Canceller
 	sender DelaySender
+	rt     Runtime
 	obs    Observer
 	log    *slog.Logger
 }
@@ -78,9 +79,8 @@ type Handler struct {
 // HandlerConfig wires a Handler. Canceller and Sender are required.
 type HandlerConfig struct {
 	Canceller Canceller
-	Sender    DelaySender  // used to re-arm
-	Observer  Observer     // nil: NopObserver
-	Logger    *slog.Logger // nil: slog.Default()
+	Sender    DelaySender // used to re-arm
+	Runtime               // the Handler's and its Shell's logger, observer and clock
 }
 
 // NewHandler returns a Handler, or an error naming a missing dependency.
@@ -91,7 +91,8 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 	case c.Sender == nil:
 		return nil, errors.New("expiry: HandlerConfig.Sender is nil")
 	}
-	return &Handler{cancel: c.Canceller, sender: c.Sender, obs: OrNop(c.Observer), log: orDefault(c.Logger)}, nil
+	rt := c.Runtime.WithDefaults()
+	return &Handler{cancel: c.Canceller, sender: c.Sender, rt: rt, obs: rt.Observer, log: rt.Logger}, nil
 }
 
 // Handle decides what a delivered message means:
@@ -142,11 +143,4 @@ func (h *Handler) rearm(ctx context.Context, m Message, left time.Duration) (Out
 		h.log.DebugContext(ctx, "order not due, re-armed", "order", m.OrderNo, "left", left, "hop", next.Hop)
 	}
 	return OutcomeRearmed, nil
-}
-
-func orDefault(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.Default()
-	}
-	return l
 }

@@ -73,9 +73,9 @@ func newWorld(t *testing.T) *world {
 	w.store = memstore.NewStore(w.clock.Now)
 	w.seats = memstore.NewSeats(w.clock.Now)
 	var err error
-	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Observer: w.rec})
+	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Runtime: expiry.Runtime{Observer: w.rec}})
 	require.NoError(t, err)
-	w.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.rec, Observer: w.rec})
+	w.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.rec, Runtime: expiry.Runtime{Observer: w.rec}})
 	require.NoError(t, err)
 	return w
 }
@@ -214,7 +214,7 @@ func TestHandlerBranches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{err: tc.sendErr}
 			canc := tc.canceller
-			h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: &canc, Sender: rec, Observer: rec})
+			h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: &canc, Sender: rec, Runtime: expiry.Runtime{Observer: rec}})
 			require.NoError(t, err)
 			out, err := h.Handle(context.Background(), expiry.Message{OrderNo: "o1", Hop: 4})
 			assert.Equal(t, tc.want, out)

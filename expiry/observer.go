@@ -47,9 +47,14 @@ const (
 	// cancel failed or timed out) and skipped it for now, with a backoff, so
 	// that it does not hold the others back; Reason ("cancel"), Err.
 	KindSkipped
+	// KindSent: a transport accepted a message (the first one of an order
+	// or a re-arm); Hop, Delay (the delay the transport applies, after
+	// rounding to a level), Level (the delay level, 0 without levels).
+	// Emitted by the DelaySender, so it means the same on every transport.
+	KindSent
 )
 
-var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped"}
+var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped", "sent"}
 
 // String returns the kind's snake_case name, suitable as a metric label.
 func (k Kind) String() string {
@@ -66,6 +71,7 @@ type Event struct {
 	Outcome  Outcome
 	Reason   string
 	Hop      int
+	Level    int
 	Seats    int
 	Delay    time.Duration
 	Duration time.Duration

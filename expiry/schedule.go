@@ -32,10 +32,11 @@ type Scheduler struct {
 
 // SchedulerConfig wires a Scheduler. Sender is required.
 type SchedulerConfig struct {
-	Sender   DelaySender
-	Clock    Clock        // nil: SystemClock
-	Observer Observer     // nil: NopObserver
-	Logger   *slog.Logger // nil: slog.Default()
+	Sender DelaySender
+	// Runtime: the Clock gives the delay of the first message
+	// (expireAt - now); a skewed clock makes the message early or late,
+	// never the cancel (the Handler re-arms by the store's clock).
+	Runtime
 	// SendTimeout bounds each send, so a hung broker cannot hold the request
 	// that placed the order. Zero means SendTimeoutDefault; negative is an
 	// error.
@@ -54,10 +55,8 @@ func NewScheduler(c SchedulerConfig) (*Scheduler, error) {
 	if c.SendTimeout < 0 {
 		return nil, fmt.Errorf("expiry: SchedulerConfig.SendTimeout is negative (%v)", c.SendTimeout)
 	}
-	s := &Scheduler{sender: c.Sender, clock: c.Clock, obs: OrNop(c.Observer), log: orDefault(c.Logger), timeout: c.SendTimeout}
-	if s.clock == nil {
-		s.clock = SystemClock
-	}
+	rt := c.Runtime.WithDefaults()
+	s := &Scheduler{sender: c.Sender, clock: rt.Clock, obs: rt.Observer, log: rt.Logger, timeout: c.SendTimeout}
 	if s.timeout == 0 {
 		s.timeout = SendTimeoutDefault
 	}

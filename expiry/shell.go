@@ -32,10 +32,10 @@ type Shell struct {
 	now func() time.Time
 }
 
-// NewShell returns a Shell around h that reports to obs (nil: NopObserver)
-// and logs to logger (nil: slog.Default()).
-func NewShell(h *Handler, obs Observer, logger *slog.Logger) *Shell {
-	return &Shell{h: h, obs: OrNop(obs), log: orDefault(logger), now: time.Now}
+// NewShell returns a Shell around h, reporting to h's Observer and logging
+// to h's Logger (HandlerConfig.Runtime).
+func NewShell(h *Handler) *Shell {
+	return &Shell{h: h, obs: h.obs, log: h.log, now: h.rt.Clock.Now}
 }
 
 // Process handles one delivered body. traceID is the trace id the transport

@@ -113,23 +113,23 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	// The store records each discrepancy once per payment id, so the hook
 	// refunds once however often the provider repeats its callback.
 	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Discrepancies: a.store,
-		Observer: obs, Logger: a.log, OnDiscrepancy: onDiscrepancy})
+		Runtime: expiry.Runtime{Observer: obs, Logger: a.log}, OnDiscrepancy: onDiscrepancy})
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: a.svc, Sender: c.Sender, Observer: obs, Logger: a.log})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: a.svc, Sender: c.Sender, Runtime: expiry.Runtime{Observer: obs, Logger: a.log}})
 	if err != nil {
 		return nil, nil, err
 	}
-	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Observer: obs, Logger: a.log}); err != nil {
+	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Runtime: expiry.Runtime{Observer: obs, Logger: a.log}}); err != nil {
 		return nil, nil, err
 	}
 	a.rec, err = reconcile.New(reconcile.Config{Orders: a.store, Seats: a.seats, Service: a.svc,
-		Observer: obs, Logger: a.log})
+		Runtime: expiry.Runtime{Observer: obs, Logger: a.log}})
 	if err != nil {
 		return nil, nil, err
 	}
-	return a, expiry.NewShell(h, obs, a.log), nil
+	return a, expiry.NewShell(h), nil
 }
 
 // RunReconciler repairs what the message path lost, every ReconcileEvery,

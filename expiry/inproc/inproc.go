@@ -32,7 +32,9 @@ type Consumer interface {
 // Config configures a Sender. The zero Config delays messages exactly, on the
 // system clock.
 type Config struct {
-	Clock expiry.Clock // nil: expiry.SystemClock
+	// Runtime: the Clock the delays run on, and the Observer that gets a
+	// KindSent event for every message accepted (before it can fire).
+	expiry.Runtime
 	// Levels, when it has levels, makes the sender round each delay to a
 	// level with Levels.Plan(delay, Slack), as RocketMQ's levels mode does.
 	// As there, Slack 0 means one second and a negative Slack none.
@@ -41,11 +43,6 @@ type Config struct {
 	// RetryDelay is how long a message the consumer asked to retry waits
 	// before it is delivered again; 0: one second.
 	RetryDelay time.Duration
-	// OnSend, if set, is called for every message about to be scheduled,
-	// with the level chosen (0 without a table) and the delay applied: a
-	// hook for timelines and hop counting. Redeliveries after Retry are not
-	// sends and do not call it.
-	OnSend func(m expiry.Message, level int, delay time.Duration)
 }
 
 // Sender is the in-process DelaySender. Safe for concurrent use.
@@ -63,9 +60,7 @@ type Sender struct {
 // New returns a Sender; Attach a consumer before messages fall due (earlier
 // ones are held until then).
 func New(c Config) *Sender {
-	if c.Clock == nil {
-		c.Clock = expiry.SystemClock
-	}
+	c.Runtime = c.Runtime.WithDefaults()
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second
 	}
@@ -101,13 +96,16 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 		level = s.cfg.Levels.Plan(delay, s.cfg.Slack)
 		delay = s.cfg.Levels.Delay(level)
 	}
-	if s.cfg.OnSend != nil { // before scheduling: a zero delay may deliver at once
-		s.cfg.OnSend(m, level, delay)
-	}
-	return s.schedule(body, m.TraceID, max(delay, 0))
+	delay = max(delay, 0)
+	return s.schedule(body, m.TraceID, delay, func() {
+		s.cfg.Observer.Observe(ctx, expiry.Event{Kind: expiry.KindSent, OrderNo: m.OrderNo, Hop: m.Hop, Level: level, Delay: delay})
+	})
 }
 
-func (s *Sender) schedule(body []byte, traceID string, delay time.Duration) error {
+// schedule starts a message's timer, then calls sent (nil for a redelivery,
+// which is not a send) under the lock: fire takes the lock too, so even a
+// zero delay is delivered after its send was observed.
+func (s *Sender) schedule(body []byte, traceID string, delay time.Duration, sent func()) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -117,6 +115,9 @@ func (s *Sender) schedule(body []byte, traceID string, delay time.Duration) erro
 	id := s.next
 	s.wg.Add(1)
 	s.timers[id] = s.cfg.Clock.AfterFunc(delay, func() { s.fire(id, body, traceID) })
+	if sent != nil {
+		sent()
+	}
 	return nil
 }
 
@@ -144,7 +145,7 @@ func (s *Sender) deliver(c Consumer, body []byte, traceID string) {
 		return // closed before a consumer was attached
 	}
 	if c.Process(context.Background(), body, traceID) == expiry.Retry {
-		_ = s.schedule(body, traceID, s.cfg.RetryDelay) // after Close the message is dropped, as documented
+		_ = s.schedule(body, traceID, s.cfg.RetryDelay, nil) // after Close the message is dropped, as documented
 	}
 }
 

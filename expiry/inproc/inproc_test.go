@@ -50,9 +50,12 @@ func TestConformance(t *testing.T) {
 func TestLevelsMode(t *testing.T) {
 	clock := expirytest.NewFakeClock(time.Unix(0, 0))
 	var levelsSeen []int
-	s := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, OnSend: func(_ expiry.Message, level int, _ time.Duration) {
-		levelsSeen = append(levelsSeen, level)
-	}})
+	sent := expiry.ObserverFunc(func(_ context.Context, e expiry.Event) {
+		if e.Kind == expiry.KindSent {
+			levelsSeen = append(levelsSeen, e.Level)
+		}
+	})
+	s := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock, Observer: sent}, Levels: levels.Default})
 	defer s.Close()
 	ch := make(chan expirytest.Delivery, 10)
 	s.Attach(chanConsumer{ch: ch})
@@ -66,7 +69,7 @@ func TestLevelsMode(t *testing.T) {
 
 func TestRetryAndHeld(t *testing.T) {
 	clock := expirytest.NewFakeClock(time.Unix(0, 0))
-	s := inproc.New(inproc.Config{Clock: clock, RetryDelay: time.Second})
+	s := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}, RetryDelay: time.Second})
 	defer s.Close()
 	require.NoError(t, s.Send(context.Background(), expiry.Message{OrderNo: "o1", Hop: 1}, time.Second))
 	clock.Advance(time.Second)

@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -127,9 +126,10 @@ type Config struct {
 	SendTimeout time.Duration
 	// Consumers is how many messages the Consumer handles at once; 0: 20.
 	Consumers int
-	// Logger receives this package's logs and client-go's (see UseLogger).
-	// Nil: slog.Default().
-	Logger *slog.Logger
+	// Runtime: the Logger receives this package's logs and client-go's (see
+	// UseLogger); the Observer gets a KindSent event for every message the
+	// broker accepted.
+	expiry.Runtime
 }
 
 func (c *Config) check() error {
@@ -156,9 +156,7 @@ func (c *Config) check() error {
 	if c.Consumers <= 0 {
 		c.Consumers = 20
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Runtime = c.Runtime.WithDefaults()
 	return nil
 }
 
@@ -166,10 +164,6 @@ func (c *Config) check() error {
 type Sender struct {
 	cfg Config
 	p   rmq.Producer
-	// OnSend, if set before the first Send, is called after every accepted
-	// send with the level used (0 in ModeTimer) and the delay asked of the
-	// broker: a hook for hop counting and timelines.
-	OnSend func(m expiry.Message, level int, delay time.Duration)
 }
 
 // NewSender starts a producer.
@@ -237,9 +231,7 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 	if res.Status != primitive.SendOK {
 		return fmt.Errorf("rocketmq: send %s: broker answered status %d", m.OrderNo, res.Status)
 	}
-	if s.OnSend != nil {
-		s.OnSend(m, level, d)
-	}
+	s.cfg.Observer.Observe(ctx, expiry.Event{Kind: expiry.KindSent, OrderNo: m.OrderNo, Hop: m.Hop, Level: level, Delay: d})
 	return nil
 }
 

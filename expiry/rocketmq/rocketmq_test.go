@@ -118,16 +118,19 @@ func newChain(t *testing.T, mode rocketmq.Mode) *chain {
 	cfg.Slack = time.Second
 	c := &chain{hops: map[string]int{}, cfg: cfg}
 	c.w = e2e.NewWorld(t, testenv.MySQL(t), sqlstore.MySQL, testenv.Redis(t), "rmq-"+testenv.Unique())
-	c.sender = newSender(t, cfg)
-	c.sender.OnSend = func(m expiry.Message, _ int, _ time.Duration) {
-		c.mu.Lock()
-		c.hops[m.OrderNo]++
-		c.mu.Unlock()
-	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: c.w.Service, Sender: c.sender, Observer: c.w.Ledger})
+	sendCfg := cfg
+	sendCfg.Observer = expiry.ObserverFunc(func(_ context.Context, e expiry.Event) {
+		if e.Kind == expiry.KindSent {
+			c.mu.Lock()
+			c.hops[e.OrderNo]++
+			c.mu.Unlock()
+		}
+	})
+	c.sender = newSender(t, sendCfg)
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: c.w.Service, Sender: c.sender, Runtime: expiry.Runtime{Observer: c.w.Ledger}})
 	require.NoError(t, err)
-	c.shell = expiry.NewShell(h, c.w.Ledger, nil)
-	c.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.sender, Observer: c.w.Ledger})
+	c.shell = expiry.NewShell(h)
+	c.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.sender, Runtime: expiry.Runtime{Observer: c.w.Ledger}})
 	require.NoError(t, err)
 	startConsumer(t, cfg, c.shell)
 	return c
@@ -281,7 +284,7 @@ func TestBrokerDownAtCommit(t *testing.T) {
 	dead, err := rocketmq.NewSender(rocketmq.Config{NameServers: []string{"127.0.0.1:1"}, Topic: "nowhere", Group: "g", SendTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	defer dead.Close()
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: dead, Observer: w.Ledger})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: dead, Runtime: expiry.Runtime{Observer: w.Ledger}})
 	require.NoError(t, err)
 	now, err := w.Store.Now(ctx)
 	require.NoError(t, err)

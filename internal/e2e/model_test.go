@@ -416,29 +416,29 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	m.fs = &mSeats{m: m, inner: env.seats}
 	m.snd = &mSender{m: m}
 	var err error
-	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Discrepancies: m.fo, Observer: m.obs, Logger: quiet,
+	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Discrepancies: m.fo, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet},
 		OnDiscrepancy: m.refund, DiscrepancyLease: env.lease})
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Sender: m.snd, Observer: m.obs, Logger: quiet})
+	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Sender: m.snd, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet}})
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.shell = expiry.NewShell(m.h, m.obs, quiet)
+	m.shell = expiry.NewShell(m.h)
 	var clock expiry.Clock = expiry.SystemClock
 	if env.clock != nil {
 		clock = env.clock
 	}
 	// The placing host's clock may be off (SkewClock): it only sizes the
 	// first message's delay; nothing decides by it.
-	m.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: m.snd, Clock: skewClock{clock, &m.skew}, Observer: m.obs, Logger: quiet})
+	m.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: m.snd, Runtime: expiry.Runtime{Clock: skewClock{clock, &m.skew}, Observer: m.obs, Logger: quiet}})
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Clock: clock,
+	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Runtime: expiry.Runtime{Clock: clock, Observer: m.obs, Logger: quiet},
 		// Small batches and rounds, so a backlog spans rounds (Report.More).
-		Batch: 4, MaxPerRound: 12, Grace: env.grace, Observer: m.obs, Logger: quiet,
+		Batch: 4, MaxPerRound: 12, Grace: env.grace,
 		// One cancel at a time: the model attributes each seat change to the
 		// call that made it, which concurrent workers within a round would
 		// blur (concurrency is the race and storm tests' job).
