@@ -264,6 +264,7 @@ type Consumer struct {
 	c       rmq.PushConsumer
 	mu      sync.Mutex
 	closing bool
+	started time.Time
 	running sync.WaitGroup
 }
 
@@ -319,6 +320,9 @@ func (c *Consumer) enter() bool {
 
 // Start begins consuming. It fails if the topic has no route yet.
 func (c *Consumer) Start() error {
+	c.mu.Lock()
+	c.started = time.Now()
+	c.mu.Unlock()
 	if err := c.c.Start(); err != nil {
 		return fmt.Errorf("rocketmq: start consumer on %s: %w", c.cfg.Topic, err)
 	}
@@ -347,6 +351,10 @@ func StartConsumer(ctx context.Context, cfg Config, p Processor) (*Consumer, err
 	}
 }
 
+// rebalanceSettle is how long after its start Close lets a consumer's first
+// rebalances (a few round trips to the broker each) finish.
+const rebalanceSettle = time.Second
+
 // Close stops taking new messages, waits (until ctx is done) for the ones
 // being handled, then shuts the client down. client-go's own Shutdown does
 // not wait for running handlers; this does.
@@ -361,6 +369,21 @@ func (c *Consumer) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = fmt.Errorf("rocketmq: handlers still running at shutdown: %w", ctx.Err())
+	}
+	// A consumer just started is still in its first rebalances (its own and
+	// the one the broker's notice of the new member starts), and
+	// client-go's Shutdown writes a plain flag that a running rebalance
+	// reads unsynchronised: a data race the race detector reports. Give
+	// them their moment. (Suspend would stop new ones, but its pullers
+	// then sleep 30 s past Shutdown.)
+	c.mu.Lock()
+	settle := time.Until(c.started.Add(rebalanceSettle))
+	c.mu.Unlock()
+	if settle > 0 {
+		select {
+		case <-time.After(settle):
+		case <-ctx.Done():
+		}
 	}
 	if serr := c.c.Shutdown(); serr != nil && err == nil {
 		err = fmt.Errorf("rocketmq: shut down consumer: %w", serr)
