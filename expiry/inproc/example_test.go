@@ -25,7 +25,9 @@ func Example() {
 	s := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}, Levels: levels.Default})
 	defer s.Close()
 	s.Attach(printer{}) // in a host: expiry.NewShell(handler)
-	_ = s.Send(context.Background(), expiry.Message{OrderNo: "A1", Hop: 1}, 7*time.Second)
+	if err := s.Send(context.Background(), expiry.Message{OrderNo: "A1", Hop: 1}, 7*time.Second); err != nil {
+		panic(err)
+	}
 	clock.Advance(5 * time.Second)
 	// Output: delivered "oe1 A1 1"
 }
