@@ -73,6 +73,7 @@ type Handler struct {
 	sender DelaySender
 	obs    Observer
 	log    *slog.Logger
+	tracer Tracer
 }
 
 // HandlerConfig wires a Handler. Canceller and Sender are required.
@@ -81,6 +82,9 @@ type HandlerConfig struct {
 	Sender    DelaySender  // used to re-arm
 	Observer  Observer     // nil: NopObserver
 	Logger    *slog.Logger // nil: slog.Default()
+	// Tracer traces the handling (in the Shell) and the re-arm's send; nil:
+	// NopTracer.
+	Tracer Tracer
 }
 
 // NewHandler returns a Handler, or an error naming a missing dependency.
@@ -91,7 +95,7 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 	case c.Sender == nil:
 		return nil, errors.New("expiry: HandlerConfig.Sender is nil")
 	}
-	return &Handler{cancel: c.Canceller, sender: c.Sender, obs: OrNop(c.Observer), log: orDefault(c.Logger)}, nil
+	return &Handler{cancel: c.Canceller, sender: c.Sender, obs: OrNop(c.Observer), log: orDefault(c.Logger), tracer: orNopTracer(c.Tracer)}, nil
 }
 
 // Handle decides what a delivered message means:
@@ -132,8 +136,8 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 }
 
 func (h *Handler) rearm(ctx context.Context, m Message, left time.Duration) (Outcome, error) {
-	next := Message{OrderNo: m.OrderNo, Hop: min(m.Hop+1, MaxHop), TraceID: m.TraceID}
-	if err := h.sender.Send(ctx, next, left); err != nil {
+	next := Message{OrderNo: m.OrderNo, Hop: min(m.Hop+1, MaxHop), TraceID: m.TraceID, Trace: m.Trace}
+	if err := send(ctx, h.tracer, h.sender, next, left); err != nil {
 		h.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: m.OrderNo, Hop: next.Hop, Delay: left, Err: err})
 		return OutcomeFailed, fmt.Errorf("expiry: re-arm order %s: %w", m.OrderNo, err)
 	}

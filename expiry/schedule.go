@@ -27,6 +27,7 @@ type Scheduler struct {
 	clock   Clock
 	obs     Observer
 	log     *slog.Logger
+	tracer  Tracer
 	timeout time.Duration
 }
 
@@ -36,6 +37,9 @@ type SchedulerConfig struct {
 	Clock    Clock        // nil: SystemClock
 	Observer Observer     // nil: NopObserver
 	Logger   *slog.Logger // nil: slog.Default()
+	// Tracer traces the send and gives the message the trace context of the
+	// placing request (the context passed to Schedule); nil: NopTracer.
+	Tracer Tracer
 	// SendTimeout bounds each send, so a hung broker cannot hold the request
 	// that placed the order. Zero means SendTimeoutDefault; negative is an
 	// error.
@@ -54,7 +58,7 @@ func NewScheduler(c SchedulerConfig) (*Scheduler, error) {
 	if c.SendTimeout < 0 {
 		return nil, fmt.Errorf("expiry: SchedulerConfig.SendTimeout is negative (%v)", c.SendTimeout)
 	}
-	s := &Scheduler{sender: c.Sender, clock: c.Clock, obs: OrNop(c.Observer), log: orDefault(c.Logger), timeout: c.SendTimeout}
+	s := &Scheduler{sender: c.Sender, clock: c.Clock, obs: OrNop(c.Observer), log: orDefault(c.Logger), tracer: orNopTracer(c.Tracer), timeout: c.SendTimeout}
 	if s.clock == nil {
 		s.clock = SystemClock
 	}
@@ -73,7 +77,7 @@ func (s *Scheduler) Schedule(ctx context.Context, orderNo string, expireAt time.
 	delay := expireAt.Sub(s.clock.Now())
 	err := ValidateID("order number", orderNo)
 	if err == nil {
-		err = s.sender.Send(ctx, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
+		err = send(ctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
 	}
 	if err != nil {
 		s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Hop: 1, Delay: delay, Err: err})
