@@ -164,7 +164,8 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if err != nil || !res.Changed {
 		return res, err
 	}
-	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindCancelled, OrderNo: req.OrderNo, Reason: string(req.Reason), Seats: len(res.Seats)})
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindCancelled, OrderNo: req.OrderNo, Reason: string(req.Reason), Seats: len(res.Seats),
+		Deadline: res.Order.ExpireAt, At: res.Order.ReadAt}) // both the store's: the lateness by its clock
 	if len(res.Seats) == 0 {
 		return res, nil
 	}
@@ -273,6 +274,7 @@ func (s *Service) runHook(ctx context.Context, d Discrepancy) bool {
 		s.log.ErrorContext(ctx, "refund hook ran but could not be recorded; it will be called again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
 		return false
 	}
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRefunded, OrderNo: d.OrderNo})
 	return true
 }
 

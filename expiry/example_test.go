@@ -67,3 +67,18 @@ func Example() {
 	// hop 2: level 9 (5m0s)
 	// order cancelled
 }
+
+// A transport hands the Shell whatever trace context a producer put beside
+// the body; Clean bounds it before a Tracer reads it. A message is never
+// refused for its trace context.
+func ExampleTrace_Clean() {
+	ok := expiry.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "congo=t61rcWkgMzE"}
+	fmt.Println(ok.Clean() == ok)
+	hostile := expiry.Trace{Parent: ok.Parent, State: "a=1\x01b=2"}
+	fmt.Printf("%q\n", hostile.Clean().State)
+	fmt.Println(expiry.Trace{Parent: string(make([]byte, 4096))}.Clean() == expiry.Trace{})
+	// Output:
+	// true
+	// ""
+	// true
+}

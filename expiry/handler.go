@@ -74,13 +74,14 @@ type Handler struct {
 	rt     Runtime
 	obs    Observer
 	log    *slog.Logger
+	tracer Tracer
 }
 
 // HandlerConfig wires a Handler. Canceller and Sender are required.
 type HandlerConfig struct {
 	Canceller Canceller
 	Sender    DelaySender // used to re-arm
-	Runtime               // the Handler's and its Shell's logger, observer and clock
+	Runtime               // the Handler's and its Shell's logger, observer, clock and tracer (the handling and the re-arm's send)
 }
 
 // NewHandler returns a Handler, or an error naming a missing dependency.
@@ -92,7 +93,7 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 		return nil, errors.New("expiry: HandlerConfig.Sender is nil")
 	}
 	rt := c.Runtime.WithDefaults()
-	return &Handler{cancel: c.Canceller, sender: c.Sender, rt: rt, obs: rt.Observer, log: rt.Logger}, nil
+	return &Handler{cancel: c.Canceller, sender: c.Sender, rt: rt, obs: rt.Observer, log: rt.Logger, tracer: rt.Tracer}, nil
 }
 
 // Handle decides what a delivered message means:
@@ -133,8 +134,8 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 }
 
 func (h *Handler) rearm(ctx context.Context, m Message, left time.Duration) (Outcome, error) {
-	next := Message{OrderNo: m.OrderNo, Hop: min(m.Hop+1, MaxHop), TraceID: m.TraceID}
-	if err := h.sender.Send(ctx, next, left); err != nil {
+	next := Message{OrderNo: m.OrderNo, Hop: min(m.Hop+1, MaxHop), TraceID: m.TraceID, Trace: m.Trace}
+	if err := send(ctx, h.tracer, h.sender, next, left); err != nil {
 		h.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: m.OrderNo, Hop: next.Hop, Delay: left, Err: err})
 		return OutcomeFailed, fmt.Errorf("expiry: re-arm order %s: %w", m.OrderNo, err)
 	}

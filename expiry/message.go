@@ -10,12 +10,17 @@ import (
 )
 
 // Message is what travels through a DelaySender: the order to look at, which
-// hop of its re-arm chain this is (1 for the first message), and the trace id
-// of the request that placed the order.
+// hop of its re-arm chain this is (1 for the first message), the trace id of
+// the request that placed the order (for logs), and the W3C trace context the
+// message continues (for a tracer; see Tracer).
 type Message struct {
 	OrderNo string
 	Hop     int
 	TraceID string
+	// Trace is the W3C trace context of the send (traceparent and
+	// tracestate). Like TraceID it is not part of the body: transports carry
+	// it beside it, as headers or properties.
+	Trace Trace
 }
 
 // DelaySender delivers a Message to the consumer after a delay.

@@ -3,7 +3,7 @@ package expiry
 import "log/slog"
 
 // Runtime is how every component of orderexpiry gets its logger, its
-// observer and its clock: a host builds one value and puts it in each Config
+// observer, its clock and its tracer: a host builds one value and puts it in each Config
 // (HandlerConfig, SchedulerConfig, cancel.Config, reconcile.Config and the
 // transports' Configs), which embed it. The zero Runtime is ready to use.
 type Runtime struct {
@@ -18,6 +18,11 @@ type Runtime struct {
 	// seat store's clocks (invariant I11), so a host whose clock is skewed
 	// waits a little wrong but never cancels early.
 	Clock Clock
+	// Tracer traces the sends (Scheduler, the Handler's re-arm) and the
+	// handling of messages (Shell), carrying the placing request's trace
+	// context in each message; nil: NopTracer. expiry/otel provides an
+	// OpenTelemetry one.
+	Tracer Tracer
 }
 
 // WithDefaults returns r with every nil field set to its default.
@@ -30,6 +35,9 @@ func (r Runtime) WithDefaults() Runtime {
 	}
 	if r.Clock == nil {
 		r.Clock = SystemClock
+	}
+	if r.Tracer == nil {
+		r.Tracer = NopTracer
 	}
 	return r
 }

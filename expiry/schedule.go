@@ -27,6 +27,7 @@ type Scheduler struct {
 	clock   Clock
 	obs     Observer
 	log     *slog.Logger
+	tracer  Tracer
 	timeout time.Duration
 }
 
@@ -36,6 +37,8 @@ type SchedulerConfig struct {
 	// Runtime: the Clock gives the delay of the first message
 	// (expireAt - now); a skewed clock makes the message early or late,
 	// never the cancel (the Handler re-arms by the store's clock).
+	// The Tracer traces the send and gives the message the trace context
+	// of the placing request (the context passed to Schedule).
 	Runtime
 	// SendTimeout bounds each send, so a hung broker cannot hold the request
 	// that placed the order. Zero means SendTimeoutDefault; negative is an
@@ -56,7 +59,7 @@ func NewScheduler(c SchedulerConfig) (*Scheduler, error) {
 		return nil, fmt.Errorf("expiry: SchedulerConfig.SendTimeout is negative (%v)", c.SendTimeout)
 	}
 	rt := c.Runtime.WithDefaults()
-	s := &Scheduler{sender: c.Sender, clock: rt.Clock, obs: rt.Observer, log: rt.Logger, timeout: c.SendTimeout}
+	s := &Scheduler{sender: c.Sender, clock: rt.Clock, obs: rt.Observer, log: rt.Logger, tracer: rt.Tracer, timeout: c.SendTimeout}
 	if s.timeout == 0 {
 		s.timeout = SendTimeoutDefault
 	}
@@ -72,7 +75,7 @@ func (s *Scheduler) Schedule(ctx context.Context, orderNo string, expireAt time.
 	delay := expireAt.Sub(s.clock.Now())
 	err := ValidateID("order number", orderNo)
 	if err == nil {
-		err = s.sender.Send(ctx, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
+		err = send(ctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
 	}
 	if err != nil {
 		s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Hop: 1, Delay: delay, Err: err})

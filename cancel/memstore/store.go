@@ -52,7 +52,7 @@ type Store struct {
 	// Fail, when set, is returned by every call whose name it is given
 	// ("Order", "CancelPending", "PayPending", "Expired", "Statuses",
 	// "Claims", "Place", "RecordDiscrepancy", "ClaimDiscrepancies",
-	// "SettleDiscrepancy"), to inject store failures.
+	// "SettleDiscrepancy", "Overdue"), to inject store failures.
 	Fail func(op string) error
 }
 
@@ -292,6 +292,27 @@ func (s *Store) Expired(_ context.Context, cursor string, limit int) ([]string, 
 	}
 	last := due[limit-1].o
 	return out, strconv.FormatInt(last.ExpireAt.UnixMilli(), 10) + "|" + last.No, nil
+}
+
+// Overdue reports the pending orders whose expire_at is at or before the
+// store's clock (the ones Expired finds): how many, and how long past its
+// expire_at the earliest of them is (0 when there is none). It is what
+// expiry/prometheus's overdue poller reads, with the semantics of
+// sqlstore's Store.Overdue.
+func (s *Store) Overdue(context.Context) (n int, oldest time.Duration, err error) {
+	if err := s.fail("Overdue"); err != nil {
+		return 0, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for _, o := range s.orders {
+		if o.o.Status == expiry.StatusPending && !o.o.ExpireAt.After(now) {
+			n++
+			oldest = max(oldest, now.Sub(o.o.ExpireAt))
+		}
+	}
+	return n, oldest, nil
 }
 
 // Statuses implements reconcile.StatusReader.

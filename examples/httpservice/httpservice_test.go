@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -260,17 +261,35 @@ func TestUnpaidOrderExpires(t *testing.T) {
 
 	// What happened is on /metrics: one order paid with one seat, one
 	// cancelled with two (by its message or, if that was slow, the reconciler).
-	resp, err := h.srv.Client().Get(h.srv.URL + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	metrics := string(raw)
+	metrics := h.metrics()
 	assert.Contains(t, metrics, `orderexpiry_events_total{detail="",kind="paid"} 1`)
 	assert.Contains(t, metrics, `orderexpiry_seats_total{kind="paid"} 1`)
 	assert.Contains(t, metrics, `orderexpiry_seats_total{kind="cancelled"} 2`)
 	assert.Regexp(t, `orderexpiry_events_total\{detail="(timeout|reconcile)",kind="cancelled"\} 1`, metrics)
+	// The operator's view: the cancel's lateness by the database's clock,
+	// and which path caught the order (the two counters add up to it).
+	assert.Regexp(t, `orderexpiry_cancel_lateness_seconds_count\{reason="(timeout|reconcile)"\} 1\n`, metrics)
+	byMessage := regexp.MustCompile(`orderexpiry_expired_orders_total\{path="message"\} (\d+)`).FindStringSubmatch(metrics)
+	byReconciler := regexp.MustCompile(`orderexpiry_expired_orders_total\{path="reconciler"\} (\d+)`).FindStringSubmatch(metrics)
+	require.Len(t, byMessage, 2, metrics)
+	require.Len(t, byReconciler, 2, metrics)
+	assert.ElementsMatch(t, []string{"0", "1"}, []string{byMessage[1], byReconciler[1]}, "caught once, by one path")
+	// The overdue gauges are read from the database from the start.
+	assert.Regexp(t, `orderexpiry_overdue_orders \d+\n`, metrics)
+	assert.Regexp(t, `orderexpiry_overdue_oldest_seconds [0-9.e+-]+\n`, metrics)
+	assert.Regexp(t, `orderexpiry_overdue_last_poll_timestamp_seconds [0-9.e+]+\n`, metrics)
+	assert.Contains(t, metrics, `orderexpiry_overdue_poll_errors_total 0`)
+}
+
+// metrics returns the service's GET /metrics.
+func (h *harness) metrics() string {
+	resp, err := h.srv.Client().Get(h.srv.URL + "/metrics")
+	require.NoError(h.t, err)
+	defer resp.Body.Close()
+	require.Equal(h.t, http.StatusOK, resp.StatusCode)
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(h.t, err)
+	return string(raw)
 }
 
 func TestPaymentAfterCancel(t *testing.T) {
@@ -286,6 +305,10 @@ func TestPaymentAfterCancel(t *testing.T) {
 		assert.Contains(t, out["error"], "refunded")
 	}
 	assert.Equal(t, []string{no + " pay-1"}, h.refunded(), "the refund hook was called once for the payment")
+	metrics := h.metrics()
+	assert.Contains(t, metrics, `orderexpiry_discrepancies_total{reason="paid_after_cancelled"} 1`, "once per payment id")
+	assert.Contains(t, metrics, `orderexpiry_refunds_total{result="refunded"} 1`)
+	assert.Contains(t, metrics, `orderexpiry_refunds_total{result="hook_failed"} 0`)
 	_, out := h.do("GET", "/orders/"+no, "alice", "")
 	assert.Equal(t, "cancelled", out["status"])
 	assert.Empty(t, h.seatStates("show1"), "nothing sold")

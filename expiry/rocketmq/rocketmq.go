@@ -19,7 +19,9 @@
 //     use ModeTimer against 4.x.
 //
 // The order number is the message key, the body is expiry's versioned
-// encoding, and the trace id travels in the user property "oe_trace".
+// encoding, the trace id travels in the user property "oe_trace", and the
+// W3C trace context (expiry.Trace) in the user properties "traceparent" and
+// "tracestate", the names of the W3C headers.
 //
 // "Not yet due" is a new delayed send plus success, never the broker's retry:
 // the consumer asks for a retry (ConsumeRetryLater) only when the Shell says
@@ -81,6 +83,16 @@ const DefaultSlack = time.Second
 
 // TraceProperty is the message property that carries the trace id.
 const TraceProperty = "oe_trace"
+
+// The user properties that carry a message's W3C trace context
+// (expiry.Message.Trace). The Sender sets them only for a context that
+// passes expiry.Trace.Clean (printable ASCII, bounded), so no value can
+// carry client-go's property separators; the Consumer hands whatever a
+// producer put there to the Processor, whose Shell bounds it again.
+const (
+	TraceParentProperty = "traceparent"
+	TraceStateProperty  = "tracestate"
+)
 
 // timerDelayProperty is the broker's relative timer property (5.x).
 const timerDelayProperty = "TIMER_DELAY_MS"
@@ -211,6 +223,12 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 	if m.TraceID != "" {
 		msg.WithProperty(TraceProperty, m.TraceID)
 	}
+	if tc := m.Trace.Clean(); tc.Parent != "" {
+		msg.WithProperty(TraceParentProperty, tc.Parent)
+		if tc.State != "" {
+			msg.WithProperty(TraceStateProperty, tc.State)
+		}
+	}
 	level, d := s.Plan(delay)
 	if s.cfg.Mode == ModeTimer {
 		if d > 0 {
@@ -253,7 +271,9 @@ func instanceName() string {
 	return fmt.Sprintf("oe-%d-%d", os.Getpid(), instances.Add(1))
 }
 
-// Processor handles a delivered body; *expiry.Shell implements it.
+// Processor handles a delivered body; *expiry.Shell implements it. A
+// Processor that also implements expiry.TracedProcessor (the Shell does) gets
+// each message's trace context through ProcessTraced.
 type Processor interface {
 	Process(ctx context.Context, body []byte, traceID string) expiry.Verdict
 }
@@ -289,6 +309,7 @@ func NewConsumer(cfg Config, p Processor) (*Consumer, error) {
 		return nil, fmt.Errorf("rocketmq: new consumer: %w", err)
 	}
 	c := &Consumer{cfg: cfg, c: pc}
+	traced, _ := p.(expiry.TracedProcessor)
 	err = pc.Subscribe(cfg.Topic, consumer.MessageSelector{}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		if !c.enter() {
 			return consumer.ConsumeRetryLater, nil // shutting down: leave it to the next consumer
@@ -296,7 +317,14 @@ func NewConsumer(cfg Config, p Processor) (*Consumer, error) {
 		defer c.running.Done()
 		result := consumer.ConsumeSuccess
 		for _, m := range msgs {
-			if p.Process(ctx, m.Body, m.GetProperty(TraceProperty)) == expiry.Retry {
+			var v expiry.Verdict
+			if traced != nil {
+				tc := expiry.Trace{Parent: m.GetProperty(TraceParentProperty), State: m.GetProperty(TraceStateProperty)}
+				v = traced.ProcessTraced(ctx, m.Body, m.GetProperty(TraceProperty), tc)
+			} else {
+				v = p.Process(ctx, m.Body, m.GetProperty(TraceProperty))
+			}
+			if v == expiry.Retry {
 				result = consumer.ConsumeRetryLater
 			}
 		}
