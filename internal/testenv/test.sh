@@ -48,7 +48,8 @@ no_servers() {
 	for mod in "${modules[@]}"; do
 		echo "=== module $mod" >>"$log"
 		if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR -u OE_REDIS_CLUSTER \
-			-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER GOTOOLCHAIN="$floor" \
+			-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER -u OE_ROCKETMQ_BROKER_B \
+			-u OE_REDIS_PRIMARY -u OE_REDIS_REPLICA -u OE_REDIS_CLUSTER_REPLICAS -u OE_SERVICES_SH -u OE_SERVICES_STATE GOTOOLCHAIN="$floor" \
 			go -C "$mod" test -count=1 -v ./... >>"$log" 2>&1; then
 			say "FAIL: go test ./... in $mod fails without servers (or with $floor) instead of passing or skipping:"
 			grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL\s|^go: ' "$log" | head -200 >&2 || tail -100 "$log" >&2
