@@ -13,7 +13,7 @@
 //
 // Modes: the default is the whole service; -consumer=false runs no consumer
 // (the brokers are down: the reconciler alone); -raw-parts N -raw-part K
-// cancels the orders -raw-prefix0 .. -raw-prefix(raw-n - 1) whose index is K
+// cancels the orders numbered -raw-format of 0 .. -raw-n - 1 whose index is K
 // mod N directly through the cancel path and exits: the cancel path's raw rate.
 package main
 
@@ -29,7 +29,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,7 +52,8 @@ type config struct {
 	reconcile                                                        time.Duration
 	limit, consumers, workers                                        int
 	consumer                                                         bool
-	rawPrefix                                                        string
+	rawFormat                                                        string
+	redisDB                                                          int
 	rawN, rawPart, rawParts                                          int
 }
 
@@ -74,7 +74,8 @@ func main() {
 	flag.IntVar(&c.consumers, "consumers", 20, "messages handled at once (rocketmq.Config.Consumers)")
 	flag.IntVar(&c.workers, "workers", 0, "reconcile.Config.Workers (0: the default), and the raw mode's goroutines")
 	flag.BoolVar(&c.consumer, "consumer", true, "run the push consumer")
-	flag.StringVar(&c.rawPrefix, "raw-prefix", "", "raw mode: order number prefix")
+	flag.StringVar(&c.rawFormat, "raw-format", "B%08d", "raw mode: the order numbers, as a fmt format of their index")
+	flag.IntVar(&c.redisDB, "redis-db", 0, "Redis logical database")
 	flag.IntVar(&c.rawN, "raw-n", 0, "raw mode: how many orders")
 	flag.IntVar(&c.rawPart, "raw-part", 0, "raw mode: this process's part")
 	flag.IntVar(&c.rawParts, "raw-parts", 0, "raw mode: the number of parts (0: not raw)")
@@ -186,7 +187,7 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: c.redis, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second,
+	rdb := redis.NewClient(&redis.Options{Addr: c.redis, DB: c.redisDB, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second,
 		WriteTimeout: 2 * time.Second, MaxRetries: 1, PoolSize: 64})
 	defer rdb.Close()
 	rs, err := redisseat.New(rdb, c.ns)
@@ -358,7 +359,7 @@ func raw(ctx context.Context, c config, svc *cancel.Service, ev *events) error {
 				if i >= int64(c.rawN) {
 					return
 				}
-				no := c.rawPrefix + strconv.FormatInt(i, 10)
+				no := fmt.Sprintf(c.rawFormat, i)
 				if _, err := svc.Cancel(ctx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true}); err != nil {
 					fails.Add(1)
 				}
