@@ -47,9 +47,21 @@ const (
 	// cancel failed or timed out) and skipped it for now, with a backoff, so
 	// that it does not hold the others back; Reason ("cancel"), Err.
 	KindSkipped
+	// KindReinstated: a late payment reinstated a cancelled order (cancelled
+	// by timeout or the reconciler) as paid, every seat claimed again; Seats.
+	// A late payment that could not be honoured is a KindDiscrepancy.
+	KindReinstated
+	// KindWarned: the expiry-warning hook fired for a pending order; Delay is
+	// the time it had left by the store's clock.
+	KindWarned
+	// KindDeadlineChanged: a pending order's deadline moved; Reason
+	// ("extended", "shortened", "expired_now"), Delay the change (negative
+	// when it moved earlier).
+	KindDeadlineChanged
 )
 
-var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped"}
+var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped",
+	"reinstated", "warned", "deadline_changed"}
 
 // String returns the kind's snake_case name, suitable as a metric label.
 func (k Kind) String() string {
