@@ -346,7 +346,10 @@ func runLifecycle(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Tim
 			var eerr, cerr error
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); ext, eerr = d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: p.OrderNo, In: time.Hour}) }()
+			go func() {
+				defer wg.Done()
+				ext, eerr = d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: p.OrderNo, In: time.Hour})
+			}()
 			go func() {
 				defer wg.Done()
 				can, cerr = h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
