@@ -1669,7 +1669,7 @@ func (m *machine) ExpireNow(t *rapid.T) {
 func (m *machine) Shorten(t *rapid.T) {
 	no, o := m.pickPlaced(t)
 	before := m.state(o)
-	d := time.Duration(rapid.Int64Range(0, (m.env.expiryMax / 10).Milliseconds()).Draw(t, "shorten_ms")) * time.Millisecond
+	d := time.Duration(rapid.Int64Range(0, (m.env.expiryMax/10).Milliseconds()).Draw(t, "shorten_ms")) * time.Millisecond
 	_, err := m.svc.Shorten(m.ctx, no, "", d)
 	m.stats.kinds["shorten_"+before]++
 	if m.hit("SetDeadline", "Order", "Send") {
