@@ -1531,7 +1531,6 @@ func (m *machine) checkWarning(msg expiry.Message, o *mOrder, before string, out
 	case "paid", "cancelled":
 		ok = outcome == expiry.OutcomeFinal
 	default:
-		early := o.p.ExpireAt.Add(-msg.Lead).After(t1)
 		due := !o.p.ExpireAt.After(t0)
 		switch outcome {
 		case expiry.OutcomeWarned:
@@ -1544,7 +1543,6 @@ func (m *machine) checkWarning(msg expiry.Message, o *mOrder, before string, out
 			ok = o.warned > 0 || !o.p.ExpireAt.After(t1)
 			kind = "warning_final"
 		}
-		_ = early
 	}
 	m.stats.kinds[kind]++
 	if m.hit("MarkWarned", "Send", "Order") && outcome == expiry.OutcomeFailed {
