@@ -23,6 +23,9 @@ type Service struct {
 	onDiscrepancy func(context.Context, Discrepancy) error
 	placeTimeout  time.Duration
 	lease         time.Duration
+	acceptLate    bool
+	onWarning     func(context.Context, expiry.Order) error
+	sender        expiry.DelaySender
 }
 
 // Defaults of Config.
@@ -63,6 +66,24 @@ type Config struct {
 	PlaceTimeout time.Duration
 	// DiscrepancyLease: see DiscrepancyLeaseDefault; 0: that default.
 	DiscrepancyLease time.Duration
+	// AcceptLatePayments is the late-payment policy (pretix's
+	// payment_term_accept_late). Off (the default), a payment for a
+	// cancelled order is a discrepancy, refunded. On, a payment for an order
+	// cancelled by its timeout or the reconciler (never by its user, nor by
+	// ExpireNow) reinstates it as paid when the store implements Reinstater
+	// and every seat can be claimed again, in SQL and in the seat store
+	// (only if free); otherwise it is refunded as before. Reinstating is the
+	// only way back from a terminal state and happens at most once per
+	// order.
+	AcceptLatePayments bool
+	// OnWarning is the host's expiry-warning hook ("your seats will be
+	// released in 2 minutes"), run by Warn (the Handler's Warner, with
+	// expiry.SchedulerConfig.WarnBefore), at most once per order, bounded by
+	// half of DiscrepancyLease. Nil: warnings are only counted.
+	OnWarning func(ctx context.Context, o expiry.Order) error
+	// Sender sends the new expiry message of a shortened deadline (Shorten);
+	// nil: Shorten is refused.
+	Sender expiry.DelaySender
 }
 
 // New returns a Service, or an error naming the field that is missing or
@@ -82,7 +103,8 @@ func New(c Config) (*Service, error) {
 	}
 	rt := c.Runtime.WithDefaults()
 	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: rt.Observer,
-		log: rt.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease}
+		log: rt.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease,
+		acceptLate: c.AcceptLatePayments, onWarning: c.OnWarning, sender: c.Sender}
 	if s.placeTimeout == 0 {
 		s.placeTimeout = PlaceTimeoutDefault
 	}
@@ -198,8 +220,11 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 }
 
 // Pay records a payment callback. Paying a paid order again with the same
-// payment id changes nothing and is not an error (callbacks repeat). Paying
-// a cancelled order, or a paid one with another payment id, is a
+// payment id changes nothing and is not an error (callbacks repeat). With
+// Config.AcceptLatePayments, paying an order cancelled by its timeout or the
+// reconciler reinstates it as paid when every seat can be claimed again
+// (Changed true, expiry.KindReinstated; see Reinstater). Paying a cancelled
+// order otherwise, or a paid one with another payment id, is a
 // discrepancy: nothing changes, it is recorded once per payment id (with
 // Config.Discrepancies) and handed to the refund hook, and the error wraps
 // ErrDiscrepancy (a repeated callback gets it too). After the store's
@@ -219,6 +244,8 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 		return res, nil
 	}
 	switch {
+	case res.Order.Status == expiry.StatusCancelled && s.acceptLate:
+		return s.payLate(ctx, p, res)
 	case res.Order.Status == expiry.StatusCancelled,
 		res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID:
 		d := Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: res.Order.Status}

@@ -53,14 +53,16 @@ const (
 	// rounding to a level), Level (the delay level, 0 without levels).
 	// Emitted by the DelaySender, so it means the same on every transport.
 	KindSent
-	// KindReinstated: a late payment reinstated an order cancelled by
-	// timeout or the reconciler, as paid; Seats.
+	// KindReinstated: a late payment reinstated a cancelled order (cancelled
+	// by timeout or the reconciler) as paid, every seat claimed again; Seats.
+	// A late payment that could not be honoured is a KindDiscrepancy.
 	KindReinstated
-	// KindWarned: the expiry warning hook was fired for an order before its
-	// deadline.
+	// KindWarned: the expiry-warning hook fired for a pending order; Delay is
+	// the time it had left by the store's clock.
 	KindWarned
-	// KindDeadlineChanged: a pending order's deadline was extended or
-	// brought forward; Reason.
+	// KindDeadlineChanged: a pending order's deadline moved; Reason
+	// ("extended", "shortened", "expired_now"), Delay the change (negative
+	// when it moved earlier).
 	KindDeadlineChanged
 	// KindRefunded: the host's refund hook succeeded for a recorded
 	// discrepancy, and the record was settled: one refund, once per

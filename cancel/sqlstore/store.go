@@ -8,6 +8,8 @@
 //   - cancel.OrderStore (Order, CancelPending, PayPending),
 //   - cancel.DiscrepancyStore (RecordDiscrepancy, ClaimDiscrepancies,
 //     SettleDiscrepancy),
+//   - cancel.Reinstater (ReinstateCancelled), cancel.DeadlineStore
+//     (SetDeadline) and cancel.WarnStore (MarkWarned), in late.go,
 //   - expiry.OrderLookup (Order),
 //   - reconcile.ExpiredFinder (Expired), reconcile.StatusReader (Statuses)
 //     and reconcile.ClaimScanner (Claims).
@@ -167,7 +169,7 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 		pay:         bind(paySQL),
 		payOwner:    bind(paySQL + " AND user_id = ?"),
 		sellSeats:   bind("UPDATE oe_order_seat SET state = 2 WHERE order_no = ?"),
-		insertOrder: bind("INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) VALUES (?, ?, ?, 0, ?, NOW_MS, NOW_MS)"),
+		insertOrder: bind("INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms, seats) VALUES (?, ?, ?, 0, ?, NOW_MS, NOW_MS, ?)"),
 		insertSeat:  bind("INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES (?, ?, ?, 1)"),
 		claims:      bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE " + after(d, "s.show_id", "s.seat_id") + " ORDER BY s.show_id, s.seat_id LIMIT ?"),
 		// The clock in a scalar subquery is evaluated once, so the planner
@@ -274,7 +276,7 @@ func (s *Store) Close() error {
 
 // Migrate applies Schema(dialect), then upgrades tables that an earlier
 // version of this package created (CREATE TABLE IF NOT EXISTS leaves them as
-// they are): it adds oe_order.payment_id and, on MySQL/MariaDB, gives the id
+// they are): it adds oe_order.payment_id, seats and warned_at_ms and, on MySQL/MariaDB, gives the id
 // columns their byte-exact collation (ascii_bin; this rebuilds the table
 // once). Every step looks before it changes anything, so Migrate is
 // idempotent, and safe to run from several hosts at once.
@@ -324,6 +326,9 @@ func (s *Store) upgrade(ctx context.Context) error {
 		if _, err := s.db.ExecContext(ctx, addPaymentID[s.dialect]); err != nil && !isDuplicateColumn(err) {
 			return err // a concurrent Migrate adding it first is success
 		}
+	}
+	if err := s.upgradeLate(ctx); err != nil { // late.go: seats, warned_at_ms
+		return err
 	}
 	if s.dialect != MySQL {
 		return nil
@@ -397,7 +402,7 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("sqlstore: place: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.q.insertOrder, p.OrderNo, p.UserID, p.ShowID, p.ExpireAt.UnixMilli()); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.insertOrder, p.OrderNo, p.UserID, p.ShowID, p.ExpireAt.UnixMilli(), seatList(p.Seats)); err != nil {
 		if isDuplicate(err) { // oe_order's only unique key is order_no
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 		}
