@@ -254,3 +254,38 @@ func (d drySeats) locked(ctx context.Context, h cancel.Hold) (int, error) {
 	}
 	return n, nil
 }
+
+// extend keeps a pending order open at least d from now, by the database's
+// clock. An order already due, or already open longer, is left as it is.
+func extend(ctx context.Context, e *env, no string, d time.Duration, w io.Writer) error {
+	res, err := e.svc.Extend(ctx, no, "", d)
+	if err != nil {
+		return fmt.Errorf("extend %s: %w", no, err)
+	}
+	o := res.Order
+	switch {
+	case res.Changed:
+		fmt.Fprintf(w, "order %s: deadline moved from %s to %s (%s)\n", no, stamp(res.Previous), stamp(o.ExpireAt), due(o))
+	case o.Status != expiry.StatusPending:
+		fmt.Fprintf(w, "order %s: not changed, it is %s\n", no, o.Status)
+	case o.Remaining() <= 0:
+		fmt.Fprintf(w, "order %s: not changed, it is already due (%s): the timeout decides it\n", no, due(o))
+	default:
+		fmt.Fprintf(w, "order %s: not changed, its deadline %s is already later (%s)\n", no, stamp(o.ExpireAt), due(o))
+	}
+	return nil
+}
+
+// expireNow cancels a pending order at once and gives its seats back.
+func expireNow(ctx context.Context, e *env, no string, w io.Writer) error {
+	res, err := e.svc.ExpireNow(ctx, no)
+	if err != nil {
+		return fmt.Errorf("expire %s: %w", no, err)
+	}
+	if !res.Changed {
+		fmt.Fprintf(w, "order %s: not changed, it is %s\n", no, res.Order.Status)
+		return nil
+	}
+	fmt.Fprintf(w, "order %s: cancelled now (reason expired); %d of %d seat(s) released in Redis\n", no, res.Released, len(res.Seats))
+	return nil
+}

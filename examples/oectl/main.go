@@ -6,6 +6,8 @@
 //	oectl [flags] overdue [-n N]    pending orders past their deadline, oldest first
 //	oectl [flags] reconcile [-dry-run]
 //	                                one reconcile round (dry run: what it would do)
+//	oectl [flags] extend NO DUR     keep a pending order open at least DUR from now
+//	oectl [flags] expire NO         cancel a pending order now, its seats back
 //
 // Flags name the servers, as the service does:
 //
@@ -25,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 // usage is printed for -h and for a command line it cannot run.
@@ -36,6 +39,8 @@ Commands:
   order NO              the order in SQL and its seats in Redis, side by side
   overdue [-n N]        pending orders past their deadline, oldest first (at most N, default 50)
   reconcile [-dry-run]  run one reconcile round; -dry-run reports what it would do and changes nothing
+  extend NO DUR         keep a pending order open at least DUR (e.g. 10m) from now, by the database's clock
+  expire NO             cancel a pending order now (reason "expired"), its seats back; a payment after it is refunded
 
 Flags:
 `
@@ -74,7 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() == 0 {
-		return fmt.Errorf("%w: no command (order, overdue, reconcile; -h for help)", errUsage)
+		return fmt.Errorf("%w: no command (order, overdue, reconcile, extend, expire; -h for help)", errUsage)
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	var do func(context.Context, *env) error
@@ -100,8 +105,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: reconcile [-dry-run]", errUsage)
 		}
 		do = func(ctx context.Context, e *env) error { return reconcileOnce(ctx, e, *dry, stdout, stderr) }
+	case "extend":
+		if len(rest) != 2 {
+			return fmt.Errorf("%w: extend takes an order number and a duration", errUsage)
+		}
+		d, err := time.ParseDuration(rest[1])
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%w: extend: %q is not a positive duration (10m, 90s)", errUsage, rest[1])
+		}
+		do = func(ctx context.Context, e *env) error { return extend(ctx, e, rest[0], d, stdout) }
+	case "expire":
+		if len(rest) != 1 {
+			return fmt.Errorf("%w: expire takes one order number", errUsage)
+		}
+		do = func(ctx context.Context, e *env) error { return expireNow(ctx, e, rest[0], stdout) }
 	default:
-		return fmt.Errorf("%w: unknown command %q (order, overdue, reconcile)", errUsage, cmd)
+		return fmt.Errorf("%w: unknown command %q (order, overdue, reconcile, extend, expire)", errUsage, cmd)
 	}
 	e, err := openEnv(ctx, cfg)
 	if err != nil {

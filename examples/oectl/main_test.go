@@ -148,6 +148,27 @@ func runOperatorSession(t *testing.T, w world) {
 
 	_, err = w.oectl(t, "order", "nope")
 	assert.ErrorContains(t, err, "order nope: not in SQL")
+
+	// An operator grants live-1 two hours, twice (the second changes
+	// nothing: "at least"), then expires it.
+	out, err = w.oectl(t, "extend", "live-1", "2h")
+	require.NoError(t, err)
+	assert.Regexp(t, `order live-1: deadline moved from \S+ \S+ UTC to \S+ \S+ UTC \(due in (2h0m0s|1h59m)`, out)
+	out, err = w.oectl(t, "extend", "live-1", "90m")
+	require.NoError(t, err)
+	assert.Contains(t, out, "not changed, its deadline")
+	out, err = w.oectl(t, "extend", "due-1", "1h")
+	require.NoError(t, err)
+	assert.Contains(t, out, "order due-1: not changed, it is cancelled")
+	out, err = w.oectl(t, "expire", "live-1")
+	require.NoError(t, err)
+	assert.Equal(t, "order live-1: cancelled now (reason expired); 1 of 1 seat(s) released in Redis\n", out)
+	out, err = w.oectl(t, "expire", "live-1")
+	require.NoError(t, err)
+	assert.Equal(t, "order live-1: not changed, it is cancelled\n", out)
+	show, err = w.seats.Show(ctx, "s1")
+	require.NoError(t, err)
+	assert.Empty(t, show)
 }
 
 func TestOperatorSessionMariaDB(t *testing.T) {
@@ -182,6 +203,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"order"}, "order takes one order number"},
 		{[]string{"overdue", "-n", "0"}, "N at least 1"},
 		{[]string{"reconcile", "now"}, "reconcile [-dry-run]"},
+		{[]string{"extend", "A1"}, "an order number and a duration"},
+		{[]string{"extend", "A1", "-5m"}, "not a positive duration"},
+		{[]string{"expire"}, "one order number"},
 		{[]string{"overdue"}, "exactly one of -mysql, -postgres, -sqlite"},
 		{[]string{"-mysql", "x", "-sqlite", "y", "overdue"}, "exactly one of"},
 		{[]string{"-bogus"}, "flag provided but not defined"},
