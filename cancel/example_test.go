@@ -65,7 +65,10 @@ func ExampleService_Place() {
 	again := p // a double submit, or a retry after an unknown commit
 	err = svc.Place(ctx, again, 4, func(ctx context.Context) error { return store.Place(ctx, again) })
 	fmt.Println(errors.Is(err, cancel.ErrOrderExists))
-	held, _ := seats.Held(ctx, "s1", "u1")
+	held, err := seats.Held(ctx, "s1", "u1")
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("seats held:", held)
 	// Output:
 	// placed: <nil>
@@ -93,9 +96,13 @@ func ExampleService_Pay_latePayment() {
 			panic(err)
 		}
 	}
-	_, _, _ = svc.Timeout(ctx, "A1") // its message arrived: cancelled by the timeout
-	_, _ = svc.ExpireNow(ctx, "A2")  // an operator's decision
-	for i := 0; i < 2; i++ {         // the provider repeats the callback
+	if _, _, err := svc.Timeout(ctx, "A1"); err != nil { // its message arrived: cancelled by the timeout
+		panic(err)
+	}
+	if _, err := svc.ExpireNow(ctx, "A2"); err != nil { // an operator's decision
+		panic(err)
+	}
+	for i := 0; i < 2; i++ { // the provider repeats the callback
 		res, err := svc.Pay(ctx, cancel.Payment{OrderNo: "A1", PaymentID: "pay-1"})
 		fmt.Println("A1:", res.Order.Status, res.Changed, err)
 	}
@@ -113,12 +120,23 @@ func ExampleService_Pay_latePayment() {
 func ExampleService_Extend() {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
-	svc, _ := cancel.New(cancel.Config{Store: store, Seats: seats})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
+	if err != nil {
+		panic(err)
+	}
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1"}, ExpireAt: time.Now().Add(time.Minute)}
-	_ = svc.Place(ctx, p, 0, func(ctx context.Context) error { return store.Place(ctx, p) })
-	res, _ := svc.Extend(ctx, "A1", "u1", 10*time.Minute)
+	if err := svc.Place(ctx, p, 0, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+		panic(err)
+	}
+	res, err := svc.Extend(ctx, "A1", "u1", 10*time.Minute)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("extended:", res.Changed, res.Order.Remaining() > 9*time.Minute)
-	res, _ = svc.Extend(ctx, "A1", "u1", 5*time.Minute)
+	res, err = svc.Extend(ctx, "A1", "u1", 5*time.Minute)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("again, shorter:", res.Changed)
 	// Output:
 	// extended: true true

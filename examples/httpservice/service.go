@@ -173,7 +173,9 @@ func (a *App) RunReconciler(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = a.overdue.Run(ctx) // returns ctx's error, as Run below does
+		if err := a.overdue.Run(ctx); err != nil && ctx.Err() == nil {
+			a.log.ErrorContext(ctx, "overdue poller stopped", "err", err)
+		}
 	}()
 	defer func() { <-done }()
 	return a.rec.Run(ctx, a.reconcileEvery)

@@ -28,19 +28,35 @@ func Example() {
 
 	clock := expirytest.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	store, seats := memstore.NewStore(clock.Now), memstore.NewSeats(clock.Now)
-	svc, _ := cancel.New(cancel.Config{Store: store, Seats: seats})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
+	if err != nil {
+		panic(err)
+	}
 	sender := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}})
 	defer sender.Close()
-	h, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: expiry.Runtime{Tracer: tracer}})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: expiry.Runtime{Tracer: tracer}})
+	if err != nil {
+		panic(err)
+	}
 	sender.Attach(expiry.NewShell(h))
-	sched, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Clock: clock, Tracer: tracer}})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Clock: clock, Tracer: tracer}})
+	if err != nil {
+		panic(err)
+	}
 
 	// The placing request's span (an instrumented HTTP handler's, in a host).
 	ctx, req := tp.Tracer("host").Start(context.Background(), "POST /orders")
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(time.Minute)}
-	_ = seats.Lock(ctx, p.Hold(), 0)
-	_ = store.Place(ctx, p)
-	sched.Schedule(ctx, p.OrderNo, p.ExpireAt)
+	err = svc.Place(ctx, p, 0, func(ctx context.Context) error {
+		if err := store.Place(ctx, p); err != nil { // in a host: its SQL transaction
+			return err
+		}
+		sched.Schedule(ctx, p.OrderNo, p.ExpireAt) // after commit
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
 	req.End()
 
 	clock.Advance(time.Minute)

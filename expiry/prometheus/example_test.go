@@ -36,7 +36,10 @@ func Example() {
 orderexpiry_seats_total{kind="cancelled"} 2
 `), "orderexpiry_seats_total")
 	fmt.Println("seats:", err == nil)
-	n, _ := testutil.GatherAndCount(reg, "orderexpiry_events_total")
+	n, err := testutil.GatherAndCount(reg, "orderexpiry_events_total")
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("event series:", n)
 	// Output:
 	// seats: true
@@ -49,14 +52,18 @@ func ExampleOverduePoller() {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	store := memstore.NewStore(func() time.Time { return now })
 	ctx := context.Background()
-	_ = store.Place(ctx, cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: now.Add(-90 * time.Second)})
+	if err := store.Place(ctx, cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: now.Add(-90 * time.Second)}); err != nil {
+		log.Fatal(err)
+	}
 
 	reg := prom.NewRegistry()
 	poller, err := prometheus.NewOverduePoller(reg, "", store, prometheus.PollerConfig{Interval: 30 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = poller.Poll(ctx) // in a host: go poller.Run(ctx)
+	if err := poller.Poll(ctx); err != nil { // in a host: go poller.Run(ctx)
+		log.Fatal(err)
+	}
 
 	err = testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP orderexpiry_overdue_orders Pending orders past their deadline by the store's clock, at the last successful read.
