@@ -179,6 +179,7 @@ func TestClusterFailover(t *testing.T) {
 	// (locks lost), payments and cancels of older pending orders (sales and
 	// releases lost), and orders placed and paid (sales of free seats lost).
 	lost := ld.window(ctx, perMaster[victim], reserved)
+	time.Sleep(500 * time.Millisecond) // the load's own writes in the window
 	t.Logf("window: %d placed, %d paid, %d cancelled, %d placed and paid on %s", len(lost.placed), len(lost.paid), len(lost.cancelled), len(lost.placedPaid), victimAddr)
 	require.NotEmpty(t, lost.placed)
 	require.NotEmpty(t, lost.paid)
@@ -191,6 +192,10 @@ func TestClusterFailover(t *testing.T) {
 	phase.Store("outage")
 	require.NoError(t, syscall.Kill(victimPid, syscall.SIGKILL))
 	killTime := time.Now()
+	// The outage: nothing serves the victim's slots for 1.5 s (an automatic
+	// failover would take cluster-node-timeout, 5 s here, and an election).
+	// The replica stays stopped for less than the node timeout in all.
+	time.Sleep(1500 * time.Millisecond)
 	require.NoError(t, syscall.Kill(replicaPid, syscall.SIGCONT))
 	var replicaAt int64
 	require.NoError(t, waitUntil(ctx, 10*time.Second, func() error {
