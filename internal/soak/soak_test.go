@@ -136,7 +136,9 @@ type hostileBody struct {
 // raw client-go producer: empty, oversized, another format, an invalid order
 // number, a non-canonical hop, and a well-formed message for an order that
 // does not exist. Each must be counted by the instance that gets it (a bad
-// message, or a missing order) and dropped, changing nothing (I7).
+// message, or a missing order) and dropped, changing nothing (I7). Every body
+// but the empty one is sent three times: the producer's round robin puts the
+// 15 on 15 of the topic's 16 queues, so every instance gets some.
 func (s *soakRun) sendHostile(ctx context.Context, namesrv, topic, uniq string) {
 	p, err := rmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{namesrv})),
 		producer.WithGroupName(topic+"_hostile"), producer.WithRetry(2))
@@ -162,17 +164,22 @@ func (s *soakRun) sendHostile(ctx context.Context, namesrv, topic, uniq string) 
 		{what: "non-canonical hop", body: []byte("oe1 " + real + " 01")},
 		{what: "unknown order", body: []byte("oe1 " + s.nosuch + " 1"), missing: true},
 	} {
-		h := hostileBody{what: b.what, missing: b.missing}
-		res, err := p.SendSync(ctx, primitive.NewMessage(topic, b.body))
-		switch {
-		case err != nil:
-			h.sendErr = err
-		case res.Status != primitive.SendOK || res.MessageQueue == nil:
-			h.sendErr = fmt.Errorf("send status %v", res.Status)
-		default:
-			h.broker, h.queue, h.offset = res.MessageQueue.BrokerName, res.MessageQueue.QueueId, res.QueueOffset
+		for copy := range 3 {
+			if copy > 0 && b.body == nil {
+				break
+			}
+			h := hostileBody{what: b.what, missing: b.missing}
+			res, err := p.SendSync(ctx, primitive.NewMessage(topic, b.body))
+			switch {
+			case err != nil:
+				h.sendErr = err
+			case res.Status != primitive.SendOK || res.MessageQueue == nil:
+				h.sendErr = fmt.Errorf("send status %v", res.Status)
+			default:
+				h.broker, h.queue, h.offset = res.MessageQueue.BrokerName, res.MessageQueue.QueueId, res.QueueOffset
+			}
+			s.bodies = append(s.bodies, h)
 		}
-		s.bodies = append(s.bodies, h)
 	}
 	s.mark("hostile_sent")
 }
@@ -794,6 +801,7 @@ func (s *soakRun) checkHostile(lines []Line, inSQL map[string]*sqlOrder, dialect
 	if len(s.bodies) == 0 {
 		return []string{"I7: no hostile body was sent"}
 	}
+	byInstance := map[string]int{}
 	for _, h := range s.bodies {
 		if h.sendErr != nil {
 			if h.what == "empty" { // the broker refuses an empty body itself
@@ -825,6 +833,7 @@ func (s *soakRun) checkHostile(lines []Line, inSQL map[string]*sqlOrder, dialect
 				bad = append(bad, fmt.Sprintf("I7: hostile body %q came back for a retry (%d) at %s", h.what, l.RC, l.I))
 			}
 			counted = append(counted, l.I)
+			byInstance[l.I]++
 		}
 		if len(counted) == 0 {
 			bad = append(bad, fmt.Sprintf("I7: hostile body %q (%s queue %d offset %d) was never counted by an instance", h.what, h.broker, h.queue, h.offset))
@@ -838,6 +847,12 @@ func (s *soakRun) checkHostile(lines []Line, inSQL map[string]*sqlOrder, dialect
 		}
 		figures = append(figures, fmt.Sprintf("%s: %s queue %d, counted as a %s by %v", h.what, h.broker, h.queue, kind, counted))
 	}
+	for _, in := range s.insts {
+		if byInstance[in.ID] == 0 {
+			bad = append(bad, fmt.Sprintf("I7: instance %s counted none of the hostile bodies (%v)", in.ID, byInstance))
+		}
+	}
+	figures = append(figures, fmt.Sprintf("counted per instance %v", byInstance))
 	if _, ok := inSQL[s.nosuch]; ok {
 		bad = append(bad, fmt.Sprintf("I7: the message for unknown order %s created it", s.nosuch))
 	}
