@@ -74,6 +74,21 @@
 // the worst case is a rebuild that the newer hosts stop early because the
 // older one marked the store restored after its own unconditional rebuild.
 //
+// # Failover on Redis Cluster
+//
+// When a master dies and its replica is promoted (automatically, or by
+// CLUSTER FAILOVER TAKEOVER), a *redis.ClusterClient keeps sending the dead
+// master's slots to the dead address until it reloads its slot map, which
+// go-redis does on a MOVED or READONLY reply or every
+// ClusterStateReloadInterval (60 s by default): a node that refuses
+// connections gives neither. So on a call that could not reach its node the
+// store asks the client to reload (ClusterClient.ReloadState), and the calls
+// after it reach the promoted node. Meanwhile the calls for those slots fail
+// with the connection's error (and while the master of <ns>:shows is down,
+// every Lock: the show is listed first). The promoted replica lacks the
+// master's last writes: the partial loss described above, which the
+// reconciler repairs.
+//
 // # Retries
 //
 // Release, Sell and Restore are idempotent, so go-redis may retry them after
@@ -91,6 +106,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +122,9 @@ import (
 type Seats struct {
 	rdb redis.UniversalClient
 	ns  string
+	// cluster is rdb when it is a *redis.ClusterClient: told to reload its
+	// slot map when a node cannot be reached (see seen).
+	cluster *redis.ClusterClient
 	// pause, set only by this package's tests, is called at the points of
 	// the listing protocol where a race would hurt (see ScanLocks), to
 	// widen them.
@@ -147,7 +166,39 @@ func New(rdb redis.UniversalClient, namespace string) (*Seats, error) {
 	if rdb == nil {
 		return nil, errors.New("redisseat: nil Redis client")
 	}
-	return &Seats{rdb: rdb, ns: namespace}, nil
+	cluster, _ := rdb.(*redis.ClusterClient)
+	return &Seats{rdb: rdb, ns: namespace, cluster: cluster}, nil
+}
+
+// seen passes on the error of a Redis call. On Redis Cluster, an error that
+// is not a server's reply (a node that refuses connections, resets them or
+// stops answering) makes the client reload its slot map at once: after a
+// failover the dead master's slots are served by its promoted replica, and
+// go-redis reloads on its own only after a MOVED or READONLY reply or every
+// ClusterStateReloadInterval (60 s by default), neither of which a dead node
+// gives. The reload runs in the background, one at a time.
+func (s *Seats) seen(err error) error {
+	if s.cluster != nil && unreachable(err) {
+		s.cluster.ReloadState(context.Background())
+	}
+	return err
+}
+
+// unreachable reports whether err says the server was not reached (or did
+// not answer), rather than answering with an error or the caller giving up.
+func unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) { // dial, read, write: also when wrapped in a dial timeout
+		return true
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return true // io.EOF, a closed pool, a timeout without a context
 }
 
 func (s *Seats) showsKey() string             { return s.ns + ":shows" }
@@ -182,7 +233,7 @@ func args(head []any, seats []string) []any {
 func (s *Seats) list(ctx context.Context, show string) error {
 	ctx, done := context.WithTimeout(context.WithoutCancel(ctx), relistTimeout)
 	defer done()
-	return s.rdb.SAdd(ctx, s.showsKey(), show).Err()
+	return s.seen(s.rdb.SAdd(ctx, s.showsKey(), show).Err())
 }
 
 // Lock implements cancel.SeatLocker: it locks every seat of h for h.OrderNo
@@ -208,11 +259,12 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
 	// The show is listed before the script, so that every Lock attempt in a
 	// show lists it (see ScanLocks for why this and the SADD after are
 	// enough), and a lock in an unlisted show is never left behind.
-	if err := s.rdb.SAdd(ctx, s.showsKey(), h.ShowID).Err(); err != nil {
+	if err := s.seen(s.rdb.SAdd(ctx, s.showsKey(), h.ShowID).Err()); err != nil {
 		return fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
 	}
 	s.at("lock: listed, before the script")
 	res, err := lockScript.Run(ctx, s.rdb, s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, limit}, h.Seats)...).Slice()
+	err = s.seen(err)
 	if err != nil {
 		// The script may have run (a lost reply): list the show again in
 		// case a scan unlisted it meanwhile.
@@ -265,6 +317,7 @@ func (s *Seats) run(ctx context.Context, op string, script *redis.Script, h canc
 		return 0, nil
 	}
 	n, err := script.Run(ctx, s.rdb, s.keys(h.ShowID), args(head, h.Seats)...).Int()
+	err = s.seen(err)
 	if err != nil {
 		return 0, fmt.Errorf("redisseat: %s %s: %w", op, h.OrderNo, err)
 	}
@@ -294,6 +347,7 @@ func (s *Seats) Show(ctx context.Context, show string) (map[string]cancel.SeatSt
 		return nil, fmt.Errorf("redisseat: %w", err)
 	}
 	all, err := s.rdb.HGetAll(ctx, s.seatsKey(show)).Result()
+	err = s.seen(err)
 	if err != nil {
 		return nil, fmt.Errorf("redisseat: show %s: %w", show, err)
 	}
@@ -315,6 +369,7 @@ func (s *Seats) Held(ctx context.Context, show, user string) (int, error) {
 		return 0, fmt.Errorf("redisseat: %w", err)
 	}
 	n, err := s.rdb.HGet(ctx, s.limitKey(show), user).Int()
+	err = s.seen(err)
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -329,6 +384,7 @@ func (s *Seats) Held(ctx context.Context, show, user string) (int, error) {
 // until a scan passes it.
 func (s *Seats) ListedShows(ctx context.Context) ([]string, error) {
 	shows, err := s.rdb.SMembers(ctx, s.showsKey()).Result()
+	err = s.seen(err)
 	if err != nil {
 		return nil, fmt.Errorf("redisseat: listed shows: %w", err)
 	}
@@ -427,6 +483,7 @@ type batch struct {
 
 func (s *Seats) scanBatch(ctx context.Context, show, cursor string, count int) (batch, error) {
 	res, err := scanScript.Run(ctx, s.rdb, []string{s.seatsKey(show), s.lockedKey(show)}, cursor, count).Slice()
+	err = s.seen(err)
 	if err != nil {
 		return batch{}, fmt.Errorf("redisseat: scan %s: %w", show, err)
 	}
@@ -460,13 +517,14 @@ func (s *Seats) scanBatch(ctx context.Context, show, cursor string, count int) (
 func (s *Seats) unlistIfEmpty(ctx context.Context, show string) error {
 	ctx, done := context.WithTimeout(context.WithoutCancel(ctx), relistTimeout)
 	defer done()
-	if err := s.rdb.SRem(ctx, s.showsKey(), show).Err(); err != nil {
+	if err := s.seen(s.rdb.SRem(ctx, s.showsKey(), show).Err()); err != nil {
 		return fmt.Errorf("redisseat: unlist %s: %w", show, err)
 	}
 	s.at("unlist: removed, before the re-check")
 	n, err := s.rdb.SCard(ctx, s.lockedKey(show)).Result()
+	err = s.seen(err)
 	if err != nil || n > 0 {
-		if aerr := s.rdb.SAdd(ctx, s.showsKey(), show).Err(); aerr != nil {
+		if aerr := s.seen(s.rdb.SAdd(ctx, s.showsKey(), show).Err()); aerr != nil {
 			return fmt.Errorf("redisseat: relist %s: %w", show, errors.Join(err, aerr))
 		}
 	}
@@ -500,6 +558,7 @@ func (s *Seats) RetireShow(ctx context.Context, show string) error {
 		return fmt.Errorf("redisseat: %w", err)
 	}
 	n, err := retireScript.Run(ctx, s.rdb, s.keys(show)).Int()
+	err = s.seen(err)
 	if err != nil {
 		return fmt.Errorf("redisseat: retire %s: %w", show, err)
 	}
@@ -553,6 +612,7 @@ func (s *Seats) reindexShow(ctx context.Context, show string) (int, error) {
 	var cur uint64
 	for {
 		kv, next, err := s.rdb.HScan(ctx, s.seatsKey(show), cur, "", 1000).Result()
+		err = s.seen(err)
 		if err != nil {
 			return added, fmt.Errorf("show %s: %w", show, err)
 		}
@@ -564,6 +624,7 @@ func (s *Seats) reindexShow(ctx context.Context, show string) (int, error) {
 		}
 		if len(seats) > 0 {
 			res, err := reindexScript.Run(ctx, s.rdb, []string{s.seatsKey(show), s.lockedKey(show)}, seats...).Int64Slice()
+			err = s.seen(err)
 			if err != nil || len(res) != 2 {
 				return added, fmt.Errorf("show %s: %v %w", show, res, err)
 			}
@@ -591,6 +652,7 @@ func (s *Seats) Lost(ctx context.Context) (token string, lost bool, err error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	res, err := lostScript.Run(ctx, s.rdb, []string{s.markerKey()}, hex.EncodeToString(b[:])).Slice()
+	err = s.seen(err)
 	if err != nil {
 		return "", false, fmt.Errorf("redisseat: lost: %w", err)
 	}
@@ -616,6 +678,7 @@ func (s *Seats) MarkRestored(ctx context.Context, token string) error {
 		return fmt.Errorf("redisseat: mark restored without a token: %w", cancel.ErrRestoreInterrupted)
 	}
 	n, err := markScript.Run(ctx, s.rdb, []string{s.markerKey()}, token).Int()
+	err = s.seen(err)
 	if err != nil {
 		return fmt.Errorf("redisseat: mark restored: %w", err)
 	}
@@ -659,6 +722,7 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 		// show is listed after the script when it restored a lock, which is
 		// what the argument in ScanLocks needs.
 		res, err := restoreScript.Run(ctx, s.rdb, s.keys(show), byShow[show]...).Int64Slice()
+		err = s.seen(err)
 		if err != nil || len(res) != 2 {
 			_ = s.list(ctx, show) // it may have run
 			return changed, fmt.Errorf("redisseat: restore %s: %v %w", show, res, err)
@@ -699,6 +763,7 @@ func (s *Seats) Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Cl
 			fields[i] = c.SeatID
 		}
 		vals, err := s.rdb.HMGet(ctx, s.seatsKey(show), fields...).Result()
+		err = s.seen(err)
 		if err != nil {
 			return nil, fmt.Errorf("redisseat: missing %s: %w", show, err)
 		}

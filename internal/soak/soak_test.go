@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	rmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -83,12 +86,13 @@ func TestSoakPostgres(t *testing.T) {
 
 // schedule is when each fault happens, as fractions of the load's duration.
 type schedule struct {
+	hostile                       float64 // hostile bodies sent straight to the topic
 	killInstance, restartInstance float64 // SIGKILL instance i2, start it again
 	killBroker, restartBroker     float64 // SIGKILL broker-b, start it again on its store
 	cutReplica, killPrimary       float64 // replica stops following; primary SIGKILLed, replica promoted
 }
 
-var plan = schedule{killInstance: 0.2, restartInstance: 0.3, killBroker: 0.42, restartBroker: 0.56, cutReplica: 0.75, killPrimary: 0.8}
+var plan = schedule{hostile: 0.1, killInstance: 0.2, restartInstance: 0.3, killBroker: 0.42, restartBroker: 0.56, cutReplica: 0.75, killPrimary: 0.8}
 
 // order is the load generator's ledger of one order.
 type order struct {
@@ -113,6 +117,71 @@ type soakRun struct {
 	unknown   atomic.Int64
 	instFails atomic.Int64
 	replLost  int64 // bytes of replication stream the promoted replica lacks
+	bodies    []hostileBody
+	nosuch    string // the order number of the valid-looking message for no order
+}
+
+// hostileBody is one body sent to the topic by a raw producer, and where it
+// was stored (the queue and offset the instances' event lines name).
+type hostileBody struct {
+	what    string
+	missing bool // well-formed, for an order that does not exist: handled as missing
+	broker  string
+	queue   int
+	offset  int64
+	sendErr error
+}
+
+// sendHostile sends bodies no Scheduler would, straight to the topic with a
+// raw client-go producer: empty, oversized, another format, an invalid order
+// number, a non-canonical hop, and a well-formed message for an order that
+// does not exist. Each must be counted by the instance that gets it (a bad
+// message, or a missing order) and dropped, changing nothing (I7). Every body
+// but the empty one is sent three times: the producer's round robin puts the
+// 15 on 15 of the topic's 16 queues, so every instance gets some.
+func (s *soakRun) sendHostile(ctx context.Context, namesrv, topic, uniq string) {
+	p, err := rmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{namesrv})),
+		producer.WithGroupName(topic+"_hostile"), producer.WithRetry(2))
+	if err == nil {
+		err = p.Start()
+	}
+	if err != nil {
+		s.t.Errorf("hostile producer: %v", err)
+		return
+	}
+	defer func() { _ = p.Shutdown() }()
+	s.nosuch = "o-" + uniq + "-nosuch"
+	real := fmt.Sprintf("o-%s-%05d", uniq, 1) // an order of the load: the bodies naming it must not touch it
+	for _, b := range []struct {
+		what    string
+		body    []byte
+		missing bool
+	}{
+		{what: "empty"},
+		{what: "oversized (64 KiB, naming a real order)", body: append([]byte("oe1 "+real+" 1 "), bytes.Repeat([]byte("x"), 64<<10)...)},
+		{what: "another format (JSON, naming a real order)", body: []byte(`{"orderNo":"` + real + `","hop":1}`)},
+		{what: "invalid order number", body: []byte("oe1 o-{" + uniq + "}-1 1")},
+		{what: "non-canonical hop", body: []byte("oe1 " + real + " 01")},
+		{what: "unknown order", body: []byte("oe1 " + s.nosuch + " 1"), missing: true},
+	} {
+		for copy := range 3 {
+			if copy > 0 && b.body == nil {
+				break
+			}
+			h := hostileBody{what: b.what, missing: b.missing}
+			res, err := p.SendSync(ctx, primitive.NewMessage(topic, b.body))
+			switch {
+			case err != nil:
+				h.sendErr = err
+			case res.Status != primitive.SendOK || res.MessageQueue == nil:
+				h.sendErr = fmt.Errorf("send status %v", res.Status)
+			default:
+				h.broker, h.queue, h.offset = res.MessageQueue.BrokerName, res.MessageQueue.QueueId, res.QueueOffset
+			}
+			s.bodies = append(s.bodies, h)
+		}
+	}
+	s.mark("hostile_sent")
 }
 
 func (s *soakRun) mark(name string) {
@@ -213,7 +282,10 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 	var wg sync.WaitGroup
 	start := time.Now()
 	faults := make(chan struct{})
-	go func() { defer close(faults); s.runFaults(ctx, svcs, proxy, primary, replica, start, loadFor) }()
+	go func() {
+		defer close(faults)
+		s.runFaults(ctx, svcs, proxy, primary, replica, namesrv, topic, uniq, start, loadFor)
+	}()
 	for i := range orders {
 		at := start.Add(time.Duration(i) * loadFor / time.Duration(nOrders))
 		time.Sleep(time.Until(at))
@@ -351,9 +423,11 @@ func (s *soakRun) life(o *order, r float64, payAt time.Duration, dup int) {
 }
 
 // runFaults runs the schedule against the load that started at start.
-func (s *soakRun) runFaults(ctx context.Context, svcs testenv.Services, proxy *Proxy, primaryAddr, replica string, start time.Time, loadFor time.Duration) {
+func (s *soakRun) runFaults(ctx context.Context, svcs testenv.Services, proxy *Proxy, primaryAddr, replica, namesrv, topic, uniq string, start time.Time, loadFor time.Duration) {
 	t := s.t
 	at := func(f float64) { time.Sleep(time.Until(start.Add(time.Duration(f * float64(loadFor))))) }
+	at(plan.hostile)
+	s.sendHostile(ctx, namesrv, topic, uniq)
 	at(plan.killInstance)
 	victim := s.insts[1]
 	s.mark("instance_kill")
@@ -495,7 +569,7 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 					lastDupAfterRestart = l.T
 				}
 			}
-			if l.Out == "missing" {
+			if l.Out == "missing" && l.O != s.nosuch {
 				missing++
 				bad = append(bad, fmt.Sprintf("I6: a message for order %s, which SQL does not hold", l.O))
 			}
@@ -522,6 +596,8 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			refunds[l.Pay]++
 		}
 	}
+
+	bad = append(bad, s.checkHostile(lines, inSQL, dialect)...)
 
 	// Phases by deadline.
 	phaseOf := func(ms int64) string {
@@ -712,6 +788,75 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	if badMsgs > 0 || missing > 0 {
 		t.Logf("FIGURE soak %s: bad messages %d, messages for unknown orders %d", dialect, badMsgs, missing)
 	}
+	return bad
+}
+
+// checkHostile checks I7 for the bodies sendHostile sent: each was counted
+// where it was stored (a bad message; the unknown order's as handled, missing)
+// on its first delivery, not handed back for a retry, a later message of the
+// same queue was handled (nothing blocked behind it), and the unknown order
+// is not in SQL.
+func (s *soakRun) checkHostile(lines []Line, inSQL map[string]*sqlOrder, dialect string) []string {
+	var bad, figures []string
+	if len(s.bodies) == 0 {
+		return []string{"I7: no hostile body was sent"}
+	}
+	byInstance := map[string]int{}
+	for _, h := range s.bodies {
+		if h.sendErr != nil {
+			if h.what == "empty" { // the broker refuses an empty body itself
+				msg := h.sendErr.Error()
+				figures = append(figures, fmt.Sprintf("%s: refused at send (%s)", h.what, msg[:min(len(msg), 60)]))
+				continue
+			}
+			bad = append(bad, fmt.Sprintf("I7: hostile body %q could not be sent: %v", h.what, h.sendErr))
+			continue
+		}
+		var counted []string
+		later := false
+		for _, l := range lines {
+			if l.B != h.broker || l.Q != h.queue {
+				continue
+			}
+			if l.Off > h.offset && l.K == "handled" {
+				later = true
+			}
+			if l.Off != h.offset || (l.K != "bad_message" && l.K != "handled") {
+				continue
+			}
+			switch {
+			case h.missing && (l.K != "handled" || l.Out != "missing"):
+				bad = append(bad, fmt.Sprintf("I7: the message for unknown order %s was %s %s by %s", s.nosuch, l.K, l.Out, l.I))
+			case !h.missing && l.K != "bad_message":
+				bad = append(bad, fmt.Sprintf("I7: hostile body %q was %s (%s) by %s, not dropped as bad", h.what, l.K, l.Out, l.I))
+			case l.RC > 0:
+				bad = append(bad, fmt.Sprintf("I7: hostile body %q came back for a retry (%d) at %s", h.what, l.RC, l.I))
+			}
+			counted = append(counted, l.I)
+			byInstance[l.I]++
+		}
+		if len(counted) == 0 {
+			bad = append(bad, fmt.Sprintf("I7: hostile body %q (%s queue %d offset %d) was never counted by an instance", h.what, h.broker, h.queue, h.offset))
+		}
+		if !later {
+			bad = append(bad, fmt.Sprintf("I7: no message after hostile body %q on %s queue %d was handled", h.what, h.broker, h.queue))
+		}
+		kind := "bad message"
+		if h.missing {
+			kind = "missing order"
+		}
+		figures = append(figures, fmt.Sprintf("%s: %s queue %d, counted as a %s by %v", h.what, h.broker, h.queue, kind, counted))
+	}
+	for _, in := range s.insts {
+		if byInstance[in.ID] == 0 {
+			bad = append(bad, fmt.Sprintf("I7: instance %s counted none of the hostile bodies (%v)", in.ID, byInstance))
+		}
+	}
+	figures = append(figures, fmt.Sprintf("counted per instance %v", byInstance))
+	if _, ok := inSQL[s.nosuch]; ok {
+		bad = append(bad, fmt.Sprintf("I7: the message for unknown order %s created it", s.nosuch))
+	}
+	s.t.Logf("FIGURE soak %s: hostile bodies sent to the topic: %s", dialect, strings.Join(figures, "; "))
 	return bad
 }
 

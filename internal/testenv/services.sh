@@ -9,8 +9,9 @@
 #   bash internal/testenv/services.sh pid NAME        print the pid of one server (exit 1: not running)
 #   bash internal/testenv/services.sh start-one NAME  start one server again on the data it has
 #     NAME: redis-primary, redis-replica, redis-pair (both, and the replica following the
-#     primary again after a promotion), broker-a, broker-b. The fault tests (internal/soak)
-#     SIGKILL a server by its pid and bring it back with start-one.
+#     primary again after a promotion), redis-cluster-PORT (one node of the Redis Cluster, on
+#     its nodes.conf), broker-a, broker-b. The fault tests (internal/soak) SIGKILL a server by
+#     its pid and bring it back with start-one.
 #
 # Each server has its own data directory under ${OE_STATE_DIR:-/tmp/orderexpiry-services} and
 # its own port, so it never clashes with a system server:
@@ -358,6 +359,44 @@ rc_ok() {
 
 rc_ping_one() { [[ "$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$1" ping 2>/dev/null)" == PONG ]]; }
 
+# rc_launch PORT: start the cluster node of PORT on what its directory holds (its nodes.conf:
+# the node id and the cluster it knows; no data, the nodes do not persist).
+rc_launch() {
+	local p="$1"
+	mkdir -p "$RC_DIR/$p"
+	"$REDIS_SERVER" --daemonize yes --pidfile "$RC_DIR/$p/redis.pid" --logfile "$RC_DIR/$p/redis.log" \
+		--dir "$RC_DIR/$p" --bind 127.0.0.1 --port "$p" --protected-mode yes \
+		--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
+		--save "" --appendonly no >>"$RC_DIR/$p/redis.log" 2>&1 9>&- || fail_with_log "redis cluster $p" "$RC_DIR/$p/redis.log"
+}
+
+# rc_port NAME: the port of a cluster node named redis-cluster-PORT, if PORT is one of the cluster's.
+rc_port() {
+	local p="${1#redis-cluster-}" q
+	for q in "${RC_ALL_PORTS[@]}"; do
+		[[ $p == "$q" ]] && echo "$p" && return 0
+	done
+	die "no redis cluster node '$1' (redis-cluster-PORT, PORT one of ${RC_ALL_PORTS[*]})"
+}
+
+# rc_start_node PORT: start that node again after a fault test killed it, unless it runs. Its
+# nodes.conf makes it rejoin the cluster it knew: a master whose slots a replica took over while
+# it was down comes back as that node's replica (and loads its data from it).
+rc_start_node() {
+	local p="$1" pid
+	if pid="$(pid_of "$RC_DIR/$p/redis.pid" redis-server)"; then
+		wait_ready 10 "$RC_DIR/$p/redis.pid" redis-server rc_ping_one "$p" && return 0
+		log "redis cluster $p: pid $pid does not answer; restarting it"
+		stop_pid "$pid" "redis cluster $p" TERM 10
+	fi
+	[[ -s $RC_DIR/$p/nodes.conf ]] || die "redis cluster $p: no nodes.conf (start the whole set first)"
+	rm -f "$RC_DIR/$p/redis.pid"
+	ensure_port_free "$p" "redis cluster $p"
+	rc_launch "$p"
+	wait_ready "$READY_TIMEOUT" "$RC_DIR/$p/redis.pid" redis-server rc_ping_one "$p" || fail_with_log "redis cluster $p" "$RC_DIR/$p/redis.log"
+	log "redis cluster $p: started pid $(pid_of "$RC_DIR/$p/redis.pid" redis-server || echo '?')"
+}
+
 redis_cluster_start() {
 	local p all=1
 	for p in "${RC_ALL_PORTS[@]}"; do
@@ -373,11 +412,7 @@ redis_cluster_start() {
 	for p in "${RC_ALL_PORTS[@]}"; do
 		ensure_port_free "$p" "redis cluster"
 		ensure_port_free "$((p + 10000))" "redis cluster bus"
-		mkdir -p "$RC_DIR/$p"
-		"$REDIS_SERVER" --daemonize yes --pidfile "$RC_DIR/$p/redis.pid" --logfile "$RC_DIR/$p/redis.log" \
-			--dir "$RC_DIR/$p" --bind 127.0.0.1 --port "$p" --protected-mode yes \
-			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
-			--save "" --appendonly no >>"$RC_DIR/$p/redis.log" 2>&1 9>&- || fail_with_log "redis cluster $p" "$RC_DIR/$p/redis.log"
+		rc_launch "$p"
 	done
 	for p in "${RC_ALL_PORTS[@]}"; do
 		wait_ready "$READY_TIMEOUT" "$RC_DIR/$p/redis.pid" redis-server rc_ping_one "$p" || fail_with_log "redis cluster $p" "$RC_DIR/$p/redis.log"
@@ -695,13 +730,18 @@ cmd_clean() {
 cmd_pid() {
 	case "${1:-}" in
 	redis-primary | redis-replica) pid_of "$(rp_dir "${1#redis-}")/redis.pid" redis-server ;;
+	redis-cluster-*)
+		local p
+		p="$(rc_port "$1")"
+		pid_of "$RC_DIR/$p/redis.pid" redis-server
+		;;
 	broker-a | broker-b)
 		rmq_load || die "RocketMQ is not enabled here"
 		local b=broker
 		[[ $1 == broker-b ]] && b=broker-b
 		_rmq_pid "$b"
 		;;
-	*) die "pid: unknown server '${1:-}' (redis-primary, redis-replica, broker-a, broker-b)" ;;
+	*) die "pid: unknown server '${1:-}' (redis-primary, redis-replica, redis-cluster-PORT, broker-a, broker-b)" ;;
 	esac
 }
 
@@ -712,13 +752,14 @@ cmd_start_one() {
 	case "${1:-}" in
 	redis-primary | redis-replica) rp_start_one "${1#redis-}" ;;
 	redis-pair) redis_pair_start ;;
+	redis-cluster-*) rc_start_node "$(rc_port "$1")" ;;
 	broker-a | broker-b)
 		rmq_load || die "RocketMQ is not enabled here"
 		local b=broker
 		[[ $1 == broker-b ]] && b=broker-b
 		rmq_start_broker "$b" 9>&-
 		;;
-	*) die "start-one: unknown server '${1:-}' (redis-primary, redis-replica, redis-pair, broker-a, broker-b)" ;;
+	*) die "start-one: unknown server '${1:-}' (redis-primary, redis-replica, redis-pair, redis-cluster-PORT, broker-a, broker-b)" ;;
 	esac
 }
 

@@ -153,7 +153,7 @@ run_go_test() { # name, module directory, go test args...
 # The other modules' tests (the storm's ~90 s) run beside the library's race run, as they did
 # when they were packages of the one module (go test -p 2 on this 2-core machine); each module's
 # output is shown when it is done.
-# internal/soak kills servers (an instance, broker-b, the Redis primary) on purpose, so it runs
+# internal/soak kills servers (an instance, broker-b, the Redis primary, a Cluster master) on purpose, so it runs
 # alone, after the others (see below).
 SOAK=./internal/soak
 nested=()
@@ -178,7 +178,8 @@ nested_pids=()
 ((race_status == 0)) || exit "$race_status"
 run_go_test norace . -count=1 -timeout 10m -v "${norace[@]}"  # client-go races, see above
 # The multi-process soak (issue 13), CI size (about two minutes): three instance processes on
-# both brokers and the Redis pair, an instance, broker-b and the Redis primary SIGKILLed.
+# both brokers and the Redis pair, an instance, broker-b and the Redis primary SIGKILLed; and a
+# Redis Cluster master SIGKILLed and its replica promoted (about 20 s more).
 if [[ -f $SOAK/go.mod ]]; then
 	t_soak=$SECONDS
 	run_go_test race-internal-soak "$SOAK" -race -count=1 -timeout 15m -v ./...

@@ -7,9 +7,9 @@
 //
 // It serves a small HTTP API on -addr (POST /place, /pay, /cancel with JSON;
 // GET /ready) and appends one JSON line per event to -events: every message
-// handled (with the broker, queue and offset it came from), every cancel,
-// release, repair, refund and failure. The file is written unbuffered, so a
-// SIGKILL loses at most the line being written.
+// handled or dropped as bad (with the broker, queue and offset it came from),
+// every cancel, release, repair, refund and failure. The file is written
+// unbuffered, so a SIGKILL loses at most the line being written.
 //
 // Modes: the default is the whole service; -consumer=false runs no consumer
 // (the brokers are down: the reconciler alone); -raw-parts N -raw-part K
@@ -125,22 +125,24 @@ func (e *events) put(l Line) {
 	e.mu.Unlock()
 }
 
-// Observe records the library's events; a handled message also names the
-// queue and offset it came from (client-go puts them in the context).
+// Observe records the library's events; a handled or bad message also names
+// the queue and offset it came from (client-go puts them in the context).
 func (e *events) Observe(ctx context.Context, ev expiry.Event) {
 	l := Line{K: ev.Kind.String(), O: ev.OrderNo, R: ev.Reason, N: ev.Seats, Hop: ev.Hop}
 	if ev.Err != nil {
 		l.Err = ev.Err.Error()
 	}
-	switch ev.Kind {
-	case expiry.KindHandled:
-		l.Out = ev.Outcome.String()
+	if ev.Kind == expiry.KindHandled || ev.Kind == expiry.KindBadMessage {
 		if mc, ok := primitive.GetConsumerCtx(ctx); ok && mc.MQ != nil {
 			l.B, l.Q = mc.MQ.BrokerName, mc.MQ.QueueId
 			if len(mc.Msgs) == 1 {
 				l.Off, l.RC = mc.Msgs[0].QueueOffset, mc.Msgs[0].ReconsumeTimes
 			}
 		}
+	}
+	switch ev.Kind {
+	case expiry.KindHandled:
+		l.Out = ev.Outcome.String()
 	case expiry.KindRearmed:
 		l.Millis = ev.Delay.Milliseconds()
 	}
