@@ -320,8 +320,12 @@ func TestMappingRefusesHostileNames(t *testing.T) {
 		{"reason's status not cancelled", func(m *sqlstore.Mapping) {
 			m.Orders.Statuses.CancelledBy = map[cancel.Reason]any{cancel.ReasonTimeout: 1}
 		}},
-		{"hostile condition value", func(m *sqlstore.Mapping) { m.Orders.Where = []sqlstore.Condition{{Column: "tenant", Value: "1 OR 1=1"}} }},
-		{"hostile condition column", func(m *sqlstore.Mapping) { m.Orders.Where = []sqlstore.Condition{{Column: "tenant=1 OR tenant", Value: 1}} }},
+		{"hostile condition value", func(m *sqlstore.Mapping) {
+			m.Orders.Where = []sqlstore.Condition{{Column: "tenant", Value: "1 OR 1=1"}}
+		}},
+		{"hostile condition column", func(m *sqlstore.Mapping) {
+			m.Orders.Where = []sqlstore.Condition{{Column: "tenant=1 OR tenant", Value: 1}}
+		}},
 		{"no deadline", func(m *sqlstore.Mapping) { m.Orders.Deadline = sqlstore.Time{} }},
 		{"window in seconds not whole", func(m *sqlstore.Mapping) {
 			m.Orders.Deadline = sqlstore.Time{}
