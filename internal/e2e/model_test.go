@@ -221,7 +221,10 @@ type mEnv struct {
 	grace                time.Duration
 	lease                time.Duration // of a discrepancy whose refund hook failed
 	expiryMin, expiryMax time.Duration
-	cleanup              func(shows []string)
+	// resolution, when set, is how finely the store keeps a deadline (a
+	// host's DATETIME column: a second): drawn expiries are rounded up to it.
+	resolution time.Duration
+	cleanup    func(shows []string)
 	// wipe makes the seat store lose every key (a restart without
 	// persistence), wipeShow one show's keys (eviction, a partial loss).
 	wipe     func()
@@ -897,6 +900,9 @@ func (m *machine) drawExpiry(t *rapid.T) time.Time {
 // place tries one placement and checks the library's answer against what the
 // seat store and the order store hold.
 func (m *machine) place(t *rapid.T, no, user, show string, seats []string, expireAt time.Time) {
+	if r := m.env.resolution; r > 0 && !expireAt.Equal(expireAt.Truncate(r)) {
+		expireAt = expireAt.Truncate(r).Add(r) // as the store keeps it: rounded up
+	}
 	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: show, Seats: seats, ExpireAt: expireAt}
 	o := m.orders[no]
 	again := o != nil && o.placed
@@ -1175,7 +1181,11 @@ func (m *machine) Backlog(t *rapid.T) {
 		no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
 		seat := fmt.Sprintf("bk%d", m.next) // seats of their own: a backlog of placed orders
 		m.brokerDown = true                 // the message is lost
-		m.place(t, no, m.users[i%len(m.users)], m.shows[i%2], []string{seat}, m.storeNow(t).Add(-time.Millisecond))
+		due := m.storeNow(t).Add(-time.Millisecond)
+		if r := m.env.resolution; r > 0 {
+			due = due.Truncate(r) // due already at the store's resolution too
+		}
+		m.place(t, no, m.users[i%len(m.users)], m.shows[i%2], []string{seat}, due)
 		m.brokerDown = false
 	}
 	m.stats.kinds["backlog_orders"] += n
