@@ -32,7 +32,7 @@ func (s *Store) Check(ctx context.Context) error {
 	r := s.m
 	o := r.raw.Orders
 	var problems []string
-	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	bad := func(format string, a ...any) { problems = append(problems, fmt.Errorf(format, a...).Error()) }
 
 	ocols, oidx, err := s.describe(ctx, o.Table)
 	if err != nil {
