@@ -255,6 +255,9 @@ func textKey(d Dialect, t TimeType) bool {
 type queries struct {
 	now, order, cancel, cancelOwner, cancelDue, orderSeats, deleteSeats,
 	pay, payOwner, sellSeats, insertOrder, insertSeat, expired, claims, overdue stmt
+	// On MariaDB with claims a cancel deletes: DELETE … RETURNING the
+	// seats and the order's columns, instead of a SELECT and a DELETE.
+	deleteReturning stmt
 	// On PostgreSQL: each transition as one statement (a data-modifying
 	// CTE), "" elsewhere.
 	cancelOne, cancelOwnerOne, cancelDueOne, payOne, payOwnerOne stmt
@@ -468,6 +471,28 @@ func (r *resolved) build() queries {
 	}
 	q.orderSeats = b.done(d)
 	q.deleteSeats = r.release()
+	if d == MySQL && r.claims && r.cReleased == nil {
+		// MariaDB: the claims deleted and read in one statement, the
+		// order's columns in scalar subqueries (MariaDB's DELETE RETURNING
+		// takes no join); used only when the server says it is MariaDB.
+		b := (&sb{}).w("DELETE FROM ", r.c, " WHERE ")
+		r.eq(b, r.cNo, aNo)
+		conds(b, "", r.cWhere)
+		sub := func(expr string) {
+			b.w("(SELECT ", expr, " FROM ", r.o, " o WHERE ")
+			r.eq(b, "o."+r.no, aNo)
+			conds(b, "o.", r.where)
+			b.w(")")
+		}
+		b.w(" RETURNING ")
+		sub("o." + r.user)
+		b.w(", ")
+		sub("o." + r.show)
+		b.w(", ")
+		sub(r.expireMS("o."))
+		b.w(", ", nowMS[d], ", ", r.cSeat)
+		q.deleteReturning = b.done(d)
+	}
 	q.sellSeats = r.sell()
 
 	if d == Postgres {

@@ -78,6 +78,15 @@ func TestCaseInsensitiveHostTableExactAndIndexed(t *testing.T) {
 	assert.Equal(t, expiry.StatusPending, o.Status, "untouched by its case variants")
 	assert.Equal(t, time.Date(2020, 1, 1, 1, 23, 20, 0, time.UTC), o.ExpireAt.UTC(), "DATETIME read as UTC")
 
+	require.True(t, s.isMariaDB(ctx), "the test servers are MariaDB: a cancel deletes its claims with DELETE … RETURNING")
+	res, err := s.CancelPending(ctx, cancel.Request{OrderNo: "o0000007", Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+	require.NoError(t, err)
+	assert.True(t, res.Changed)
+	assert.Equal(t, []string{"x0000007"}, res.Seats)
+	assert.Equal(t, "u1", res.Order.UserID)
+	assert.Equal(t, "s1", res.Order.ShowID)
+	assert.Equal(t, time.Date(2020, 1, 1, 0, 0, 7, 0, time.UTC), res.Order.ExpireAt.UTC())
+
 	// Indexed: the plans of the statements with their arguments.
 	v := vals{no: "o0005000", user: "u1", status: 2, reason: "user", payment: "p1", showKey: "s1", seatKey: "x0005500", limit: 200}
 	for _, tc := range []struct {
@@ -93,6 +102,7 @@ func TestCaseInsensitiveHostTableExactAndIndexed(t *testing.T) {
 		{"order and seats: order", s.q.orderSeats, "o", []string{"uk_order_no"}},
 		{"order and seats: seats", s.q.orderSeats, "s", []string{"idx_seat_order"}},
 		{"delete seats", s.q.deleteSeats, "order_seat", []string{"idx_seat_order"}},
+		{"delete seats returning", s.q.deleteReturning, "order_seat", []string{"idx_seat_order"}},
 		{"claims page", s.q.claims, "s", []string{"PRIMARY"}},
 		{"claims page: its orders", s.q.claims, "o", []string{"uk_order_no"}},
 		{"expired page", s.q.expired, "order_info", []string{"idx_status_expire"}},

@@ -47,9 +47,11 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
@@ -103,6 +105,29 @@ type Store struct {
 
 	mu    sync.RWMutex
 	stmts map[string]*sql.Stmt // the expiry path's statements, prepared once
+
+	maria atomic.Int32 // 0 not asked yet, 1 MariaDB, 2 another server
+}
+
+// isMariaDB reports whether a MySQL-dialect store talks to MariaDB (which
+// has DELETE … RETURNING, MySQL 8 not), asking the server once.
+func (s *Store) isMariaDB(ctx context.Context) bool {
+	if s.dialect != MySQL {
+		return false
+	}
+	if v := s.maria.Load(); v != 0 {
+		return v == 1
+	}
+	var version string
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return false // asked again next time
+	}
+	if strings.Contains(version, "MariaDB") {
+		s.maria.Store(1)
+		return true
+	}
+	s.maria.Store(2)
+	return false
 }
 
 // New returns a Store for db in dialect d, on the library's own schema, or
@@ -537,6 +562,9 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 
 // transitionTx is a transition as a transaction of three statements.
 func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt) (cancel.Result, bool, error) {
+	if seatsQ.sql != "" && seatsQ.sql == s.q.deleteSeats.sql && s.q.deleteReturning.sql != "" && s.isMariaDB(ctx) {
+		return s.transitionDeleteReturning(ctx, cas, v)
+	}
 	var stmts [3]*sql.Stmt // prepared before the transaction: see prepared
 	for i, q := range []string{cas.sql, s.q.orderSeats.sql, seatsQ.sql} {
 		if q == "" {
@@ -573,6 +601,50 @@ func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt)
 			return nil
 		}
 		_, err = tx.StmtContext(ctx, stmts[2]).ExecContext(ctx, s.args(seatsQ, v)...)
+		return err
+	})
+	return res, changed, err
+}
+
+// transitionDeleteReturning is a cancel on MariaDB: the compare-and-set,
+// then one DELETE … RETURNING that frees the claims and returns them with
+// the order's columns (4 round trips with BEGIN and COMMIT, not 5). An
+// order without claims returns no row: it is read with orderSeats.
+func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals) (cancel.Result, bool, error) {
+	var stmts [3]*sql.Stmt
+	for i, q := range []string{cas.sql, s.q.deleteReturning.sql, s.q.orderSeats.sql} {
+		st, err := s.prepared(ctx, q)
+		if err != nil {
+			return cancel.Result{}, false, fmt.Errorf("prepare: %w", err)
+		}
+		stmts[i] = st
+	}
+	var res cancel.Result
+	var changed bool
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.StmtContext(ctx, stmts[0]).ExecContext(ctx, s.args(cas, v)...)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if changed = n == 1; !changed {
+			return nil
+		}
+		rows, err := tx.StmtContext(ctx, stmts[1]).QueryContext(ctx, s.args(s.q.deleteReturning, v)...)
+		if err != nil {
+			return err
+		}
+		res, err = readForTransition(rows, v.no)
+		if errors.Is(err, sql.ErrNoRows) {
+			if rows, err = tx.StmtContext(ctx, stmts[2]).QueryContext(ctx, s.args(s.q.orderSeats, v)...); err != nil {
+				return err
+			}
+			res, err = readForTransition(rows, v.no)
+		}
+		slices.Sort(res.Seats) // RETURNING has no ORDER BY
 		return err
 	})
 	return res, changed, err

@@ -507,6 +507,7 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		"alias": "\"\", \"o.\", \"s.\" or \"c.\" at every call", "now": "a clock expression of nowAs", "seat": "\"NULL\" or \"rel.seat\"",
 		"pre": "the text around a placeholder of keyArg", "post": "as pre", "a": "a quoted mapped column", "c": "a quoted mapped column",
 		"payment": "\"NULL\" or a quoted mapped column", "x": "keyArg's SQL",
+		"expr": "a quoted mapped column after \"o.\", or r.expireMS(\"o.\")",
 	}
 	builderCalls := map[string]bool{"nowAs": true, "asMS": true, "keyOf": true, "keyArg": true, "r.expireMS": true}
 	dir := filepath.Join("..", "..", "cancel", "sqlstore")
