@@ -126,6 +126,7 @@ const (
 	Timestamp
 )
 
+// String names the type for messages.
 func (t TimeType) String() string {
 	switch t {
 	case EpochMillis:
@@ -142,15 +143,19 @@ func (t TimeType) String() string {
 
 // Time is a time column and its type.
 type Time struct {
+	// Column is the column's name; "" leaves the time unmapped.
 	Column string
-	Type   TimeType
+	// Type is how the column stores a time.
+	Type TimeType
 }
 
 // Condition is a column that must equal a constant (an integer or a string
 // of 1-64 bytes of A-Z a-z 0-9 _ . -) in every statement on its table.
 type Condition struct {
+	// Column is the column's name.
 	Column string
-	Value  any
+	// Value is the constant it must equal.
+	Value any
 }
 
 // Claims maps the seat-claims table: one row per seat an order claims.
@@ -158,18 +163,26 @@ type Condition struct {
 // one live claim per (ShowID, SeatID) exist (a unique key, partial or not):
 // the last line of defence against a double sale.
 type Claims struct {
-	Table   string
-	ShowID  string
-	SeatID  string
+	// Table is the table's name (optionally schema.table).
+	Table string
+	// ShowID is the show's column (string typed).
+	ShowID string
+	// SeatID is the seat's column (string typed).
+	SeatID string
+	// OrderNo is the column of the claiming order's number (string typed),
+	// leading an index: a cancel reads and frees the order's claims by it.
 	OrderNo string
 	// State, optional, is a column holding the claim's state. Without it a
 	// cancel deletes the order's claims and a payment leaves them. With it,
 	// Place writes Locked, a cancel writes Released (nil: deletes the rows
 	// instead) and a payment writes Sold (nil: leaves them). Values are
 	// integers or strings, as in Statuses.
-	State    string
-	Locked   any
-	Sold     any
+	State string
+	// Locked is the state of a live claim of a pending order.
+	Locked any
+	// Sold is the state a payment writes (nil: a payment leaves the claims).
+	Sold any
+	// Released is the state a cancel writes (nil: a cancel deletes them).
 	Released any
 	// Where are conditions every statement on the table carries and every
 	// insert writes, as Orders.Where.
