@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/seatflow/orderexpiry/cancel"
 )
 
 // ErrMapping is wrapped by Check's error when the live tables do not match
@@ -66,6 +69,9 @@ func (s *Store) Check(ctx context.Context) error {
 		want("created-at", o.CreatedAt.Column, timeClass(s.dialect, o.CreatedAt.Type))
 		want("updated-at", o.UpdatedAt.Column, timeClass(s.dialect, o.UpdatedAt.Type))
 		want("cancel reason", o.CancelReason, "string")
+		if n, ok := charLen(ocols[o.CancelReason]); o.CancelReason != "" && ok && n < cancel.MaxReasonLen {
+			bad("orders column %s.%s (cancel reason) holds %d characters: the library writes reasons of up to %d", o.Table, o.CancelReason, n, cancel.MaxReasonLen)
+		}
 		want("payment id", o.PaymentID, "string")
 		want("version", o.Version, "integer")
 		var whereCols []string
@@ -158,6 +164,17 @@ func (s *Store) Check(ctx context.Context) error {
 	return nil
 }
 
+// charLen is the length n of a declared type "…(n)" of MySQL or PostgreSQL.
+func charLen(t string) (int, bool) {
+	_, rest, ok := strings.Cut(t, "(")
+	if !ok {
+		return 0, false
+	}
+	num, _, _ := strings.Cut(rest, ")")
+	n, err := strconv.Atoi(num)
+	return n, err == nil
+}
+
 // index is one index of a table: its columns in order ("" for an
 // expression), whether it is unique, whether it is partial.
 type index struct {
@@ -182,7 +199,7 @@ func (s *Store) describe(ctx context.Context, table string) (map[string]string, 
 	case MySQL:
 		colQ = "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?"
 	case Postgres:
-		colQ = "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = COALESCE(CAST($1 AS TEXT), current_schema()) AND table_name = $2"
+		colQ = "SELECT column_name, data_type || COALESCE('(' || character_maximum_length || ')', '') FROM information_schema.columns WHERE table_schema = COALESCE(CAST($1 AS TEXT), current_schema()) AND table_name = $2"
 	default:
 		colQ, args = "SELECT name, type FROM pragma_table_info(?)", []any{name}
 	}
@@ -404,6 +421,7 @@ func typeClass(d Dialect, t string) string {
 			return "timestamp"
 		}
 	case Postgres:
+		t, _, _ = strings.Cut(t, "(")
 		switch t {
 		case "character varying", "character", "text":
 			return "string"
