@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -190,7 +191,8 @@ type Claims struct {
 }
 
 // DefaultMapping is the library's own schema (schema/*.sql) as a Mapping:
-// what the zero Mapping means.
+// what the zero Mapping means. Given to New, it is the zero Mapping
+// (Migrate creates and upgrades the whole schema); edited, it is a host's.
 func DefaultMapping() Mapping {
 	return Mapping{
 		Orders: Orders{
@@ -324,7 +326,7 @@ type resolved struct {
 // resolve validates m for d.
 func resolve(d Dialect, m Mapping) (*resolved, error) {
 	r := &resolved{d: d}
-	if m.isZero() {
+	if m.isZero() || reflect.DeepEqual(m, DefaultMapping()) {
 		m = DefaultMapping()
 		r.defaultSchema = true
 	}

@@ -305,3 +305,27 @@ func TestHostSchemas(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultMappingIsTheSchema: DefaultMapping given to New is the zero
+// Mapping (Migrate creates the whole schema), and an edited copy is a
+// host's (Migrate creates only the library's own table).
+func TestDefaultMappingIsTheSchema(t *testing.T) {
+	ctx := context.Background()
+	db := openSQLite(t)
+	s, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.DefaultMapping())
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Check(ctx), "the library's schema passes its own check")
+	require.NoError(t, placeTx(t, db, s, cancel.Placement{OrderNo: "d-1", UserID: "u1", ShowID: "sh", Seats: []string{"A1"}, ExpireAt: time.Now()}))
+
+	other := openSQLite(t)
+	m := sqlstore.DefaultMapping()
+	m.Orders.Table = "orders"
+	s2, err := sqlstore.New(other, sqlstore.SQLite, m)
+	require.NoError(t, err)
+	require.NoError(t, s2.Migrate(ctx))
+	var n int
+	require.NoError(t, other.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'oe_%'").Scan(&n))
+	require.Equal(t, 1, n, "only oe_payment_discrepancy")
+	require.ErrorIs(t, s2.Check(ctx), sqlstore.ErrMapping, "the host's orders table does not exist")
+}
