@@ -15,6 +15,14 @@
 // it is a discrepancy, logged, counted and handed to the host's hook (to
 // refund). The package imports no driver; cancel/sqlstore and cancel/redisseat
 // are the adapters.
+//
+// Three optional transitions sit on the same state machine, each with a
+// small store interface of its own (lifecycle.go): a late payment that
+// reinstates an order its timeout cancelled (Config.AcceptLatePayments,
+// Reinstater), a pending order's deadline extended, shortened or expired now
+// (Service.Extend, Shorten, ExpireNow; DeadlineStore), and the expiry
+// warning, at most once per order (Service.Warn, the Handler's
+// expiry.Warner; WarnStore).
 package cancel
 
 import (

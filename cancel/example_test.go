@@ -65,10 +65,80 @@ func ExampleService_Place() {
 	again := p // a double submit, or a retry after an unknown commit
 	err = svc.Place(ctx, again, 4, func(ctx context.Context) error { return store.Place(ctx, again) })
 	fmt.Println(errors.Is(err, cancel.ErrOrderExists))
-	held, _ := seats.Held(ctx, "s1", "u1")
+	held, err := seats.Held(ctx, "s1", "u1")
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("seats held:", held)
 	// Output:
 	// placed: <nil>
 	// true
 	// seats held: 2
+}
+
+// The late-payment policy: a payment that arrives after the timeout
+// cancelled the order reinstates it as paid while its seats are still free;
+// after an operator's expire-now (or the user's cancel) it is refunded.
+func ExampleService_Pay_latePayment() {
+	ctx := context.Background()
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, AcceptLatePayments: true,
+		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
+			fmt.Println("refund", d.PaymentID)
+			return nil
+		}})
+	if err != nil {
+		panic(err)
+	}
+	for _, no := range []string{"A1", "A2"} {
+		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s1", Seats: []string{"seat-" + no}, ExpireAt: time.Now().Add(-time.Second)}
+		if err := svc.Place(ctx, p, 0, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+			panic(err)
+		}
+	}
+	if _, _, err := svc.Timeout(ctx, "A1"); err != nil { // its message arrived: cancelled by the timeout
+		panic(err)
+	}
+	if _, err := svc.ExpireNow(ctx, "A2"); err != nil { // an operator's decision
+		panic(err)
+	}
+	for i := 0; i < 2; i++ { // the provider repeats the callback
+		res, err := svc.Pay(ctx, cancel.Payment{OrderNo: "A1", PaymentID: "pay-1"})
+		fmt.Println("A1:", res.Order.Status, res.Changed, err)
+	}
+	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "A2", PaymentID: "pay-2"})
+	fmt.Println("A2:", errors.Is(err, cancel.ErrDiscrepancy))
+	// Output:
+	// A1: paid true <nil>
+	// A1: paid false <nil>
+	// refund pay-2
+	// A2: true
+}
+
+// Extending a pending order's deadline: at least the given time from now by
+// the store's clock, so repeating the call never shortens it.
+func ExampleService_Extend() {
+	ctx := context.Background()
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
+	if err != nil {
+		panic(err)
+	}
+	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1"}, ExpireAt: time.Now().Add(time.Minute)}
+	if err := svc.Place(ctx, p, 0, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+		panic(err)
+	}
+	res, err := svc.Extend(ctx, "A1", "u1", 10*time.Minute)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("extended:", res.Changed, res.Order.Remaining() > 9*time.Minute)
+	res, err = svc.Extend(ctx, "A1", "u1", 5*time.Minute)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("again, shorter:", res.Changed)
+	// Output:
+	// extended: true true
+	// again, shorter: false
 }

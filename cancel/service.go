@@ -23,6 +23,9 @@ type Service struct {
 	onDiscrepancy func(context.Context, Discrepancy) error
 	placeTimeout  time.Duration
 	lease         time.Duration
+	acceptLate    bool
+	onWarning     func(context.Context, expiry.Order) error
+	sender        expiry.DelaySender
 }
 
 // Defaults of Config.
@@ -48,8 +51,9 @@ type Config struct {
 	// Nil (and no hook): each such callback is logged and counted, as often
 	// as the provider repeats it.
 	Discrepancies DiscrepancyStore
-	Observer      expiry.Observer // nil: expiry.NopObserver
-	Logger        *slog.Logger    // nil: slog.Default()
+	// Runtime: the logger and the observer. The Service keeps no clock:
+	// every "now" it acts on is the store's or the seat store's.
+	expiry.Runtime
 	// OnDiscrepancy is the host's refund hook: called once per recorded
 	// discrepancy (a new payment id), synchronously in Pay, bounded by half
 	// of DiscrepancyLease. An error (or a crash before it returned) leaves
@@ -62,6 +66,24 @@ type Config struct {
 	PlaceTimeout time.Duration
 	// DiscrepancyLease: see DiscrepancyLeaseDefault; 0: that default.
 	DiscrepancyLease time.Duration
+	// AcceptLatePayments is the late-payment policy (pretix's
+	// payment_term_accept_late). Off (the default), a payment for a
+	// cancelled order is a discrepancy, refunded. On, a payment for an order
+	// cancelled by its timeout or the reconciler (never by its user, nor by
+	// ExpireNow) reinstates it as paid when the store implements Reinstater
+	// and every seat can be claimed again, in SQL and in the seat store
+	// (only if free); otherwise it is refunded as before. Reinstating is the
+	// only way back from a terminal state and happens at most once per
+	// order.
+	AcceptLatePayments bool
+	// OnWarning is the host's expiry-warning hook ("your seats will be
+	// released in 2 minutes"), run by Warn (the Handler's Warner, with
+	// expiry.SchedulerConfig.WarnBefore), at most once per order, bounded by
+	// half of DiscrepancyLease. Nil: warnings are only counted.
+	OnWarning func(ctx context.Context, o expiry.Order) error
+	// Sender sends the new expiry message of a shortened deadline (Shorten);
+	// nil: Shorten is refused.
+	Sender expiry.DelaySender
 }
 
 // New returns a Service, or an error naming the field that is missing or
@@ -79,11 +101,10 @@ func New(c Config) (*Service, error) {
 	case c.DiscrepancyLease < 0:
 		return nil, fmt.Errorf("cancel: Config.DiscrepancyLease is negative (%v)", c.DiscrepancyLease)
 	}
-	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: expiry.OrNop(c.Observer),
-		log: c.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
+	rt := c.Runtime.WithDefaults()
+	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: rt.Observer,
+		log: rt.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease,
+		acceptLate: c.AcceptLatePayments, onWarning: c.OnWarning, sender: c.Sender}
 	if s.placeTimeout == 0 {
 		s.placeTimeout = PlaceTimeoutDefault
 	}
@@ -165,7 +186,8 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if err != nil || !res.Changed {
 		return res, err
 	}
-	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindCancelled, OrderNo: req.OrderNo, Reason: string(req.Reason), Seats: len(res.Seats)})
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindCancelled, OrderNo: req.OrderNo, Reason: string(req.Reason), Seats: len(res.Seats),
+		Deadline: res.Order.ExpireAt, At: res.Order.ReadAt}) // both the store's: the lateness by its clock
 	if len(res.Seats) == 0 {
 		return res, nil
 	}
@@ -198,8 +220,11 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 }
 
 // Pay records a payment callback. Paying a paid order again with the same
-// payment id changes nothing and is not an error (callbacks repeat). Paying
-// a cancelled order, or a paid one with another payment id, is a
+// payment id changes nothing and is not an error (callbacks repeat). With
+// Config.AcceptLatePayments, paying an order cancelled by its timeout or the
+// reconciler reinstates it as paid when every seat can be claimed again
+// (Changed true, expiry.KindReinstated; see Reinstater). Paying a cancelled
+// order otherwise, or a paid one with another payment id, is a
 // discrepancy: nothing changes, it is recorded once per payment id (with
 // Config.Discrepancies) and handed to the refund hook, and the error wraps
 // ErrDiscrepancy (a repeated callback gets it too). After the store's
@@ -219,6 +244,8 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 		return res, nil
 	}
 	switch {
+	case res.Order.Status == expiry.StatusCancelled && s.acceptLate:
+		return s.payLate(ctx, p, res)
 	case res.Order.Status == expiry.StatusCancelled,
 		res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID:
 		d := Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: res.Order.Status}
@@ -274,6 +301,7 @@ func (s *Service) runHook(ctx context.Context, d Discrepancy) bool {
 		s.log.ErrorContext(ctx, "refund hook ran but could not be recorded; it will be called again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
 		return false
 	}
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRefunded, OrderNo: d.OrderNo})
 	return true
 }
 

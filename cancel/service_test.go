@@ -49,7 +49,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	e := &env{store: memstore.NewStore(nil), seats: memstore.NewSeats(nil), ev: &events{}}
 	var err error
-	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Observer: e.ev,
+	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Runtime: expiry.Runtime{Observer: e.ev},
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()

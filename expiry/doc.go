@@ -11,7 +11,8 @@
 //  2. A transport (a DelaySender: RocketMQ in package expiry/rocketmq, or the
 //     in-process sender in expiry/inproc) delivers the message at least once.
 //     Its consumer hands the body to a Shell, which decodes and validates it,
-//     restores the trace id, times the work and calls the Handler.
+//     restores the trace id and, through a Tracer, the W3C trace context of
+//     the placing request, times the work and calls the Handler.
 //  3. The Handler asks the Canceller (package cancel) to cancel the order
 //     with reason timeout; the store's compare-and-set does it only if the
 //     order is pending and due by the store's clock. Otherwise the answer

@@ -20,27 +20,65 @@ func Example() {
 	ctx := context.Background()
 	clock := expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	store, seats := memstore.NewStore(clock.Now), memstore.NewSeats(clock.Now)
-	svc, _ := cancel.New(cancel.Config{Store: store, Seats: seats})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
+	if err != nil {
+		panic(err)
+	}
 
 	// RocketMQ-like delays: the default levels, one second of slack.
-	sender := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, Slack: time.Second,
-		OnSend: func(m expiry.Message, level int, d time.Duration) {
-			fmt.Printf("hop %d: level %d (%v)\n", m.Hop, level, d)
-		}})
-	h, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
-	sender.Attach(expiry.NewShell(h, nil, nil))
-	sched, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Clock: clock})
+	sends := expiry.ObserverFunc(func(_ context.Context, e expiry.Event) {
+		if e.Kind == expiry.KindSent {
+			fmt.Printf("hop %d: level %d (%v)\n", e.Hop, e.Level, e.Delay)
+		}
+	})
+	sender := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock, Observer: sends}, Levels: levels.Default, Slack: time.Second})
+	defer sender.Close()
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
+	if err != nil {
+		panic(err)
+	}
+	sender.Attach(expiry.NewShell(h))
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Clock: clock}})
+	if err != nil {
+		panic(err)
+	}
 
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(15 * time.Minute)}
-	_ = seats.Lock(ctx, p.Hold(), 4)
-	_ = store.Place(ctx, p)                    // in a host: inside its SQL transaction…
-	sched.Schedule(ctx, p.OrderNo, p.ExpireAt) // …and this after commit
+	// In a host: inside its SQL transaction, and the message after commit.
+	insert := func(ctx context.Context) error {
+		if err := store.Place(ctx, p); err != nil {
+			return err
+		}
+		sched.Schedule(ctx, p.OrderNo, p.ExpireAt)
+		return nil
+	}
+	if err := svc.Place(ctx, p, 4, insert); err != nil {
+		panic(err)
+	}
 
 	clock.Advance(15 * time.Minute)
-	o, _ := store.Order(ctx, "A1")
+	o, err := store.Order(ctx, "A1")
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("order", o.Status)
 	// Output:
 	// hop 1: level 14 (10m0s)
 	// hop 2: level 9 (5m0s)
 	// order cancelled
+}
+
+// A transport hands the Shell whatever trace context a producer put beside
+// the body; Clean bounds it before a Tracer reads it. A message is never
+// refused for its trace context.
+func ExampleTrace_Clean() {
+	ok := expiry.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "congo=t61rcWkgMzE"}
+	fmt.Println(ok.Clean() == ok)
+	hostile := expiry.Trace{Parent: ok.Parent, State: "a=1\x01b=2"}
+	fmt.Printf("%q\n", hostile.Clean().State)
+	fmt.Println(expiry.Trace{Parent: string(make([]byte, 4096))}.Clean() == expiry.Trace{})
+	// Output:
+	// true
+	// ""
+	// true
 }

@@ -33,6 +33,37 @@ type Canceller interface {
 	Timeout(ctx context.Context, orderNo string) (cancelled bool, o Order, err error)
 }
 
+// WarnResult is what a Warner did with an order's expiry warning.
+type WarnResult struct {
+	// Fired is true when this call marked the order warned and ran the
+	// warning hook. Of any number of calls for one order, at most one sees
+	// true, ever.
+	Fired bool
+	// Warned is true when the order had been warned before (an earlier
+	// delivery, a redelivered message): nothing to do.
+	Warned bool
+	// Order is the order as the store found it (No, Status, ExpireAt and
+	// ReadAt set): when Fired and Warned are false it says why, paid or
+	// cancelled, already due, or more than the lead away from its deadline
+	// (the deadline was extended, or the message came early).
+	Order Order
+}
+
+// Warner fires an order's expiry warning; package cancel's Service provides
+// one (with an order store that keeps a warned flag).
+//
+// Warn marks orderNo warned, with a compare-and-set on the store's warned
+// flag, only if it is pending, not warned before, not yet due, and due within
+// lead by the store's clock, and then runs the host's warning hook; it
+// reports whether this call fired. The flag is set before the hook runs, so a
+// warning is at most once per order: a redelivery never fires it again, and
+// a crash between the two loses it. A missing order is an error wrapping
+// ErrNotFound; other errors are transient (nothing was marked). Safe for
+// concurrent use.
+type Warner interface {
+	Warn(ctx context.Context, orderNo string, lead time.Duration) (WarnResult, error)
+}
+
 // Outcome is what the Handler did with a message.
 type Outcome uint8
 
@@ -50,9 +81,13 @@ const (
 	OutcomeRearmed
 	// OutcomeCancelled: this message cancelled the order.
 	OutcomeCancelled
+	// OutcomeWarned: this warning message fired the order's warning hook.
+	// (A warning that finds the order paid, cancelled, due or warned already
+	// is OutcomeFinal; one that came early is OutcomeRearmed.)
+	OutcomeWarned
 )
 
-var outcomeNames = [...]string{"failed", "missing", "final", "rearmed", "cancelled"}
+var outcomeNames = [...]string{"failed", "missing", "final", "rearmed", "cancelled", "warned"}
 
 // String returns the outcome's snake_case name, suitable as a metric label.
 func (o Outcome) String() string {
@@ -70,17 +105,22 @@ const minRearm = 100 * time.Millisecond
 // state of its own and is safe for concurrent use.
 type Handler struct {
 	cancel Canceller
+	warner Warner
 	sender DelaySender
+	rt     Runtime
 	obs    Observer
 	log    *slog.Logger
+	tracer Tracer
 }
 
 // HandlerConfig wires a Handler. Canceller and Sender are required.
 type HandlerConfig struct {
 	Canceller Canceller
-	Sender    DelaySender  // used to re-arm
-	Observer  Observer     // nil: NopObserver
-	Logger    *slog.Logger // nil: slog.Default()
+	// Warner handles warning messages (SchedulerConfig.WarnBefore); nil:
+	// warning messages are acknowledged and dropped as OutcomeFinal.
+	Warner  Warner
+	Sender  DelaySender // used to re-arm
+	Runtime             // the Handler's and its Shell's logger, observer, clock and tracer (the handling and the re-arm's send)
 }
 
 // NewHandler returns a Handler, or an error naming a missing dependency.
@@ -91,7 +131,8 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 	case c.Sender == nil:
 		return nil, errors.New("expiry: HandlerConfig.Sender is nil")
 	}
-	return &Handler{cancel: c.Canceller, sender: c.Sender, obs: OrNop(c.Observer), log: orDefault(c.Logger)}, nil
+	rt := c.Runtime.WithDefaults()
+	return &Handler{cancel: c.Canceller, warner: c.Warner, sender: c.Sender, rt: rt, obs: rt.Observer, log: rt.Logger, tracer: rt.Tracer}, nil
 }
 
 // Handle decides what a delivered message means:
@@ -106,11 +147,20 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 // order) is one transaction, and any other answer comes with the order as
 // the store saw it.
 //
+// A warning message (m.Warning) goes to the Warner instead: fired
+// (OutcomeWarned); paid, cancelled, due or warned already (OutcomeFinal);
+// pending with more than m.Lead left by the store's clock, because it came
+// early or the deadline was extended (re-armed for the time left minus the
+// lead, OutcomeRearmed). It never cancels.
+//
 // A non-nil error is transient (store down, re-arm send failed): the message
 // must be redelivered, which is safe because Handle is idempotent.
 func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 	if ValidateID("order number", m.OrderNo) != nil {
 		return OutcomeMissing, nil // no order has that number; retrying cannot help
+	}
+	if m.Warning {
+		return h.warn(ctx, m)
 	}
 	cancelled, o, err := h.cancel.Timeout(ctx, m.OrderNo)
 	switch {
@@ -131,9 +181,33 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 	}
 }
 
+// warn handles a warning message: see Handle.
+func (h *Handler) warn(ctx context.Context, m Message) (Outcome, error) {
+	if h.warner == nil || m.Lead <= 0 {
+		return OutcomeFinal, nil // nobody to warn: a warning is at most once anyway
+	}
+	res, err := h.warner.Warn(ctx, m.OrderNo, m.Lead)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return OutcomeMissing, nil
+	case err != nil:
+		return OutcomeFailed, fmt.Errorf("expiry: warn order %s: %w", m.OrderNo, err)
+	case res.Fired:
+		return OutcomeWarned, nil
+	case res.Order.No != m.OrderNo:
+		return OutcomeFailed, fmt.Errorf("expiry: order %s: the warner answered with order %q and no error", m.OrderNo, res.Order.No)
+	case res.Warned || res.Order.Status != StatusPending:
+		return OutcomeFinal, nil
+	}
+	if left := res.Order.Remaining() - m.Lead; left > 0 {
+		return h.rearm(ctx, m, max(left, minRearm)) // early, or the deadline was extended
+	}
+	return OutcomeFinal, nil // due already: the expiry message's business
+}
+
 func (h *Handler) rearm(ctx context.Context, m Message, left time.Duration) (Outcome, error) {
-	next := Message{OrderNo: m.OrderNo, Hop: min(m.Hop+1, MaxHop), TraceID: m.TraceID}
-	if err := h.sender.Send(ctx, next, left); err != nil {
+	next := Message{OrderNo: m.OrderNo, Hop: min(m.Hop+1, MaxHop), TraceID: m.TraceID, Trace: m.Trace, Warning: m.Warning, Lead: m.Lead}
+	if err := send(ctx, h.tracer, h.sender, next, left); err != nil {
 		h.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: m.OrderNo, Hop: next.Hop, Delay: left, Err: err})
 		return OutcomeFailed, fmt.Errorf("expiry: re-arm order %s: %w", m.OrderNo, err)
 	}
@@ -142,11 +216,4 @@ func (h *Handler) rearm(ctx context.Context, m Message, left time.Duration) (Out
 		h.log.DebugContext(ctx, "order not due, re-armed", "order", m.OrderNo, "left", left, "hop", next.Hop)
 	}
 	return OutcomeRearmed, nil
-}
-
-func orDefault(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.Default()
-	}
-	return l
 }

@@ -36,15 +36,15 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	// Logs are formatted as in production (text, Info level: Debug is off)
 	// but thrown away.
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Logger: log})
+	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Runtime: expiry.Runtime{Logger: log}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	e.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: benchSender{}, Logger: log})
+	e.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: benchSender{}, Runtime: expiry.Runtime{Logger: log}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	e.shell = expiry.NewShell(e.h, nil, log)
+	e.shell = expiry.NewShell(e.h)
 	return e
 }
 

@@ -73,9 +73,9 @@ func newWorld(t *testing.T) *world {
 	w.store = memstore.NewStore(w.clock.Now)
 	w.seats = memstore.NewSeats(w.clock.Now)
 	var err error
-	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Observer: w.rec})
+	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Runtime: expiry.Runtime{Observer: w.rec}})
 	require.NoError(t, err)
-	w.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.rec, Observer: w.rec})
+	w.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.rec, Runtime: expiry.Runtime{Observer: w.rec}})
 	require.NoError(t, err)
 	return w
 }
@@ -214,7 +214,7 @@ func TestHandlerBranches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{err: tc.sendErr}
 			canc := tc.canceller
-			h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: &canc, Sender: rec, Observer: rec})
+			h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: &canc, Sender: rec, Runtime: expiry.Runtime{Observer: rec}})
 			require.NoError(t, err)
 			out, err := h.Handle(context.Background(), expiry.Message{OrderNo: "o1", Hop: 4})
 			assert.Equal(t, tc.want, out)
@@ -280,4 +280,81 @@ func TestHandlerZeroOrderIsAnError(t *testing.T) {
 	assert.Error(t, err)
 	assert.NotEqual(t, expiry.OutcomeRearmed, out)
 	assert.Empty(t, rec.sent, "nothing re-armed")
+}
+
+type fixedWarner struct {
+	res expiry.WarnResult
+	err error
+}
+
+func (w fixedWarner) Warn(context.Context, string, time.Duration) (expiry.WarnResult, error) {
+	return w.res, w.err
+}
+
+// A warning message goes to the Warner, never to the cancel; each of the
+// Warner's answers maps to one outcome, and only an early one re-arms, as a
+// warning, for the time left minus the lead.
+func TestHandlerWarning(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	msg := expiry.Message{OrderNo: "o1", Hop: 1, Warning: true, Lead: time.Minute}
+	pending := func(left time.Duration) expiry.Order {
+		return expiry.Order{No: "o1", Status: expiry.StatusPending, ExpireAt: now.Add(left), ReadAt: now}
+	}
+	for name, tc := range map[string]struct {
+		w       fixedWarner
+		want    expiry.Outcome
+		rearmed time.Duration
+	}{
+		"fired":       {fixedWarner{res: expiry.WarnResult{Fired: true, Order: pending(time.Minute)}}, expiry.OutcomeWarned, 0},
+		"redelivered": {fixedWarner{res: expiry.WarnResult{Warned: true, Order: pending(time.Minute)}}, expiry.OutcomeFinal, 0},
+		"paid":        {fixedWarner{res: expiry.WarnResult{Order: expiry.Order{No: "o1", Status: expiry.StatusPaid}}}, expiry.OutcomeFinal, 0},
+		"due":         {fixedWarner{res: expiry.WarnResult{Order: pending(-time.Second)}}, expiry.OutcomeFinal, 0},
+		"early":       {fixedWarner{res: expiry.WarnResult{Order: pending(10 * time.Minute)}}, expiry.OutcomeRearmed, 9 * time.Minute},
+		"missing":     {fixedWarner{err: expiry.ErrNotFound}, expiry.OutcomeMissing, 0},
+		"down":        {fixedWarner{err: errors.New("db down")}, expiry.OutcomeFailed, 0},
+		"zero order":  {fixedWarner{}, expiry.OutcomeFailed, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := &recorder{}
+			h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: zeroCanceller{}, Warner: tc.w, Sender: rec})
+			require.NoError(t, err)
+			out, err := h.Handle(ctx, msg)
+			assert.Equal(t, tc.want, out)
+			assert.Equal(t, tc.want == expiry.OutcomeFailed, err != nil, "%v", err)
+			if tc.rearmed == 0 {
+				assert.Empty(t, rec.sent)
+				return
+			}
+			require.Len(t, rec.sent, 1)
+			assert.Equal(t, tc.rearmed, rec.sent[0].delay)
+			assert.Equal(t, expiry.Message{OrderNo: "o1", Hop: 2, Warning: true, Lead: time.Minute}, rec.sent[0].m)
+		})
+	}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: zeroCanceller{}, Sender: &recorder{}})
+	require.NoError(t, err)
+	out, err := h.Handle(ctx, msg)
+	require.NoError(t, err)
+	assert.Equal(t, expiry.OutcomeFinal, out, "no Warner: a warning is dropped")
+	assert.Equal(t, "warned", expiry.OutcomeWarned.String())
+	assert.Equal(t, "reinstated", expiry.KindReinstated.String())
+	assert.Equal(t, "warned", expiry.KindWarned.String())
+	assert.Equal(t, "deadline_changed", expiry.KindDeadlineChanged.String())
+}
+
+func TestSchedulerSendsWarningFirst(t *testing.T) {
+	rec := &recorder{}
+	clock := expirytest.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Runtime: expiry.Runtime{Clock: clock}, WarnBefore: 2 * time.Minute})
+	require.NoError(t, err)
+	require.True(t, s.Schedule(context.Background(), "o1", clock.Now().Add(15*time.Minute)))
+	require.Len(t, rec.sent, 2)
+	assert.Equal(t, sent{expiry.Message{OrderNo: "o1", Hop: 1, Warning: true, Lead: 2 * time.Minute}, 13 * time.Minute}, rec.sent[0])
+	assert.Equal(t, sent{expiry.Message{OrderNo: "o1", Hop: 1}, 15 * time.Minute}, rec.sent[1])
+	require.True(t, s.Schedule(context.Background(), "o2", clock.Now().Add(time.Minute)))
+	assert.Equal(t, time.Duration(0), rec.sent[2].delay, "less time than the lead: warned at once")
+	for _, bad := range []time.Duration{-time.Second, time.Microsecond, expiry.MaxWarnLead + time.Millisecond} {
+		_, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, WarnBefore: bad})
+		assert.Error(t, err, "%v", bad)
+	}
 }

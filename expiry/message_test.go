@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,7 +80,7 @@ func TestValidateID(t *testing.T) {
 }
 
 func FuzzDecodeMessage(f *testing.F) {
-	for _, s := range []string{"oe1 o1 1", "oe1 ORD-1 999", "", "oe1 {x} 1", "oe1 o1 -1", "oe1 o1 1 1"} {
+	for _, s := range []string{"oe1 o1 1", "oe1 ORD-1 999", "oew1 o1 1 120000", "oew1 o1 1 0", "", "oe1 {x} 1", "oe1 o1 -1", "oe1 o1 1 1"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -112,4 +113,40 @@ func FuzzValidateID(f *testing.F) {
 			t.Fatalf("accepted %q", id)
 		}
 	})
+}
+
+// The warning message has its own prefix: a consumer that does not know it
+// (an older version) counts and drops it as a bad message instead of taking
+// it for an expiry message.
+func TestWarningMessageRoundTrip(t *testing.T) {
+	m := expiry.Message{OrderNo: "ORD-1", Hop: 2, Warning: true, Lead: 2 * time.Minute}
+	body, err := expiry.EncodeMessage(m)
+	require.NoError(t, err)
+	assert.Equal(t, "oew1 ORD-1 2 120000", string(body))
+	got, err := expiry.DecodeMessage(body)
+	require.NoError(t, err)
+	assert.Equal(t, m, got)
+	for name, body := range map[string]string{
+		"no lead":       "oew1 ORD-1 2",
+		"zero lead":     "oew1 ORD-1 2 0",
+		"negative lead": "oew1 ORD-1 2 -5",
+		"leading zero":  "oew1 ORD-1 2 0120000",
+		"huge lead":     "oew1 ORD-1 2 999999999999",
+		"trailing":      "oew1 ORD-1 2 100 1",
+		"no hop":        "oew1 ORD-1 100",
+		"lead on v1":    "oe1 ORD-1 2 100",
+		"bad order":     "oew1 O{1} 2 100",
+	} {
+		_, err := expiry.DecodeMessage([]byte(body))
+		assert.ErrorIs(t, err, expiry.ErrBadMessage, name)
+	}
+	for _, bad := range []expiry.Message{
+		{OrderNo: "o", Hop: 1, Warning: true},
+		{OrderNo: "o", Hop: 1, Warning: true, Lead: time.Microsecond},
+		{OrderNo: "o", Hop: 1, Warning: true, Lead: expiry.MaxWarnLead + time.Millisecond},
+		{OrderNo: "o", Hop: 1, Lead: time.Second},
+	} {
+		_, err := expiry.EncodeMessage(bad)
+		assert.ErrorIs(t, err, expiry.ErrBadMessage, "%+v", bad)
+	}
 }

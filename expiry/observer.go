@@ -19,7 +19,8 @@ const (
 	// KindSendFailed: a delayed send failed; Err. After commit the order is
 	// still placed and the reconciler will cancel it.
 	KindSendFailed
-	// KindCancelled: this process cancelled an order; Reason, Seats.
+	// KindCancelled: this process cancelled an order; Reason, Seats, and
+	// Deadline and At when the store reports them (see Event.Lateness).
 	KindCancelled
 	// KindReleaseFailed: seats of a cancelled order could not be given back
 	// in the seat store; Err, Seats. The reconciler repairs it.
@@ -47,9 +48,29 @@ const (
 	// cancel failed or timed out) and skipped it for now, with a backoff, so
 	// that it does not hold the others back; Reason ("cancel"), Err.
 	KindSkipped
+	// KindSent: a transport accepted a message (the first one of an order
+	// or a re-arm); Hop, Delay (the delay the transport applies, after
+	// rounding to a level), Level (the delay level, 0 without levels).
+	// Emitted by the DelaySender, so it means the same on every transport.
+	KindSent
+	// KindReinstated: a late payment reinstated a cancelled order (cancelled
+	// by timeout or the reconciler) as paid, every seat claimed again; Seats.
+	// A late payment that could not be honoured is a KindDiscrepancy.
+	KindReinstated
+	// KindWarned: the expiry-warning hook fired for a pending order; Delay is
+	// the time it had left by the store's clock.
+	KindWarned
+	// KindDeadlineChanged: a pending order's deadline moved; Reason
+	// ("extended", "shortened", "expired_now"), Delay the change (negative
+	// when it moved earlier).
+	KindDeadlineChanged
+	// KindRefunded: the host's refund hook succeeded for a recorded
+	// discrepancy, and the record was settled: one refund, once per
+	// payment id.
+	KindRefunded
 )
 
-var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped"}
+var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped", "sent", "reinstated", "warned", "deadline_changed", "refunded"}
 
 // String returns the kind's snake_case name, suitable as a metric label.
 func (k Kind) String() string {
@@ -66,10 +87,26 @@ type Event struct {
 	Outcome  Outcome
 	Reason   string
 	Hop      int
+	Level    int
 	Seats    int
 	Delay    time.Duration
 	Duration time.Duration
 	Err      error
+	// Deadline and At (KindCancelled, when the store reports them): the
+	// order's expire_at and the store's clock at the cancel, both by the
+	// store's clock, so Lateness compares no application host's clock.
+	Deadline time.Time
+	At       time.Time
+}
+
+// Lateness returns how long after its deadline the event's order was
+// cancelled, by the store's clock, and whether the event says (Deadline and
+// At set). It is negative for a cancel before the deadline (a user's).
+func (e Event) Lateness() (time.Duration, bool) {
+	if e.Deadline.IsZero() || e.At.IsZero() {
+		return 0, false
+	}
+	return e.At.Sub(e.Deadline), true
 }
 
 // Observer receives every Event. It is called synchronously on the path that

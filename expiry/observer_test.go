@@ -3,6 +3,7 @@ package expiry_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -40,4 +41,24 @@ func TestMultiObserver(t *testing.T) {
 	assert.Equal(t, expiry.NopObserver, expiry.MultiObserver(), "no observers at all")
 	var only kinds
 	assert.Same(t, &only, expiry.MultiObserver(nil, &only).(*kinds), "a single observer is returned as is")
+}
+
+func TestKindNames(t *testing.T) {
+	for k, want := range map[expiry.Kind]string{expiry.KindSkipped: "skipped", expiry.KindReinstated: "reinstated",
+		expiry.KindWarned: "warned", expiry.KindDeadlineChanged: "deadline_changed", expiry.KindRefunded: "refunded",
+		expiry.KindRefunded + 1: "unknown", 0: "unknown"} {
+		assert.Equal(t, want, k.String())
+	}
+}
+
+func TestLateness(t *testing.T) {
+	deadline := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	late, ok := expiry.Event{Kind: expiry.KindCancelled, Deadline: deadline, At: deadline.Add(1500 * time.Millisecond)}.Lateness()
+	assert.True(t, ok)
+	assert.Equal(t, 1500*time.Millisecond, late)
+	_, ok = expiry.Event{Kind: expiry.KindCancelled, Deadline: deadline}.Lateness()
+	assert.False(t, ok, "a store that did not report its clock says nothing")
+	early, ok := expiry.Event{Kind: expiry.KindCancelled, Deadline: deadline, At: deadline.Add(-time.Minute)}.Lateness()
+	assert.True(t, ok)
+	assert.Negative(t, early, "a user's cancel before the deadline")
 }

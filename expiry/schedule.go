@@ -27,19 +27,31 @@ type Scheduler struct {
 	clock   Clock
 	obs     Observer
 	log     *slog.Logger
+	tracer  Tracer
 	timeout time.Duration
+	warn    time.Duration
 }
 
 // SchedulerConfig wires a Scheduler. Sender is required.
 type SchedulerConfig struct {
-	Sender   DelaySender
-	Clock    Clock        // nil: SystemClock
-	Observer Observer     // nil: NopObserver
-	Logger   *slog.Logger // nil: slog.Default()
+	Sender DelaySender
+	// Runtime: the Clock gives the delay of the first message
+	// (expireAt - now); a skewed clock makes the message early or late,
+	// never the cancel (the Handler re-arms by the store's clock).
+	// The Tracer traces the send and gives the message the trace context
+	// of the placing request (the context passed to Schedule).
+	Runtime
 	// SendTimeout bounds each send, so a hung broker cannot hold the request
 	// that placed the order. Zero means SendTimeoutDefault; negative is an
 	// error.
 	SendTimeout time.Duration
+	// WarnBefore, when positive, also sends each order a warning message
+	// (Message.Warning) due this long before its deadline, through the same
+	// Sender; the Handler's Warner fires the host's warning hook with it.
+	// Whole milliseconds up to MaxWarnLead. A warning that cannot be sent
+	// is counted (KindSendFailed, Reason "warning") and lost: warnings are
+	// at most once, and nothing repairs them. 0: no warnings.
+	WarnBefore time.Duration
 }
 
 // SendTimeoutDefault is SchedulerConfig.SendTimeout's default.
@@ -54,26 +66,38 @@ func NewScheduler(c SchedulerConfig) (*Scheduler, error) {
 	if c.SendTimeout < 0 {
 		return nil, fmt.Errorf("expiry: SchedulerConfig.SendTimeout is negative (%v)", c.SendTimeout)
 	}
-	s := &Scheduler{sender: c.Sender, clock: c.Clock, obs: OrNop(c.Observer), log: orDefault(c.Logger), timeout: c.SendTimeout}
-	if s.clock == nil {
-		s.clock = SystemClock
+	if c.WarnBefore < 0 || c.WarnBefore > MaxWarnLead || c.WarnBefore%time.Millisecond != 0 {
+		return nil, fmt.Errorf("expiry: SchedulerConfig.WarnBefore %v is not whole milliseconds in 0..%v", c.WarnBefore, MaxWarnLead)
 	}
+	rt := c.Runtime.WithDefaults()
+	s := &Scheduler{sender: c.Sender, clock: rt.Clock, obs: rt.Observer, log: rt.Logger, tracer: rt.Tracer, timeout: c.SendTimeout, warn: c.WarnBefore}
 	if s.timeout == 0 {
 		s.timeout = SendTimeoutDefault
 	}
 	return s, nil
 }
 
-// Schedule sends the first message for an order due at expireAt. It does not
-// return the error, by design: it logs and counts it, and reports whether the
-// send was accepted. Call it only after the order has committed.
+// Schedule sends the first message for an order due at expireAt (and, with
+// SchedulerConfig.WarnBefore, its warning first). It does not return the
+// error, by design: it logs and counts it, and reports whether the expiry
+// message's send was accepted. Call it only after the order has committed.
 func (s *Scheduler) Schedule(ctx context.Context, orderNo string, expireAt time.Time) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	delay := expireAt.Sub(s.clock.Now())
 	err := ValidateID("order number", orderNo)
+	if err == nil && s.warn > 0 {
+		// An order with less time than the lead is warned at once: the
+		// Warner decides by the store's clock whether it is still pending
+		// and not due.
+		wdelay := max(delay-s.warn, 0)
+		if werr := send(ctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx), Warning: true, Lead: s.warn}, wdelay); werr != nil {
+			s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Reason: "warning", Hop: 1, Delay: wdelay, Err: werr})
+			s.log.WarnContext(ctx, "expiry warning not sent; the order will not be warned", "order", orderNo, "err", werr)
+		}
+	}
 	if err == nil {
-		err = s.sender.Send(ctx, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
+		err = send(ctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
 	}
 	if err != nil {
 		s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Hop: 1, Delay: delay, Err: err})

@@ -44,7 +44,7 @@ func TestInTx(t *testing.T) {
 
 	t.Run("commit sends after commit", func(t *testing.T) {
 		db, rec := openDB(t), &recorder{}
-		s, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Clock: clock, Observer: rec})
+		s, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Runtime: expiry.Runtime{Clock: clock, Observer: rec}})
 		require.NoError(t, err)
 		require.NoError(t, s.InTx(ctx, db, nil, insert("o1")))
 		assert.Equal(t, 1, rows(t, db))
@@ -55,7 +55,7 @@ func TestInTx(t *testing.T) {
 
 	t.Run("I6: rollback sends nothing", func(t *testing.T) {
 		db, rec := openDB(t), &recorder{}
-		s, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Clock: clock})
+		s, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Runtime: expiry.Runtime{Clock: clock}})
 		boom := errors.New("payment provider said no")
 		err := s.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
 			if err := insert("o1")(tx, after); err != nil {
@@ -70,7 +70,7 @@ func TestInTx(t *testing.T) {
 
 	t.Run("I6: panic rolls back and sends nothing", func(t *testing.T) {
 		db, rec := openDB(t), &recorder{}
-		s, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Clock: clock})
+		s, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Runtime: expiry.Runtime{Clock: clock}})
 		assert.Panics(t, func() {
 			_ = s.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
 				_ = insert("o1")(tx, after)
@@ -83,7 +83,7 @@ func TestInTx(t *testing.T) {
 
 	t.Run("send failure is counted, not returned", func(t *testing.T) {
 		db, rec := openDB(t), &recorder{err: errors.New("broker down")}
-		s, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Clock: clock, Observer: rec})
+		s, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Runtime: expiry.Runtime{Clock: clock, Observer: rec}})
 		require.NoError(t, s.InTx(ctx, db, nil, insert("o1")), "the order is placed")
 		assert.Equal(t, 1, rows(t, db))
 		assert.Equal(t, 1, rec.count(expiry.KindSendFailed))
@@ -91,7 +91,7 @@ func TestInTx(t *testing.T) {
 
 	t.Run("invalid order number is counted, not sent", func(t *testing.T) {
 		rec := &recorder{}
-		s, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Observer: rec})
+		s, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: rec, Runtime: expiry.Runtime{Observer: rec}})
 		assert.False(t, s.Schedule(ctx, "bad id", time.Now()))
 		assert.Empty(t, rec.sent)
 		assert.Equal(t, 1, rec.count(expiry.KindSendFailed))

@@ -18,7 +18,8 @@ const (
 )
 
 // Shell is the thin consumer every transport calls: it decodes and validates
-// the body, restores the trace id into the context, times the work, calls the
+// the body, restores the trace id into the context, continues the message's
+// trace context through the Handler's Tracer, times the work, calls the
 // Handler and turns the result into a Verdict.
 //
 // Bad input (a body that is empty, oversized, not ours, or names an invalid
@@ -32,15 +33,25 @@ type Shell struct {
 	now func() time.Time
 }
 
-// NewShell returns a Shell around h that reports to obs (nil: NopObserver)
-// and logs to logger (nil: slog.Default()).
-func NewShell(h *Handler, obs Observer, logger *slog.Logger) *Shell {
-	return &Shell{h: h, obs: OrNop(obs), log: orDefault(logger), now: time.Now}
+// NewShell returns a Shell around h, reporting to h's Observer and logging
+// to h's Logger (HandlerConfig.Runtime).
+func NewShell(h *Handler) *Shell {
+	return &Shell{h: h, obs: h.obs, log: h.log, now: h.rt.Clock.Now}
 }
 
 // Process handles one delivered body. traceID is the trace id the transport
-// carried beside the body ("" if none).
+// carried beside the body ("" if none). It is ProcessTraced without a trace
+// context.
 func (s *Shell) Process(ctx context.Context, body []byte, traceID string) Verdict {
+	return s.ProcessTraced(ctx, body, traceID, Trace{})
+}
+
+// ProcessTraced handles one delivered body that came with the W3C trace
+// context t (zero if none). t is bounded with Trace.Clean and handed to the
+// Handler's Tracer, which continues its trace or starts a new one: whatever
+// t holds, the message is handled as Process would, never dropped for it.
+// It implements TracedProcessor.
+func (s *Shell) ProcessTraced(ctx context.Context, body []byte, traceID string, t Trace) Verdict {
 	start := s.now()
 	m, err := DecodeMessage(body)
 	if err != nil {
@@ -48,10 +59,12 @@ func (s *Shell) Process(ctx context.Context, body []byte, traceID string) Verdic
 		s.log.WarnContext(ctx, "dropping bad expiry message", "err", err, "len", len(body))
 		return Ack
 	}
-	m.TraceID = traceID
+	m.TraceID, m.Trace = traceID, t.Clean()
 	ctx = WithTraceID(ctx, traceID)
+	ctx, end := s.h.tracer.StartHandle(ctx, m)
 	outcome, err := s.h.Handle(ctx, m)
 	s.obs.Observe(ctx, Event{Kind: KindHandled, OrderNo: m.OrderNo, Outcome: outcome, Hop: m.Hop, Duration: s.now().Sub(start), Err: err})
+	end(outcome, err)
 	if err != nil {
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			return Retry // shutting down: quietly leave it to the next delivery

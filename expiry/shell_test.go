@@ -16,7 +16,7 @@ func TestShell(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	w.place(t, "o1", time.Minute)
-	shell := expiry.NewShell(w.h, w.rec, nil)
+	shell := expiry.NewShell(w.h)
 
 	// Bad input is acknowledged and counted, and does not stop the next message.
 	for _, body := range [][]byte{nil, []byte("garbage"), []byte("oe1 {x} 1"), make([]byte, 1<<20)} {
@@ -51,6 +51,6 @@ func TestShellRestoresTraceID(t *testing.T) {
 	canc := &stubCanceller{err: expiry.ErrNotFound}
 	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: canc, Sender: &recorder{}})
 	require.NoError(t, err)
-	assert.Equal(t, expiry.Ack, expiry.NewShell(h, nil, nil).Process(context.Background(), []byte("oe1 o1 1"), "abc"))
+	assert.Equal(t, expiry.Ack, expiry.NewShell(h).Process(context.Background(), []byte("oe1 o1 1"), "abc"))
 	assert.Equal(t, "abc", canc.trace)
 }

@@ -30,9 +30,15 @@ func Example() {
 		panic(err)
 	}
 
-	rep, _ := r.Round(ctx)
+	rep, err := r.Round(ctx)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("expired:", rep.Expired)
-	held, _ := seats.Held(ctx, "s1", "u1")
+	held, err := seats.Held(ctx, "s1", "u1")
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("seats held:", held)
 	// Output:
 	// expired: 1

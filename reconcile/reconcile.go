@@ -174,12 +174,11 @@ type Config struct {
 	// OrderTimeout bounds the cancel of one expired order; one that takes
 	// longer (a row held by a stuck transaction) is skipped for now.
 	OrderTimeout time.Duration
-	Observer     expiry.Observer // nil: expiry.NopObserver
-	Logger       *slog.Logger    // nil: slog.Default()
-	// Clock paces the retries of skipped orders (nil: expiry.SystemClock).
-	// It never decides anything about an order: every such "now" is the
-	// database's or the seat store's (invariant I11).
-	Clock expiry.Clock
+	// Runtime: the logger, the observer, and the Clock that paces Run and
+	// the retries of skipped orders. The Clock never decides anything about
+	// an order: every such "now" is the database's or the seat store's
+	// (invariant I11).
+	expiry.Runtime
 }
 
 func (c *Config) validate() error {
@@ -214,9 +213,7 @@ func (c *Config) validate() error {
 	if c.OrderTimeout == 0 {
 		c.OrderTimeout = OrderTimeoutDefault
 	}
-	if c.Clock == nil {
-		c.Clock = expiry.SystemClock
-	}
+	c.Runtime = c.Runtime.WithDefaults()
 	return nil
 }
 
@@ -250,10 +247,7 @@ func New(c Config) (*Reconciler, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{c: c, obs: expiry.OrNop(c.Observer), log: c.Logger, backoff: map[string]backoff{}}
-	if r.log == nil {
-		r.log = slog.Default()
-	}
+	r := &Reconciler{c: c, obs: c.Observer, log: c.Logger, backoff: map[string]backoff{}}
 	return r, nil
 }
 
@@ -647,8 +641,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
 		return fmt.Errorf("reconcile: Run interval %v is not positive", interval)
 	}
-	t := time.NewTimer(interval)
-	defer t.Stop()
+	wake := make(chan struct{}, 1)
 	for {
 		rep, err := r.Round(ctx)
 		switch {
@@ -664,11 +657,17 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 		if rep.More {
 			continue
 		}
-		t.Reset(interval)
+		t := r.c.Clock.AfterFunc(interval, func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
-		case <-t.C:
+		case <-wake:
 		}
 	}
 }

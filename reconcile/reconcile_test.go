@@ -15,6 +15,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
@@ -243,6 +244,28 @@ func TestRunStopsWithContext(t *testing.T) {
 	err := e.reconciler(t, 0, 0).Run(ctx, 10*time.Millisecond)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, expiry.StatusCancelled, e.status(t, "o1"))
+}
+
+// Run waits between rounds by the Runtime's clock (a fake one here): no
+// round starts before the interval has passed on it, and one starts when it
+// has. The store's clock is the one that makes the order due.
+func TestRunWaitsByTheRuntimeClock(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o1", time.Second)
+	fake := expirytest.NewFakeClock(e.clock())
+	r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: e.svc, Runtime: expiry.Runtime{Clock: fake}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, time.Hour) }()
+	require.Eventually(t, func() bool { return fake.Pending() == 1 }, 5*time.Second, time.Millisecond, "the first round ran and Run waits")
+	e.advance(time.Minute) // o1 is due by the store's clock
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, expiry.StatusPending, e.status(t, "o1"), "no round before the interval passed on the Runtime's clock")
+	fake.Advance(time.Hour)
+	require.Eventually(t, func() bool { return e.status(t, "o1") == expiry.StatusCancelled }, 5*time.Second, time.Millisecond)
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
 }
 
 // After the seat store lost its data, a round rebuilds it from SQL's

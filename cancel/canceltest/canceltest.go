@@ -15,7 +15,12 @@
 // discrepancy is recorded once per payment id and retried after a lease
 // (I9), ids match byte for byte (I10), an order number placed twice is
 // ErrOrderExists, and the expiry scan pages past orders that stay pending
-// (I12).
+// (I12). Its optional part runs on stores that implement cancel.Reinstater,
+// cancel.DeadlineStore and cancel.WarnStore (late payments, deadline control,
+// the expiry warning), with the hostile-but-legal races of each: a late
+// callback repeated and raced by a second payment id, a late payment racing
+// the seat's sale to another order, an extension racing the timeout, a
+// warning redelivered after the payment.
 package canceltest
 
 import (
@@ -701,4 +706,6 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 			assert.NotEqual(t, expiry.StatusPending, o.Status)
 		}
 	})
+
+	runLifecycle(t, setup, place)
 }

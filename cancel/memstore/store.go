@@ -28,6 +28,10 @@ type order struct {
 	seats     []string
 	reason    cancel.Reason
 	paymentID string // the payment that paid it
+	// placed are the seats it was placed with, kept after a cancel (sqlstore's
+	// oe_order.seats), so that a late payment can reinstate it.
+	placed []string
+	warned bool // its expiry warning fired (sqlstore's warned_at_ms)
 }
 
 // discrepancy is one row of sqlstore's oe_payment_discrepancy; times are
@@ -39,7 +43,8 @@ type discrepancy struct {
 }
 
 // Store is an in-memory order store: cancel.OrderStore,
-// cancel.DiscrepancyStore, expiry.OrderLookup, reconcile.ExpiredFinder,
+// cancel.DiscrepancyStore, cancel.Reinstater, cancel.DeadlineStore,
+// cancel.WarnStore, expiry.OrderLookup, reconcile.ExpiredFinder,
 // reconcile.StatusReader and reconcile.ClaimScanner, with the same behaviour
 // as sqlstore's Store (both pass cancel/canceltest's RunStore). Ids compare
 // byte for byte, as there. Safe for concurrent use.
@@ -52,7 +57,8 @@ type Store struct {
 	// Fail, when set, is returned by every call whose name it is given
 	// ("Order", "CancelPending", "PayPending", "Expired", "Statuses",
 	// "Claims", "Place", "RecordDiscrepancy", "ClaimDiscrepancies",
-	// "SettleDiscrepancy"), to inject store failures.
+	// "SettleDiscrepancy", "Overdue", "ReinstateCancelled", "SetDeadline",
+	// "MarkWarned"), to inject store failures.
 	Fail func(op string) error
 }
 
@@ -100,7 +106,7 @@ func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	}
 	seats := slices.Clone(p.Seats)
 	sort.Strings(seats)
-	s.orders[p.OrderNo] = &order{o: expiry.Order{No: p.OrderNo, UserID: p.UserID, ShowID: p.ShowID, ExpireAt: p.ExpireAt.Truncate(time.Millisecond)}, seats: seats}
+	s.orders[p.OrderNo] = &order{o: expiry.Order{No: p.OrderNo, UserID: p.UserID, ShowID: p.ShowID, ExpireAt: p.ExpireAt.Truncate(time.Millisecond)}, seats: seats, placed: slices.Clone(seats)}
 	return nil
 }
 
@@ -292,6 +298,27 @@ func (s *Store) Expired(_ context.Context, cursor string, limit int) ([]string, 
 	}
 	last := due[limit-1].o
 	return out, strconv.FormatInt(last.ExpireAt.UnixMilli(), 10) + "|" + last.No, nil
+}
+
+// Overdue reports the pending orders whose expire_at is at or before the
+// store's clock (the ones Expired finds): how many, and how long past its
+// expire_at the earliest of them is (0 when there is none). It is what
+// expiry/prometheus's overdue poller reads, with the semantics of
+// sqlstore's Store.Overdue.
+func (s *Store) Overdue(context.Context) (n int, oldest time.Duration, err error) {
+	if err := s.fail("Overdue"); err != nil {
+		return 0, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for _, o := range s.orders {
+		if o.o.Status == expiry.StatusPending && !o.o.ExpireAt.After(now) {
+			n++
+			oldest = max(oldest, now.Sub(o.o.ExpireAt))
+		}
+	}
+	return n, oldest, nil
 }
 
 // Statuses implements reconcile.StatusReader.

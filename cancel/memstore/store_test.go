@@ -1,8 +1,15 @@
 package memstore_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/canceltest"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 )
@@ -17,4 +24,39 @@ func TestStoreConformance(t *testing.T) {
 
 func TestSeatsConformance(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore { return memstore.NewSeats(nil) })
+}
+
+func TestOverdue(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	s := memstore.NewStore(func() time.Time { return now })
+	n, oldest, err := s.Overdue(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, n)
+	assert.Zero(t, oldest, "none overdue: no age")
+	place := func(no string, ttl time.Duration) {
+		require.NoError(t, s.Place(ctx, cancel.Placement{OrderNo: no, UserID: "u", ShowID: "s", Seats: []string{no}, ExpireAt: now.Add(ttl)}))
+	}
+	place("due-long-ago", -90*time.Second)
+	place("due-now", 0)
+	place("not-due", time.Second)
+	place("paid", -time.Hour)
+	place("cancelled", -2*time.Hour)
+	_, err = s.PayPending(ctx, cancel.Payment{OrderNo: "paid", PaymentID: "p1"})
+	require.NoError(t, err)
+	_, err = s.CancelPending(ctx, cancel.Request{OrderNo: "cancelled", Reason: cancel.ReasonUser})
+	require.NoError(t, err)
+	n, oldest, err = s.Overdue(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "pending at or past expire_at; paid, cancelled and not yet due ones are not overdue")
+	assert.Equal(t, 90*time.Second, oldest)
+
+	s.Fail = func(op string) error {
+		if op == "Overdue" {
+			return errors.New("down")
+		}
+		return nil
+	}
+	_, _, err = s.Overdue(ctx)
+	assert.Error(t, err)
 }

@@ -16,7 +16,10 @@ import (
 // order go back, and the user's counter goes down by exactly that many.
 func Example() {
 	ctx := context.Background()
-	m, _ := miniredis.Run() // any Redis; miniredis runs the same Lua
+	m, err := miniredis.Run() // any Redis; miniredis runs the same Lua
+	if err != nil {
+		panic(err)
+	}
 	defer m.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
@@ -30,11 +33,17 @@ func Example() {
 	err = seats.Lock(ctx, cancel.Hold{ShowID: "show42", OrderNo: "B1", UserID: "bob", Seats: []string{"r1c2"}}, 4)
 	fmt.Println("bob:", errors.Is(err, cancel.ErrSeatUnavailable))
 
-	n, _ := seats.Release(ctx, a)
-	fmt.Println("released", n)
-	n, _ = seats.Release(ctx, a)
-	fmt.Println("released again", n)
-	held, _ := seats.Held(ctx, "show42", "alice")
+	for _, what := range []string{"released", "released again"} {
+		n, err := seats.Release(ctx, a)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(what, n)
+	}
+	held, err := seats.Held(ctx, "show42", "alice")
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("alice holds", held)
 	// Output:
 	// locked: <nil>

@@ -27,11 +27,12 @@ const (
 	aShowKey              // the Claims cursor's show
 	aSeatKey              // the Claims cursor's seat
 	aLimit                // a page size
+	aSeats                // the placement's seats as a list (the library's schema: oe_order.seats)
 )
 
 // vals are the run-time values of one call.
 type vals struct {
-	no, user, show, seat, reason, payment, showKey, seatKey string
+	no, user, show, seat, reason, payment, showKey, seatKey, seats string
 	userNum                                                 int64
 	status, deadline, key                                   any
 	limit                                                   int
@@ -75,6 +76,8 @@ func (st stmt) args(v vals, numericUser bool) []any {
 			out[i] = v.seatKey
 		case aLimit:
 			out[i] = v.limit
+		case aSeats:
+			out[i] = v.seats
 		}
 	}
 	return out
@@ -523,6 +526,9 @@ func (r *resolved) build() queries {
 	if r.updated != "" {
 		b.w(", ", r.updated)
 	}
+	if r.defaultSchema {
+		b.w(", seats") // the seats a late payment reinstates (late.go)
+	}
 	for _, c := range r.where {
 		b.w(", ", c.col)
 	}
@@ -537,6 +543,9 @@ func (r *resolved) build() queries {
 	}
 	if r.updated != "" {
 		b.w(", ", nowAs(d, r.updatedType, 0))
+	}
+	if r.defaultSchema {
+		b.w(", ").p(aSeats)
 	}
 	for _, c := range r.where {
 		b.w(", ", c.v.sql)

@@ -255,10 +255,17 @@ func hostStore(t testing.TB, db *sql.DB, d sqlstore.Dialect, hs hostSchema) *sql
 	return s
 }
 
+// mappedStore is a store with a Mapping as the suite sees it: the order
+// store alone, without the optional transitions of the library's own
+// schema (late.go: on a mapped store ReinstateCancelled gives
+// cancel.ErrNoSeatRecord, SetDeadline and MarkWarned cancel.ErrUnsupported;
+// TestMappedStoreRefusesTheLibrarysOwnTransitions), so the suite skips them.
+type mappedStore struct{ canceltest.Store }
+
 func hostHarness(t *testing.T, db *sql.DB, d sqlstore.Dialect, hs hostSchema) canceltest.StoreHarness {
 	s := hostStore(t, db, d, hs)
 	return canceltest.StoreHarness{
-		Store: s,
+		Store: mappedStore{s},
 		Now:   s.Now,
 		Place: func(ctx context.Context, p cancel.Placement) error {
 			tx, err := db.BeginTx(ctx, nil)
@@ -328,4 +335,20 @@ func TestDefaultMappingIsTheSchema(t *testing.T) {
 	require.NoError(t, other.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'oe_%'").Scan(&n))
 	require.Equal(t, 1, n, "only oe_payment_discrepancy")
 	require.ErrorIs(t, s2.Check(ctx), sqlstore.ErrMapping, "the host's orders table does not exist")
+}
+
+// TestMappedStoreRefusesTheLibrarysOwnTransitions: the transitions that need
+// columns of the library's own schema (the seats a late payment reinstates,
+// the warned flag) say so on a mapped store, so cancel.Service refunds a
+// late payment and reports deadline control and warnings unsupported.
+func TestMappedStoreRefusesTheLibrarysOwnTransitions(t *testing.T) {
+	ctx := context.Background()
+	db := openSQLite(t)
+	s := hostStore(t, db, sqlstore.SQLite, seatflow)
+	_, err := s.ReinstateCancelled(ctx, cancel.Payment{OrderNo: "o-1", PaymentID: "p-1"}, func(context.Context, cancel.Hold) error { return nil })
+	require.ErrorIs(t, err, cancel.ErrNoSeatRecord)
+	_, err = s.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: "o-1", In: time.Minute})
+	require.ErrorIs(t, err, cancel.ErrUnsupported)
+	_, err = s.MarkWarned(ctx, "o-1", time.Minute)
+	require.ErrorIs(t, err, cancel.ErrUnsupported)
 }

@@ -8,6 +8,8 @@
 //   - cancel.OrderStore (Order, CancelPending, PayPending),
 //   - cancel.DiscrepancyStore (RecordDiscrepancy, ClaimDiscrepancies,
 //     SettleDiscrepancy),
+//   - cancel.Reinstater (ReinstateCancelled), cancel.DeadlineStore
+//     (SetDeadline) and cancel.WarnStore (MarkWarned), in late.go,
 //   - expiry.OrderLookup (Order),
 //   - reconcile.ExpiredFinder (Expired), reconcile.StatusReader (Statuses)
 //     and reconcile.ClaimScanner (Claims).
@@ -269,7 +271,7 @@ func (s *Store) Close() error {
 
 // Migrate applies Schema(dialect), then upgrades tables that an earlier
 // version of this package created (CREATE TABLE IF NOT EXISTS leaves them as
-// they are): it adds oe_order.payment_id and, on MySQL/MariaDB, gives the id
+// they are): it adds oe_order.payment_id, seats and warned_at_ms and, on MySQL/MariaDB, gives the id
 // columns their byte-exact collation (ascii_bin; this rebuilds the table
 // once). Every step looks before it changes anything, so Migrate is
 // idempotent, and safe to run from several hosts at once.
@@ -329,6 +331,9 @@ func (s *Store) upgrade(ctx context.Context) error {
 		if _, err := s.db.ExecContext(ctx, addPaymentID[s.dialect]); err != nil && !isDuplicateColumn(err) {
 			return err // a concurrent Migrate adding it first is success
 		}
+	}
+	if err := s.upgradeLate(ctx); err != nil { // late.go: seats, warned_at_ms
+		return err
 	}
 	if s.dialect != MySQL {
 		return nil
@@ -411,7 +416,7 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 	if !ok {
 		return fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
 	}
-	v.deadline = s.timeArg(p.ExpireAt)
+	v.deadline, v.seats = s.timeArg(p.ExpireAt), seatList(p.Seats)
 	if _, err := tx.ExecContext(ctx, s.q.insertOrder.sql, s.args(s.q.insertOrder, v)...); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)

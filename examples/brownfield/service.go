@@ -72,23 +72,23 @@ func Open(ctx context.Context, c Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{db: c.DB, dialect: c.Dialect, store: store, limit: 6}
-	s.svc, err = cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: s.refund, Logger: c.Logger})
+	s.svc, err = cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: s.refund, Runtime: expiry.Runtime{Logger: c.Logger}})
 	if err != nil {
 		return nil, err
 	}
 	// A short level table so that orders due in seconds re-arm as on a broker.
 	s.sender = inproc.New(inproc.Config{Levels: levels.MustParse("1s 2s 3s"), Slack: 300 * time.Millisecond})
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: s.svc, Sender: s.sender, Logger: c.Logger})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: s.svc, Sender: s.sender, Runtime: expiry.Runtime{Logger: c.Logger}})
 	if err != nil {
 		return nil, err
 	}
-	if s.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: s.sender, Logger: c.Logger}); err != nil {
+	if s.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: s.sender, Runtime: expiry.Runtime{Logger: c.Logger}}); err != nil {
 		return nil, err
 	}
-	if s.rec, err = reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: s.svc, Logger: c.Logger}); err != nil {
+	if s.rec, err = reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: s.svc, Runtime: expiry.Runtime{Logger: c.Logger}}); err != nil {
 		return nil, err
 	}
-	s.sender.Attach(expiry.NewShell(h, nil, c.Logger))
+	s.sender.Attach(expiry.NewShell(h))
 	return s, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,7 @@ type harness struct {
 
 	mu      sync.Mutex
 	refunds []string
+	warned  map[string]int // order → warning hook calls
 }
 
 func newHarness(t *testing.T, window time.Duration) *harness {
@@ -42,7 +44,7 @@ func newHarness(t *testing.T, window time.Duration) *harness {
 	require.NoError(t, err)
 	e, err := openEnv(ctx, cfg)
 	require.NoError(t, err)
-	h := &harness{t: t}
+	h := &harness{t: t, warned: map[string]int{}}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -52,6 +54,13 @@ func newHarness(t *testing.T, window time.Duration) *harness {
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			h.mu.Lock()
 			h.refunds = append(h.refunds, d.OrderNo+" "+d.PaymentID)
+			h.mu.Unlock()
+			return nil
+		},
+		WarnBefore: (window / 2).Truncate(time.Millisecond),
+		OnWarning: func(_ context.Context, o expiry.Order) error {
+			h.mu.Lock()
+			h.warned[o.No]++
 			h.mu.Unlock()
 			return nil
 		}})
@@ -151,6 +160,27 @@ func (h *harness) refunded() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]string(nil), h.refunds...)
+}
+
+func (h *harness) warnings(no string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.warned[no]
+}
+
+// waitStatus waits up to 10s for order no of user to leave pending.
+func (h *harness) waitStatus(no, user string) string {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		code, out := h.do("GET", "/orders/"+no, user, "")
+		require.Equal(h.t, http.StatusOK, code)
+		if st := out["status"].(string); st != "pending" {
+			return st
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "pending"
 }
 
 func (h *harness) held(show, user string) int {
@@ -260,17 +290,35 @@ func TestUnpaidOrderExpires(t *testing.T) {
 
 	// What happened is on /metrics: one order paid with one seat, one
 	// cancelled with two (by its message or, if that was slow, the reconciler).
-	resp, err := h.srv.Client().Get(h.srv.URL + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	metrics := string(raw)
+	metrics := h.metrics()
 	assert.Contains(t, metrics, `orderexpiry_events_total{detail="",kind="paid"} 1`)
 	assert.Contains(t, metrics, `orderexpiry_seats_total{kind="paid"} 1`)
 	assert.Contains(t, metrics, `orderexpiry_seats_total{kind="cancelled"} 2`)
 	assert.Regexp(t, `orderexpiry_events_total\{detail="(timeout|reconcile)",kind="cancelled"\} 1`, metrics)
+	// The operator's view: the cancel's lateness by the database's clock,
+	// and which path caught the order (the two counters add up to it).
+	assert.Regexp(t, `orderexpiry_cancel_lateness_seconds_count\{reason="(timeout|reconcile)"\} 1\n`, metrics)
+	byMessage := regexp.MustCompile(`orderexpiry_expired_orders_total\{path="message"\} (\d+)`).FindStringSubmatch(metrics)
+	byReconciler := regexp.MustCompile(`orderexpiry_expired_orders_total\{path="reconciler"\} (\d+)`).FindStringSubmatch(metrics)
+	require.Len(t, byMessage, 2, metrics)
+	require.Len(t, byReconciler, 2, metrics)
+	assert.ElementsMatch(t, []string{"0", "1"}, []string{byMessage[1], byReconciler[1]}, "caught once, by one path")
+	// The overdue gauges are read from the database from the start.
+	assert.Regexp(t, `orderexpiry_overdue_orders \d+\n`, metrics)
+	assert.Regexp(t, `orderexpiry_overdue_oldest_seconds [0-9.e+-]+\n`, metrics)
+	assert.Regexp(t, `orderexpiry_overdue_last_poll_timestamp_seconds [0-9.e+]+\n`, metrics)
+	assert.Contains(t, metrics, `orderexpiry_overdue_poll_errors_total 0`)
+}
+
+// metrics returns the service's GET /metrics.
+func (h *harness) metrics() string {
+	resp, err := h.srv.Client().Get(h.srv.URL + "/metrics")
+	require.NoError(h.t, err)
+	defer resp.Body.Close()
+	require.Equal(h.t, http.StatusOK, resp.StatusCode)
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(h.t, err)
+	return string(raw)
 }
 
 func TestPaymentAfterCancel(t *testing.T) {
@@ -286,6 +334,10 @@ func TestPaymentAfterCancel(t *testing.T) {
 		assert.Contains(t, out["error"], "refunded")
 	}
 	assert.Equal(t, []string{no + " pay-1"}, h.refunded(), "the refund hook was called once for the payment")
+	metrics := h.metrics()
+	assert.Contains(t, metrics, `orderexpiry_discrepancies_total{reason="paid_after_cancelled"} 1`, "once per payment id")
+	assert.Contains(t, metrics, `orderexpiry_refunds_total{result="refunded"} 1`)
+	assert.Contains(t, metrics, `orderexpiry_refunds_total{result="hook_failed"} 0`)
 	_, out := h.do("GET", "/orders/"+no, "alice", "")
 	assert.Equal(t, "cancelled", out["status"])
 	assert.Empty(t, h.seatStates("show1"), "nothing sold")
@@ -473,4 +525,102 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Late payment (on in this service): a payment after the timeout reinstates
+// the order when its seats are free; the provider's repeats are repeats.
+func TestLatePaymentReinstated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Second)
+	no := h.place("alice", "show1", "L1", "L2")
+	require.Equal(t, "cancelled", h.waitStatus(no, "alice"))
+	require.Eventually(t, func() bool { return len(h.seatStates("show1")) == 0 }, 5*time.Second, 20*time.Millisecond)
+	for i := range 3 {
+		code, out := h.pay(no, "late-1")
+		require.Equal(t, http.StatusOK, code, "callback %d: %v", i+1, out)
+		assert.Equal(t, "paid", out["status"])
+		assert.Equal(t, "late-1", out["payment_id"])
+	}
+	assert.Empty(t, h.refunded(), "reinstated, nothing to refund")
+	assert.Equal(t, map[string]string{"L1": "sold:" + no, "L2": "sold:" + no}, h.seatStates("show1"))
+	assert.Equal(t, 2, h.held("show1", "alice"))
+	_, out := h.do("GET", "/orders/"+no, "alice", "")
+	assert.Equal(t, "paid", out["status"])
+	assert.Contains(t, h.metrics(), `orderexpiry_events_total{detail="",kind="reinstated"} 1`)
+}
+
+// A late payment whose seat was sold to another order meanwhile is
+// refunded, once, and the seat stays the other order's.
+func TestLatePaymentSeatResold(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Second)
+	no := h.place("alice", "show1", "R1")
+	require.Equal(t, "cancelled", h.waitStatus(no, "alice"))
+	require.Eventually(t, func() bool { return len(h.seatStates("show1")) == 0 }, 5*time.Second, 20*time.Millisecond)
+	other := h.place("bob", "show1", "R1")
+	for range 3 {
+		code, out := h.pay(no, "late-2")
+		assert.Equal(t, http.StatusConflict, code, out)
+	}
+	assert.Equal(t, []string{no + " late-2"}, h.refunded())
+	assert.Equal(t, "locked:"+other, h.seatStates("show1")["R1"], "never taken from the other order")
+	assert.Zero(t, h.held("show1", "alice"))
+}
+
+// Deadline control: the buyer extends (the message in flight re-arms by the
+// stored deadline), an operator expires it now (a payment after that is
+// refunded, never reinstated).
+func TestExtendAndExpireNow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, time.Second)
+	no := h.place("alice", "show1", "X1")
+	code, out := h.do("POST", "/orders/"+no+"/extend", "alice", `{"seconds":60}`)
+	require.Equal(t, http.StatusOK, code, out)
+	extended, err := time.Parse(time.RFC3339Nano, out["expire_at"].(string))
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now().Add(time.Minute), extended, 5*time.Second)
+	code, _ = h.do("POST", "/orders/"+no+"/extend", "mallory", `{"seconds":60}`)
+	assert.Equal(t, http.StatusNotFound, code, "only the owner extends")
+	code, out = h.do("POST", "/orders/"+no+"/extend", "alice", `{"seconds":30}`)
+	assert.Equal(t, http.StatusOK, code, "at least 30s from now: it is, unchanged")
+	assert.Equal(t, extended.Format(time.RFC3339Nano), out["expire_at"])
+	code, _ = h.do("POST", "/orders/"+no+"/extend", "alice", `{"seconds":0}`)
+	assert.Equal(t, http.StatusBadRequest, code)
+
+	time.Sleep(2500 * time.Millisecond) // past the old deadline, its message and a reconcile round
+	_, out = h.do("GET", "/orders/"+no, "alice", "")
+	assert.Equal(t, "pending", out["status"], "I4: not cancelled at the old deadline")
+
+	code, out = h.do("POST", "/admin/orders/"+no+"/expire", "", "")
+	require.Equal(t, http.StatusOK, code, out)
+	assert.Equal(t, "cancelled", out["status"])
+	require.Eventually(t, func() bool { return len(h.seatStates("show1")) == 0 }, 5*time.Second, 20*time.Millisecond)
+	code, _ = h.do("POST", "/admin/orders/"+no+"/expire", "", "")
+	assert.Equal(t, http.StatusConflict, code, "expired already")
+	code, _ = h.do("POST", "/orders/"+no+"/extend", "alice", `{"seconds":60}`)
+	assert.Equal(t, http.StatusConflict, code)
+	code, _ = h.pay(no, "pay-after-expire")
+	assert.Equal(t, http.StatusConflict, code, "an operator's expire-now is final: refunded")
+	assert.Equal(t, []string{no + " pay-after-expire"}, h.refunded())
+	m := h.metrics()
+	assert.Contains(t, m, `orderexpiry_events_total{detail="",kind="deadline_changed"} 2`, "extended, expired_now")
+	assert.Contains(t, m, `orderexpiry_events_total{detail="expired",kind="cancelled"} 1`)
+}
+
+// The warning hook fires once per pending order, half the window before its
+// deadline here, and never for an order paid before.
+func TestWarningHook(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 2*time.Second)
+	no := h.place("alice", "show1", "W1")
+	paid := h.place("bob", "show1", "W2")
+	code, _ := h.pay(paid, "pay-w")
+	require.Equal(t, http.StatusOK, code)
+	require.Eventually(t, func() bool { return h.warnings(no) == 1 }, 5*time.Second, 20*time.Millisecond, "warned")
+	_, out := h.do("GET", "/orders/"+no, "alice", "")
+	assert.Equal(t, "pending", out["status"], "warned before its deadline")
+	require.Equal(t, "cancelled", h.waitStatus(no, "alice"))
+	assert.Equal(t, 1, h.warnings(no), "once")
+	assert.Zero(t, h.warnings(paid), "never after the payment")
+	assert.Contains(t, h.metrics(), `orderexpiry_events_total{detail="",kind="warned"} 1`)
 }

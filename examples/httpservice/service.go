@@ -46,6 +46,12 @@ type Config struct {
 	// d.PaymentID at the provider. It runs once per payment id; an error
 	// leaves it to the reconciler, which calls it again. Nil: logged only.
 	OnDiscrepancy func(ctx context.Context, d cancel.Discrepancy) error
+	// WarnBefore is how long before its deadline an order's buyer is warned
+	// ("your seats will be released in 2 minutes"); 0: 2 minutes, negative:
+	// no warnings.
+	WarnBefore time.Duration
+	// OnWarning notifies the buyer, at most once per order; nil: logged.
+	OnWarning func(ctx context.Context, o expiry.Order) error
 }
 
 // App is the host's order service with orderexpiry wired in. Its HTTP layer
@@ -57,6 +63,7 @@ type App struct {
 	svc            *cancel.Service
 	sched          *expiry.Scheduler
 	rec            *reconcile.Reconciler
+	overdue        *prometheus.OverduePoller
 	log            *slog.Logger
 	metrics        *prom.Registry
 	expiry         time.Duration
@@ -112,30 +119,109 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	}
 	// The store records each discrepancy once per payment id, so the hook
 	// refunds once however often the provider repeats its callback.
+	onWarning := c.OnWarning
+	if onWarning == nil {
+		onWarning = func(ctx context.Context, o expiry.Order) error {
+			a.log.InfoContext(ctx, "expiry warning: the buyer's seats will be released soon", "order", o.No,
+				"user", o.UserID, "expire_at", o.ExpireAt, "left", o.Remaining())
+			return nil
+		}
+	}
+	warnBefore := c.WarnBefore
+	switch {
+	case warnBefore == 0:
+		warnBefore = 2 * time.Minute
+	case warnBefore < 0:
+		warnBefore = 0
+	}
+	// Late payments are accepted (pretix's default): a payment after the
+	// timeout reinstates the order when its seats are still free, and is
+	// refunded otherwise. The sender sends the message of a shortened
+	// deadline.
 	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Discrepancies: a.store,
-		Observer: obs, Logger: a.log, OnDiscrepancy: onDiscrepancy})
+		Runtime: expiry.Runtime{Observer: obs, Logger: a.log}, OnDiscrepancy: onDiscrepancy,
+		AcceptLatePayments: true, OnWarning: onWarning, Sender: c.Sender})
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: a.svc, Sender: c.Sender, Observer: obs, Logger: a.log})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: a.svc, Warner: a.svc, Sender: c.Sender, Runtime: expiry.Runtime{Observer: obs, Logger: a.log}})
 	if err != nil {
 		return nil, nil, err
 	}
-	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Observer: obs, Logger: a.log}); err != nil {
+	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Runtime: expiry.Runtime{Observer: obs, Logger: a.log},
+		WarnBefore: warnBefore.Truncate(time.Millisecond)}); err != nil {
 		return nil, nil, err
 	}
 	a.rec, err = reconcile.New(reconcile.Config{Orders: a.store, Seats: a.seats, Service: a.svc,
-		Observer: obs, Logger: a.log})
+		Runtime: expiry.Runtime{Observer: obs, Logger: a.log}})
 	if err != nil {
 		return nil, nil, err
 	}
-	return a, expiry.NewShell(h, obs, a.log), nil
+	// The gauges that page someone when messages are lost: pending orders
+	// past their deadline, read from the store every ReconcileEvery.
+	a.overdue, err = prometheus.NewOverduePoller(a.metrics, "", overdueOf(a.store), prometheus.PollerConfig{Interval: a.reconcileEvery})
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, expiry.NewShell(h), nil
 }
 
 // RunReconciler repairs what the message path lost, every ReconcileEvery,
-// until ctx is done. Run it on every instance: rounds are safe in parallel.
+// until ctx is done, and reads the overdue gauges as often. Run it on every
+// instance: rounds are safe in parallel.
 func (a *App) RunReconciler(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.overdue.Run(ctx); err != nil && ctx.Err() == nil {
+			a.log.ErrorContext(ctx, "overdue poller stopped", "err", err)
+		}
+	}()
+	defer func() { <-done }()
 	return a.rec.Run(ctx, a.reconcileEvery)
+}
+
+// overdueOf returns the store's own Overdue (one indexed query) when it has
+// one, and otherwise the same answer from the reconciler's keyset scan: the
+// due pending orders in expire_at order, the first the oldest. The fallback
+// is for a sqlstore without Overdue; delete it once the store has it.
+func overdueOf(store *sqlstore.Store) prometheus.OverdueCounter {
+	if oc, ok := any(store).(prometheus.OverdueCounter); ok {
+		return oc
+	}
+	return scanOverdue{store}
+}
+
+type scanOverdue struct{ store *sqlstore.Store }
+
+func (s scanOverdue) Overdue(ctx context.Context) (int, time.Duration, error) {
+	const page, most = 1000, 100_000 // bounded: "100000 or more" pages someone all the same
+	n, first, cursor := 0, "", ""
+	for n < most {
+		nos, next, err := s.store.Expired(ctx, cursor, page)
+		if err != nil {
+			return 0, 0, err
+		}
+		if first == "" && len(nos) > 0 {
+			first = nos[0]
+		}
+		n += len(nos)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if first == "" {
+		return 0, 0, nil
+	}
+	o, err := s.store.Order(ctx, first)
+	if errors.Is(err, expiry.ErrNotFound) {
+		return n, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return n, max(o.ReadAt.Sub(o.ExpireAt), 0), nil
 }
 
 // Place places an order. The library does the sequence: it validates p, locks
@@ -160,9 +246,19 @@ func (a *App) Place(ctx context.Context, p cancel.Placement) error {
 //	POST /orders              place (X-User; JSON {"show_id", "seats"}) → 201
 //	GET  /orders/{no}         the caller's order (X-User) → 200
 //	POST /orders/{no}/pay     payment callback (JSON {"payment_id"}) → 200, again
-//	                          for a repeated callback; after a cancel, or with
-//	                          another payment id for a paid order, 409 (refunded)
+//	                          for a repeated callback, and for a late payment
+//	                          after the timeout whose seats are still free
+//	                          (the order is reinstated as paid); after the
+//	                          user's cancel, an expire-now, a seat re-sold, or
+//	                          with another payment id for a paid order, 409
+//	                          (refunded)
 //	POST /orders/{no}/cancel  the caller's cancel (X-User) → 200; paid 409
+//	POST /orders/{no}/extend  the caller asks for more time (X-User; JSON
+//	                          {"seconds"}): the deadline becomes at least that
+//	                          far from now → 200; already later, 200 unchanged;
+//	                          due, paid or cancelled 409
+//	POST /admin/orders/{no}/expire  an operator expires a pending order now →
+//	                          200 (cancelled, seats released); not pending 409
 //	GET  /metrics             the library's events as Prometheus metrics
 func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -170,6 +266,8 @@ func (a *App) Handler() http.Handler {
 	mux.HandleFunc("GET /orders/{no}", a.getOrder)
 	mux.HandleFunc("POST /orders/{no}/pay", a.payOrder)
 	mux.HandleFunc("POST /orders/{no}/cancel", a.cancelOrder)
+	mux.HandleFunc("POST /orders/{no}/extend", a.extendOrder)
+	mux.HandleFunc("POST /admin/orders/{no}/expire", a.expireOrder) // behind the operators' authentication in a real service
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -178,6 +276,13 @@ type placeRequest struct {
 	ShowID string   `json:"show_id"`
 	Seats  []string `json:"seats"`
 }
+
+type extendRequest struct {
+	Seconds int64 `json:"seconds"` // at least this long from now
+}
+
+// maxExtend bounds one extension request.
+const maxExtend = 24 * time.Hour
 
 type payRequest struct {
 	PaymentID string `json:"payment_id"` // the provider's id of the payment
@@ -279,6 +384,53 @@ func (a *App) cancelOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.writeJSON(w, r, http.StatusOK, view(res.Order, res.Seats)) // cancelled now, or already (by a timeout or before)
+}
+
+// extendOrder gives the caller's pending order more time: its deadline
+// becomes at least the asked time from now, by the database's clock. The
+// expiry message in flight follows the stored deadline (it re-arms), so
+// nothing is sent. A due order is not extended: it is the timeout's.
+func (a *App) extendOrder(w http.ResponseWriter, r *http.Request) {
+	user, err := userOf(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var req extendRequest
+	if err := decode(w, r, &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	d := time.Duration(req.Seconds) * time.Second
+	if req.Seconds <= 0 || d > maxExtend {
+		a.fail(w, r, badRequest{fmt.Errorf("seconds must be in 1..%d", int64(maxExtend/time.Second))})
+		return
+	}
+	res, err := a.svc.Extend(r.Context(), r.PathValue("no"), user, d)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if !res.Changed && (res.Order.Status != expiry.StatusPending || res.Order.Remaining() <= 0) {
+		a.writeError(w, r, http.StatusConflict, "the order is "+res.Order.Status.String()+" or due; it cannot be extended")
+		return
+	}
+	a.writeJSON(w, r, http.StatusOK, view(res.Order, nil))
+}
+
+// expireOrder is the operator's "expire it now": the pending order is
+// cancelled at once and its seats released. A payment after it is refunded.
+func (a *App) expireOrder(w http.ResponseWriter, r *http.Request) {
+	res, err := a.svc.ExpireNow(r.Context(), r.PathValue("no"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if !res.Changed {
+		a.writeError(w, r, http.StatusConflict, "the order is "+res.Order.Status.String())
+		return
+	}
+	a.writeJSON(w, r, http.StatusOK, view(res.Order, res.Seats))
 }
 
 var errNoUser = errors.New("missing X-User header")

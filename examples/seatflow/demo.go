@@ -124,7 +124,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		byNo: map[string]*plan{}, free: map[string][]string{},
 		decided: map[string][]string{}, lastSend: map[string]sendInfo{}, sends: map[string]int{},
 	}
-	tr, err := newTransport(cfg, d.onSend)
+	tr, err := newTransport(cfg, d)
 	if err != nil {
 		return err
 	}
@@ -202,24 +202,24 @@ func (d *demo) wire(ctx context.Context) error {
 		Store:         store,
 		Seats:         &flakyReleaser{SeatStore: d.seats, failOnce: failOnce},
 		Discrepancies: store, // the refund hook runs once per payment id
-		Observer:      d,
-		Logger:        logger,
+		Runtime:       expiry.Runtime{Observer: d, Logger: logger},
+
 		OnDiscrepancy: d.onDiscrepancy,
 	}); err != nil {
 		return err
 	}
-	if d.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: d.svc, Sender: d.tr.sender, Observer: d, Logger: logger}); err != nil {
+	if d.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: d.svc, Sender: d.tr.sender, Runtime: expiry.Runtime{Observer: d, Logger: logger}}); err != nil {
 		return err
 	}
-	d.shell = expiry.NewShell(d.h, d, logger)
+	d.shell = expiry.NewShell(d.h)
 	if err := d.tr.attach(d.shell); err != nil {
 		return setupErrorf("%w", err)
 	}
-	if d.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: lossySender{d.tr.sender, dropFirst}, Observer: d, Logger: logger}); err != nil {
+	if d.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: lossySender{d.tr.sender, dropFirst}, Runtime: expiry.Runtime{Observer: d, Logger: logger}}); err != nil {
 		return err
 	}
 	// The reconciler rebuilds Redis from SQL if it loses its data.
-	if d.rec, err = reconcile.New(reconcile.Config{Orders: store, Seats: d.seats, Service: d.svc, Observer: d, Logger: logger}); err != nil {
+	if d.rec, err = reconcile.New(reconcile.Config{Orders: store, Seats: d.seats, Service: d.svc, Runtime: expiry.Runtime{Observer: d, Logger: logger}}); err != nil {
 		return err
 	}
 	// This run's namespace is new, so complete: nothing to rebuild. (A

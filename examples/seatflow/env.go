@@ -183,11 +183,11 @@ func closeOnce(f func() error) func() error {
 	}
 }
 
-func newTransport(cfg config, onSend func(m expiry.Message, level int, delay time.Duration)) (*transport, error) {
+func newTransport(cfg config, obs expiry.Observer) (*transport, error) {
 	if cfg.RocketMQ != "" {
-		return newRocketMQ(cfg, onSend)
+		return newRocketMQ(cfg, obs)
 	}
-	s := inproc.New(inproc.Config{Levels: demoLevels, Slack: demoSlack, OnSend: onSend})
+	s := inproc.New(inproc.Config{Levels: demoLevels, Slack: demoSlack, Runtime: expiry.Runtime{Observer: obs}})
 	return &transport{
 		sender:   s,
 		attach:   func(sh *expiry.Shell) error { s.Attach(sh); return nil },

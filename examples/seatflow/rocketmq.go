@@ -13,13 +13,13 @@ import (
 
 // newRocketMQ is the production transport: a producer as the DelaySender and
 // a push consumer feeding the Shell, on a topic of this run's own.
-func newRocketMQ(cfg config, onSend func(m expiry.Message, level int, delay time.Duration)) (*transport, error) {
+func newRocketMQ(cfg config, obs expiry.Observer) (*transport, error) {
 	mode, err := rocketmq.ParseMode(cfg.Mode)
 	if err != nil {
 		return nil, setupErrorf("-rocketmq-mode: %w", err)
 	}
 	topic := "oe_demo_" + strings.TrimSuffix(runPrefix(), "-")
-	rc := rocketmq.Config{NameServers: []string{cfg.RocketMQ}, Topic: topic, Group: topic + "_p", Mode: mode, Slack: demoSlack}
+	rc := rocketmq.Config{NameServers: []string{cfg.RocketMQ}, Topic: topic, Group: topic + "_p", Mode: mode, Slack: demoSlack, Runtime: expiry.Runtime{Observer: obs}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := rocketmq.EnsureTopic(ctx, rc.NameServers, cfg.Broker, topic); err != nil {
@@ -29,7 +29,6 @@ func newRocketMQ(cfg config, onSend func(m expiry.Message, level int, delay time
 	if err != nil {
 		return nil, setupErrorf("%w", err)
 	}
-	sender.OnSend = onSend
 	var consumer *rocketmq.Consumer
 	t := &transport{
 		sender:   sender,

@@ -56,21 +56,19 @@ type sendInfo struct {
 	delay time.Duration
 }
 
-// onSend is the in-process sender's hook: every accepted message, with the
-// level the RocketMQ rule chose for it.
-func (d *demo) onSend(m expiry.Message, level int, delay time.Duration) {
-	d.mu.Lock()
-	d.sends[m.OrderNo]++
-	d.hops++
-	d.lastSend[m.OrderNo] = sendInfo{level, delay}
-	d.mu.Unlock()
-}
-
 // Observe implements expiry.Observer: what the library reports becomes the
 // timeline, and the transitions it reports are checked against the store at
 // the end.
 func (d *demo) Observe(_ context.Context, e expiry.Event) {
-	if e.Kind == expiry.KindBadMessage {
+	switch e.Kind {
+	case expiry.KindSent: // every accepted message, with the level the RocketMQ rule chose
+		d.mu.Lock()
+		d.sends[e.OrderNo]++
+		d.hops++
+		d.lastSend[e.OrderNo] = sendInfo{e.Level, e.Delay}
+		d.mu.Unlock()
+		return
+	case expiry.KindBadMessage:
 		d.mu.Lock()
 		d.badMessages++
 		d.mu.Unlock()

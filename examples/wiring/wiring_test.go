@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -24,25 +25,25 @@ import (
 )
 
 // wire is what a host adds to its service: the library on the host's own
-// *sql.DB and Redis client, the in-process transport standing in for
+// *sql.DB and Redis client, with its logger and observer in rt, the in-process transport standing in for
 // expiry/rocketmq, the reconciler running until ctx ends, and the two calls
 // the host's handlers make.
-func wire(ctx context.Context, db *sql.DB, rdb redis.UniversalClient, refund func(context.Context, cancel.Discrepancy) error) (place func(context.Context, cancel.Placement) error, pay func(context.Context, cancel.Payment) error, err error) {
+func wire(ctx context.Context, db *sql.DB, rdb redis.UniversalClient, rt expiry.Runtime, refund func(context.Context, cancel.Discrepancy) error) (place func(context.Context, cancel.Placement) error, pay func(context.Context, cancel.Payment) error, err error) {
 	// wiring:begin
 	store, err1 := sqlstore.New(db, sqlstore.MySQL)
 	seats, err2 := redisseat.New(rdb, "")
-	svc, err3 := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: refund})
+	svc, err3 := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: refund, Runtime: rt})
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, nil, err
 	}
-	sender := inproc.New(inproc.Config{}) // or expiry/rocketmq's Sender and Consumer
-	handler, err4 := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
-	sched, err5 := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender})
-	rec, err6 := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc})
+	sender := inproc.New(inproc.Config{Runtime: rt}) // or expiry/rocketmq's Sender and Consumer
+	handler, err4 := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: rt})
+	sched, err5 := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: rt})
+	rec, err6 := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Runtime: rt})
 	if err := errors.Join(err4, err5, err6, seats.Check(ctx)); err != nil {
 		return nil, nil, err
 	}
-	sender.Attach(expiry.NewShell(handler, nil, nil))
+	sender.Attach(expiry.NewShell(handler))
 	go rec.Run(ctx, 5*time.Minute) // on every instance
 	place = func(ctx context.Context, p cancel.Placement) error {
 		return svc.Place(ctx, p, 4, store.Insert(db, sched, p, nil)) // nil: no rows of the host's own
@@ -65,7 +66,8 @@ func Example() {
 		panic(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379"})
-	place, pay, err := wire(ctx, db, rdb, func(ctx context.Context, d cancel.Discrepancy) error {
+	rt := expiry.Runtime{Logger: slog.Default()} // and Observer: expiry/prometheus, say
+	place, pay, err := wire(ctx, db, rdb, rt, func(ctx context.Context, d cancel.Discrepancy) error {
 		return nil // refund d.PaymentID at the provider, keyed by it
 	})
 	if err != nil {

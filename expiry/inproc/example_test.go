@@ -22,10 +22,12 @@ func (printer) Process(_ context.Context, body []byte, _ string) expiry.Verdict 
 // RocketMQ would, and the Handler re-arms it for the rest.
 func Example() {
 	clock := expirytest.NewFakeClock(time.Unix(0, 0))
-	s := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default})
+	s := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}, Levels: levels.Default})
 	defer s.Close()
-	s.Attach(printer{}) // in a host: expiry.NewShell(handler, …)
-	_ = s.Send(context.Background(), expiry.Message{OrderNo: "A1", Hop: 1}, 7*time.Second)
+	s.Attach(printer{}) // in a host: expiry.NewShell(handler)
+	if err := s.Send(context.Background(), expiry.Message{OrderNo: "A1", Hop: 1}, 7*time.Second); err != nil {
+		panic(err)
+	}
 	clock.Advance(5 * time.Second)
 	// Output: delivered "oe1 A1 1"
 }

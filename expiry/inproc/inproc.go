@@ -24,7 +24,9 @@ import (
 // ErrClosed is returned by Send after Close.
 var ErrClosed = errors.New("inproc: sender closed")
 
-// Consumer receives delivered bodies; *expiry.Shell implements it.
+// Consumer receives delivered bodies; *expiry.Shell implements it. A
+// Consumer that also implements expiry.TracedProcessor (the Shell does) gets
+// each message's trace context through ProcessTraced.
 type Consumer interface {
 	Process(ctx context.Context, body []byte, traceID string) expiry.Verdict
 }
@@ -32,7 +34,9 @@ type Consumer interface {
 // Config configures a Sender. The zero Config delays messages exactly, on the
 // system clock.
 type Config struct {
-	Clock expiry.Clock // nil: expiry.SystemClock
+	// Runtime: the Clock the delays run on, and the Observer that gets a
+	// KindSent event for every message accepted (before it can fire).
+	expiry.Runtime
 	// Levels, when it has levels, makes the sender round each delay to a
 	// level with Levels.Plan(delay, Slack), as RocketMQ's levels mode does.
 	// As there, Slack 0 means one second and a negative Slack none.
@@ -41,11 +45,6 @@ type Config struct {
 	// RetryDelay is how long a message the consumer asked to retry waits
 	// before it is delivered again; 0: one second.
 	RetryDelay time.Duration
-	// OnSend, if set, is called for every message about to be scheduled,
-	// with the level chosen (0 without a table) and the delay applied: a
-	// hook for timelines and hop counting. Redeliveries after Retry are not
-	// sends and do not call it.
-	OnSend func(m expiry.Message, level int, delay time.Duration)
 }
 
 // Sender is the in-process DelaySender. Safe for concurrent use.
@@ -53,7 +52,7 @@ type Sender struct {
 	cfg      Config
 	mu       sync.Mutex
 	consumer Consumer
-	held     []delivery // fell due before Attach
+	held     []*delivery // fell due before Attach
 	timers   map[uint64]expiry.Timer
 	next     uint64
 	closed   bool
@@ -63,9 +62,7 @@ type Sender struct {
 // New returns a Sender; Attach a consumer before messages fall due (earlier
 // ones are held until then).
 func New(c Config) *Sender {
-	if c.Clock == nil {
-		c.Clock = expiry.SystemClock
-	}
+	c.Runtime = c.Runtime.WithDefaults()
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second
 	}
@@ -83,7 +80,7 @@ func (s *Sender) Attach(c Consumer) {
 	s.held = nil
 	s.mu.Unlock()
 	for _, d := range held {
-		s.deliver(c, d.body, d.traceID)
+		s.deliver(c, d)
 	}
 }
 
@@ -101,13 +98,16 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 		level = s.cfg.Levels.Plan(delay, s.cfg.Slack)
 		delay = s.cfg.Levels.Delay(level)
 	}
-	if s.cfg.OnSend != nil { // before scheduling: a zero delay may deliver at once
-		s.cfg.OnSend(m, level, delay)
-	}
-	return s.schedule(body, m.TraceID, max(delay, 0))
+	delay = max(delay, 0)
+	return s.schedule(&delivery{body: body, traceID: m.TraceID, trace: m.Trace}, delay, func() {
+		s.cfg.Observer.Observe(ctx, expiry.Event{Kind: expiry.KindSent, OrderNo: m.OrderNo, Hop: m.Hop, Level: level, Delay: delay})
+	})
 }
 
-func (s *Sender) schedule(body []byte, traceID string, delay time.Duration) error {
+// schedule starts a message's timer, then calls sent (nil for a redelivery,
+// which is not a send) under the lock: fire takes the lock too, so even a
+// zero delay is delivered after its send was observed.
+func (s *Sender) schedule(d *delivery, delay time.Duration, sent func()) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -116,35 +116,47 @@ func (s *Sender) schedule(body []byte, traceID string, delay time.Duration) erro
 	s.next++
 	id := s.next
 	s.wg.Add(1)
-	s.timers[id] = s.cfg.Clock.AfterFunc(delay, func() { s.fire(id, body, traceID) })
+	s.timers[id] = s.cfg.Clock.AfterFunc(delay, func() { s.fire(id, d) })
+	if sent != nil {
+		sent()
+	}
 	return nil
 }
 
-func (s *Sender) fire(id uint64, body []byte, traceID string) {
+func (s *Sender) fire(id uint64, d *delivery) {
 	s.mu.Lock()
 	delete(s.timers, id)
 	c := s.consumer
 	if c == nil && !s.closed {
-		s.held = append(s.held, delivery{body, traceID})
+		s.held = append(s.held, d)
 		s.mu.Unlock()
 		return
 	}
 	s.mu.Unlock()
-	s.deliver(c, body, traceID)
+	s.deliver(c, d)
 }
 
+// delivery is one message as the consumer gets it: the body and what a
+// broker would carry beside it as properties.
 type delivery struct {
 	body    []byte
 	traceID string
+	trace   expiry.Trace
 }
 
-func (s *Sender) deliver(c Consumer, body []byte, traceID string) {
+func (s *Sender) deliver(c Consumer, d *delivery) {
 	defer s.wg.Done()
 	if c == nil {
 		return // closed before a consumer was attached
 	}
-	if c.Process(context.Background(), body, traceID) == expiry.Retry {
-		_ = s.schedule(body, traceID, s.cfg.RetryDelay) // after Close the message is dropped, as documented
+	var v expiry.Verdict
+	if tc, ok := c.(expiry.TracedProcessor); ok {
+		v = tc.ProcessTraced(context.Background(), d.body, d.traceID, d.trace)
+	} else {
+		v = c.Process(context.Background(), d.body, d.traceID)
+	}
+	if v == expiry.Retry {
+		_ = s.schedule(d, s.cfg.RetryDelay, nil) // after Close the message is dropped, as documented
 	}
 }
 

@@ -50,9 +50,12 @@ func TestConformance(t *testing.T) {
 func TestLevelsMode(t *testing.T) {
 	clock := expirytest.NewFakeClock(time.Unix(0, 0))
 	var levelsSeen []int
-	s := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, OnSend: func(_ expiry.Message, level int, _ time.Duration) {
-		levelsSeen = append(levelsSeen, level)
-	}})
+	sent := expiry.ObserverFunc(func(_ context.Context, e expiry.Event) {
+		if e.Kind == expiry.KindSent {
+			levelsSeen = append(levelsSeen, e.Level)
+		}
+	})
+	s := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock, Observer: sent}, Levels: levels.Default})
 	defer s.Close()
 	ch := make(chan expirytest.Delivery, 10)
 	s.Attach(chanConsumer{ch: ch})
@@ -66,7 +69,7 @@ func TestLevelsMode(t *testing.T) {
 
 func TestRetryAndHeld(t *testing.T) {
 	clock := expirytest.NewFakeClock(time.Unix(0, 0))
-	s := inproc.New(inproc.Config{Clock: clock, RetryDelay: time.Second})
+	s := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}, RetryDelay: time.Second})
 	defer s.Close()
 	require.NoError(t, s.Send(context.Background(), expiry.Message{OrderNo: "o1", Hop: 1}, time.Second))
 	clock.Advance(time.Second)
@@ -94,4 +97,41 @@ func TestClose(t *testing.T) {
 	require.NoError(t, s.Close())
 	assert.Equal(t, 0, s.Pending(), "pending messages are dropped, as documented")
 	assert.ErrorIs(t, s.Send(context.Background(), expiry.Message{OrderNo: "o2", Hop: 1}, 0), inproc.ErrClosed)
+}
+
+// tracedConsumer is a consumer that also takes the trace context, as the
+// Shell does (expiry.TracedProcessor).
+type tracedConsumer struct {
+	chanConsumer
+	traces chan expiry.Trace
+}
+
+func (c tracedConsumer) ProcessTraced(ctx context.Context, body []byte, traceID string, tc expiry.Trace) expiry.Verdict {
+	c.traces <- tc
+	return c.Process(ctx, body, traceID)
+}
+
+func TestTraceIsCarried(t *testing.T) {
+	clock := expirytest.NewFakeClock(time.Unix(0, 0))
+	s := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}, RetryDelay: time.Second})
+	defer s.Close()
+	tries := 0
+	c := tracedConsumer{chanConsumer: chanConsumer{ch: make(chan expirytest.Delivery, 10), verdict: func(expiry.Message) expiry.Verdict {
+		if tries++; tries == 1 {
+			return expiry.Retry
+		}
+		return expiry.Ack
+	}}, traces: make(chan expiry.Trace, 10)}
+	s.Attach(c)
+	tc := expiry.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "k=v"}
+	require.NoError(t, s.Send(context.Background(), expiry.Message{OrderNo: "o1", Hop: 1, TraceID: "t1", Trace: tc}, time.Second))
+	require.NoError(t, s.Send(context.Background(), expiry.Message{OrderNo: "o2", Hop: 1}, time.Second))
+	clock.Advance(time.Second)
+	clock.Advance(time.Second) // the redelivery of o1
+	require.Len(t, c.traces, 3)
+	got := map[expiry.Trace]int{}
+	for range 3 {
+		got[<-c.traces]++
+	}
+	assert.Equal(t, map[expiry.Trace]int{tc: 2, {}: 1}, got, "the trace context on the delivery and on its redelivery; none on a message sent without")
 }

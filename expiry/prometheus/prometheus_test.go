@@ -150,14 +150,14 @@ func TestThroughTheLibrary(t *testing.T) {
 	clock := expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	o, reg := newObserver(t)
 	store, seats := memstore.NewStore(clock.Now), memstore.NewSeats(clock.Now)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: o})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: expiry.Runtime{Observer: o}})
 	require.NoError(t, err)
-	sender := inproc.New(inproc.Config{Clock: clock, Levels: levels.Default, Slack: -1})
+	sender := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}, Levels: levels.Default, Slack: -1})
 	defer sender.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Observer: o, Logger: quiet})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: expiry.Runtime{Observer: o, Logger: quiet}})
 	require.NoError(t, err)
-	shell := expiry.NewShell(h, o, quiet)
+	shell := expiry.NewShell(h)
 	var mu sync.Mutex
 	var verdicts []expiry.Verdict
 	sender.Attach(processorFunc(func(ctx context.Context, body []byte, trace string) expiry.Verdict {
@@ -167,7 +167,7 @@ func TestThroughTheLibrary(t *testing.T) {
 		mu.Unlock()
 		return v
 	}))
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Observer: o, Clock: clock})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Observer: o, Clock: clock}})
 	require.NoError(t, err)
 
 	place := func(no string, ttl time.Duration) {

@@ -42,7 +42,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	cfg.Group = "order_expiry_c"
-	consumer, err := rocketmq.StartConsumer(ctx, cfg, expiry.NewShell(handler, nil, nil))
+	consumer, err := rocketmq.StartConsumer(ctx, cfg, expiry.NewShell(handler))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -19,7 +19,9 @@
 //     use ModeTimer against 4.x.
 //
 // The order number is the message key, the body is expiry's versioned
-// encoding, and the trace id travels in the user property "oe_trace".
+// encoding, the trace id travels in the user property "oe_trace", and the
+// W3C trace context (expiry.Trace) in the user properties "traceparent" and
+// "tracestate", the names of the W3C headers.
 //
 // "Not yet due" is a new delayed send plus success, never the broker's retry:
 // the consumer asks for a retry (ConsumeRetryLater) only when the Shell says
@@ -31,7 +33,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -83,6 +84,16 @@ const DefaultSlack = time.Second
 // TraceProperty is the message property that carries the trace id.
 const TraceProperty = "oe_trace"
 
+// The user properties that carry a message's W3C trace context
+// (expiry.Message.Trace). The Sender sets them only for a context that
+// passes expiry.Trace.Clean (printable ASCII, bounded), so no value can
+// carry client-go's property separators; the Consumer hands whatever a
+// producer put there to the Processor, whose Shell bounds it again.
+const (
+	TraceParentProperty = "traceparent"
+	TraceStateProperty  = "tracestate"
+)
+
 // timerDelayProperty is the broker's relative timer property (5.x).
 const timerDelayProperty = "TIMER_DELAY_MS"
 
@@ -127,9 +138,10 @@ type Config struct {
 	SendTimeout time.Duration
 	// Consumers is how many messages the Consumer handles at once; 0: 20.
 	Consumers int
-	// Logger receives this package's logs and client-go's (see UseLogger).
-	// Nil: slog.Default().
-	Logger *slog.Logger
+	// Runtime: the Logger receives this package's logs and client-go's (see
+	// UseLogger); the Observer gets a KindSent event for every message the
+	// broker accepted.
+	expiry.Runtime
 }
 
 func (c *Config) check() error {
@@ -156,9 +168,7 @@ func (c *Config) check() error {
 	if c.Consumers <= 0 {
 		c.Consumers = 20
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Runtime = c.Runtime.WithDefaults()
 	return nil
 }
 
@@ -166,10 +176,6 @@ func (c *Config) check() error {
 type Sender struct {
 	cfg Config
 	p   rmq.Producer
-	// OnSend, if set before the first Send, is called after every accepted
-	// send with the level used (0 in ModeTimer) and the delay asked of the
-	// broker: a hook for hop counting and timelines.
-	OnSend func(m expiry.Message, level int, delay time.Duration)
 }
 
 // NewSender starts a producer.
@@ -217,6 +223,12 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 	if m.TraceID != "" {
 		msg.WithProperty(TraceProperty, m.TraceID)
 	}
+	if tc := m.Trace.Clean(); tc.Parent != "" {
+		msg.WithProperty(TraceParentProperty, tc.Parent)
+		if tc.State != "" {
+			msg.WithProperty(TraceStateProperty, tc.State)
+		}
+	}
 	level, d := s.Plan(delay)
 	if s.cfg.Mode == ModeTimer {
 		if d > 0 {
@@ -237,9 +249,7 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 	if res.Status != primitive.SendOK {
 		return fmt.Errorf("rocketmq: send %s: broker answered status %d", m.OrderNo, res.Status)
 	}
-	if s.OnSend != nil {
-		s.OnSend(m, level, d)
-	}
+	s.cfg.Observer.Observe(ctx, expiry.Event{Kind: expiry.KindSent, OrderNo: m.OrderNo, Hop: m.Hop, Level: level, Delay: d})
 	return nil
 }
 
@@ -261,7 +271,9 @@ func instanceName() string {
 	return fmt.Sprintf("oe-%d-%d", os.Getpid(), instances.Add(1))
 }
 
-// Processor handles a delivered body; *expiry.Shell implements it.
+// Processor handles a delivered body; *expiry.Shell implements it. A
+// Processor that also implements expiry.TracedProcessor (the Shell does) gets
+// each message's trace context through ProcessTraced.
 type Processor interface {
 	Process(ctx context.Context, body []byte, traceID string) expiry.Verdict
 }
@@ -272,6 +284,7 @@ type Consumer struct {
 	c       rmq.PushConsumer
 	mu      sync.Mutex
 	closing bool
+	started time.Time
 	running sync.WaitGroup
 }
 
@@ -296,6 +309,7 @@ func NewConsumer(cfg Config, p Processor) (*Consumer, error) {
 		return nil, fmt.Errorf("rocketmq: new consumer: %w", err)
 	}
 	c := &Consumer{cfg: cfg, c: pc}
+	traced, _ := p.(expiry.TracedProcessor)
 	err = pc.Subscribe(cfg.Topic, consumer.MessageSelector{}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		if !c.enter() {
 			return consumer.ConsumeRetryLater, nil // shutting down: leave it to the next consumer
@@ -303,7 +317,14 @@ func NewConsumer(cfg Config, p Processor) (*Consumer, error) {
 		defer c.running.Done()
 		result := consumer.ConsumeSuccess
 		for _, m := range msgs {
-			if p.Process(ctx, m.Body, m.GetProperty(TraceProperty)) == expiry.Retry {
+			var v expiry.Verdict
+			if traced != nil {
+				tc := expiry.Trace{Parent: m.GetProperty(TraceParentProperty), State: m.GetProperty(TraceStateProperty)}
+				v = traced.ProcessTraced(ctx, m.Body, m.GetProperty(TraceProperty), tc)
+			} else {
+				v = p.Process(ctx, m.Body, m.GetProperty(TraceProperty))
+			}
+			if v == expiry.Retry {
 				result = consumer.ConsumeRetryLater
 			}
 		}
@@ -327,6 +348,9 @@ func (c *Consumer) enter() bool {
 
 // Start begins consuming. It fails if the topic has no route yet.
 func (c *Consumer) Start() error {
+	c.mu.Lock()
+	c.started = time.Now()
+	c.mu.Unlock()
 	if err := c.c.Start(); err != nil {
 		return fmt.Errorf("rocketmq: start consumer on %s: %w", c.cfg.Topic, err)
 	}
@@ -355,6 +379,10 @@ func StartConsumer(ctx context.Context, cfg Config, p Processor) (*Consumer, err
 	}
 }
 
+// rebalanceSettle is how long after its start Close lets a consumer's first
+// rebalances (a few round trips to the broker each) finish.
+const rebalanceSettle = time.Second
+
 // Close stops taking new messages, waits (until ctx is done) for the ones
 // being handled, then shuts the client down. client-go's own Shutdown does
 // not wait for running handlers; this does.
@@ -369,6 +397,21 @@ func (c *Consumer) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = fmt.Errorf("rocketmq: handlers still running at shutdown: %w", ctx.Err())
+	}
+	// A consumer just started is still in its first rebalances (its own and
+	// the one the broker's notice of the new member starts), and
+	// client-go's Shutdown writes a plain flag that a running rebalance
+	// reads unsynchronised: a data race the race detector reports. Give
+	// them their moment. (Suspend would stop new ones, but its pullers
+	// then sleep 30 s past Shutdown.)
+	c.mu.Lock()
+	settle := time.Until(c.started.Add(rebalanceSettle))
+	c.mu.Unlock()
+	if settle > 0 {
+		select {
+		case <-time.After(settle):
+		case <-ctx.Done():
+		}
 	}
 	if serr := c.c.Shutdown(); serr != nil && err == nil {
 		err = fmt.Errorf("rocketmq: shut down consumer: %w", serr)

@@ -3,6 +3,7 @@ package rocketmq_test
 import (
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,16 +119,19 @@ func newChain(t *testing.T, mode rocketmq.Mode) *chain {
 	cfg.Slack = time.Second
 	c := &chain{hops: map[string]int{}, cfg: cfg}
 	c.w = e2e.NewWorld(t, testenv.MySQL(t), sqlstore.MySQL, testenv.Redis(t), "rmq-"+testenv.Unique())
-	c.sender = newSender(t, cfg)
-	c.sender.OnSend = func(m expiry.Message, _ int, _ time.Duration) {
-		c.mu.Lock()
-		c.hops[m.OrderNo]++
-		c.mu.Unlock()
-	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: c.w.Service, Sender: c.sender, Observer: c.w.Ledger})
+	sendCfg := cfg
+	sendCfg.Observer = expiry.ObserverFunc(func(_ context.Context, e expiry.Event) {
+		if e.Kind == expiry.KindSent {
+			c.mu.Lock()
+			c.hops[e.OrderNo]++
+			c.mu.Unlock()
+		}
+	})
+	c.sender = newSender(t, sendCfg)
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: c.w.Service, Sender: c.sender, Runtime: expiry.Runtime{Observer: c.w.Ledger}})
 	require.NoError(t, err)
-	c.shell = expiry.NewShell(h, c.w.Ledger, nil)
-	c.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.sender, Observer: c.w.Ledger})
+	c.shell = expiry.NewShell(h)
+	c.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.sender, Runtime: expiry.Runtime{Observer: c.w.Ledger}})
 	require.NoError(t, err)
 	startConsumer(t, cfg, c.shell)
 	return c
@@ -281,7 +285,7 @@ func TestBrokerDownAtCommit(t *testing.T) {
 	dead, err := rocketmq.NewSender(rocketmq.Config{NameServers: []string{"127.0.0.1:1"}, Topic: "nowhere", Group: "g", SendTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	defer dead.Close()
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: dead, Observer: w.Ledger})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: dead, Runtime: expiry.Runtime{Observer: w.Ledger}})
 	require.NoError(t, err)
 	now, err := w.Store.Now(ctx)
 	require.NoError(t, err)
@@ -340,4 +344,66 @@ func TestCloseDrains(t *testing.T) {
 	default:
 		t.Fatal("Close returned while the handler was still running")
 	}
+}
+
+// tracedProcessor records the trace context each delivery carried, as the
+// Shell's ProcessTraced receives it.
+type tracedProcessor chan [2]any
+
+func (c tracedProcessor) Process(ctx context.Context, body []byte, traceID string) expiry.Verdict {
+	return c.ProcessTraced(ctx, body, traceID, expiry.Trace{})
+}
+
+func (c tracedProcessor) ProcessTraced(_ context.Context, body []byte, _ string, tc expiry.Trace) expiry.Verdict {
+	c <- [2]any{string(body), tc}
+	return expiry.Ack
+}
+
+// The W3C trace context travels as the user properties traceparent and
+// tracestate; whatever a foreign producer put there (malformed, oversized)
+// reaches the processor to judge, and a message without one has none.
+func TestTraceProperties(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, _ := topic(t)
+	got := make(tracedProcessor, 20)
+	startConsumer(t, cfg, got)
+	s := newSender(t, cfg)
+	tc := expiry.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"}
+	require.NoError(t, s.Send(ctx, expiry.Message{OrderNo: "traced", Hop: 1, Trace: tc}, 0))
+	require.NoError(t, s.Send(ctx, expiry.Message{OrderNo: "untraced", Hop: 1}, 0))
+	// A property value with the client's own separators would corrupt the
+	// message's properties: the Sender drops it rather than sending it.
+	require.NoError(t, s.Send(ctx, expiry.Message{OrderNo: "hostile", Hop: 1, Trace: expiry.Trace{Parent: "00-\x01x\x02y"}}, 0))
+	raw, err := rmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver(cfg.NameServers)), producer.WithGroupName(cfg.Group+"_raw"), producer.WithInstanceName(cfg.Group+"_raw"))
+	require.NoError(t, err)
+	require.NoError(t, raw.Start())
+	defer raw.Shutdown()
+	huge := strings.Repeat("f", 8192)
+	for no, parent := range map[string]string{"malformed": "00-zz-yy-01", "oversized": huge} {
+		m := primitive.NewMessage(cfg.Topic, []byte("oe1 "+no+" 1"))
+		m.WithProperty(rocketmq.TraceParentProperty, parent)
+		_, err := raw.SendSync(ctx, m)
+		require.NoError(t, err)
+	}
+	want := map[string]expiry.Trace{
+		"oe1 traced 1":    tc,
+		"oe1 untraced 1":  {},
+		"oe1 hostile 1":   {},
+		"oe1 malformed 1": {Parent: "00-zz-yy-01"},
+		"oe1 oversized 1": {Parent: huge},
+	}
+	seen := map[string]expiry.Trace{}
+	deadline := time.After(30 * time.Second)
+	for len(seen) < len(want) {
+		select {
+		case d := <-got:
+			if body := d[0].(string); body != "probe" {
+				seen[body] = d[1].(expiry.Trace)
+			}
+		case <-deadline:
+			t.Fatalf("delivered %d of %d: %v", len(seen), len(want), seen)
+		}
+	}
+	assert.Equal(t, want, seen)
 }

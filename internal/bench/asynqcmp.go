@@ -193,7 +193,7 @@ func runAsynq(c *common, args []string) error {
 func (c *common) transportRun(ctx context.Context, tr string, idx int, bd *benchDB, store *sqlstore.Store, seats *redisseat.Seats, rdb *redis.Client, expiries []time.Duration, schedConc, consumers int, meter *cpuMeter) (*transportRun, error) {
 	res := &transportRun{name: tr, cpuNames: meter.names}
 	clock := &cancelClock{at: map[string]time.Time{}, done: make(chan struct{}), want: len(expiries)}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: clock, Logger: c.log})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: expiry.Runtime{Observer: clock, Logger: c.log}})
 	if err != nil {
 		return nil, err
 	}
@@ -261,15 +261,15 @@ func (c *common) transportRun(ctx context.Context, tr string, idx int, bd *bench
 	default:
 		return nil, fmt.Errorf("unknown transport %q", tr)
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Observer: clock, Logger: c.log})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: expiry.Runtime{Observer: clock, Logger: c.log}})
 	if err != nil {
 		return nil, err
 	}
-	shell := expiry.NewShell(h, clock, c.log)
+	shell := expiry.NewShell(h)
 	if err := start(shell); err != nil {
 		return nil, err
 	}
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Observer: clock, Logger: c.log})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Observer: clock, Logger: c.log}})
 	if err != nil {
 		return nil, err
 	}

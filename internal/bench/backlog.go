@@ -304,7 +304,7 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 		}
 		s.load = time.Since(t0)
 		s.obs = newCancelCounter(o.n)
-		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Discrepancies: s.store, Observer: s.obs, Logger: c.log}); err != nil {
+		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Discrepancies: s.store, Runtime: expiry.Runtime{Observer: s.obs, Logger: c.log}}); err != nil {
 			return err
 		}
 	}
@@ -333,11 +333,10 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 	rec := sets[0]
 	rc := &roundClock{}
 	r, err := reconcile.New(reconcile.Config{
-		Orders:   clockedOrders{rec.store, rc},
-		Seats:    clockedSeats{rec.seats, rc},
-		Service:  clockedService{rec.svc, rc, rec.obs},
-		Observer: rec.obs,
-		Logger:   c.log,
+		Orders:  clockedOrders{rec.store, rc},
+		Seats:   clockedSeats{rec.seats, rc},
+		Service: clockedService{rec.svc, rc, rec.obs},
+		Runtime: expiry.Runtime{Observer: rec.obs, Logger: c.log},
 	})
 	if err != nil {
 		return err

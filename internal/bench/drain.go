@@ -204,12 +204,12 @@ func (c *common) drainEngine(engine string, backlog, small, large, perRound, bat
 		if err := s.bd.QueryRowContext(ctx, "SELECT COUNT(*) FROM oe_order_seat").Scan(&s.seatsN); err != nil {
 			return nil, err
 		}
-		svc, err := cancel.New(cancel.Config{Store: s.store, Seats: seats, Logger: c.log})
+		svc, err := cancel.New(cancel.Config{Store: s.store, Seats: seats, Runtime: expiry.Runtime{Logger: c.log}})
 		if err != nil {
 			return nil, err
 		}
 		s.rec, err = reconcile.New(reconcile.Config{Orders: timedOrders{s.store, &s.scanT, &s.claimsT}, Seats: timedSeats{seats, &s.claimsT},
-			Service: timedService{svc, &s.cancelT}, Batch: batch, MaxPerRound: perRound, Grace: time.Hour, Logger: c.log})
+			Service: timedService{svc, &s.cancelT}, Batch: batch, MaxPerRound: perRound, Grace: time.Hour, Runtime: expiry.Runtime{Logger: c.log}})
 		if err != nil {
 			return nil, err
 		}

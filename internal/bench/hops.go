@@ -237,17 +237,13 @@ func newHopRecorder() *hopRecorder {
 	return &hopRecorder{expireAt: map[string]time.Time{}, cancelled: map[string]time.Time{}, maxHop: map[string]int{}, expected: map[string]time.Time{}}
 }
 
-func (h *hopRecorder) onSend(m expiry.Message, _ int, delay time.Duration) {
-	h.mu.Lock()
-	h.expected[fmt.Sprintf("%s/%d", m.OrderNo, m.Hop)] = time.Now().Add(delay)
-	h.mu.Unlock()
-}
-
 func (h *hopRecorder) Observe(_ context.Context, e expiry.Event) {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch e.Kind {
+	case expiry.KindSent:
+		h.expected[fmt.Sprintf("%s/%d", e.OrderNo, e.Hop)] = now.Add(e.Delay)
 	case expiry.KindHandled:
 		arrived := now.Add(-e.Duration)
 		h.maxHop[e.OrderNo] = max(h.maxHop[e.OrderNo], e.Hop)
@@ -303,27 +299,28 @@ func (c *common) hopsBroker(tbl levels.Table, expiries []time.Duration, n int) e
 		rec := newHopRecorder()
 		store := memstore.NewStore(nil)
 		seats := memstore.NewSeats(nil)
-		svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: rec, Logger: c.log})
+		svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: expiry.Runtime{Observer: rec, Logger: c.log}})
 		if err != nil {
 			return err
 		}
-		sender, err := rocketmq.NewSender(cfg)
+		sendCfg := cfg
+		sendCfg.Observer = rec // KindSent: when the broker should deliver
+		sender, err := rocketmq.NewSender(sendCfg)
 		if err != nil {
 			return fmt.Errorf("sender: %w", err)
 		}
-		sender.OnSend = rec.onSend
 		cleanups = append(cleanups, func() { _ = sender.Close() })
-		h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Observer: rec, Logger: c.log})
+		h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: expiry.Runtime{Observer: rec, Logger: c.log}})
 		if err != nil {
 			return err
 		}
-		shell := expiry.NewShell(h, rec, c.log)
+		shell := expiry.NewShell(h)
 		cons, err := rmqConsumer(cfg, shell)
 		if err != nil {
 			return err
 		}
 		cleanups = append(cleanups, func() { closeConsumer(cons) })
-		sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Observer: rec, Logger: c.log})
+		sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Observer: rec, Logger: c.log}})
 		if err != nil {
 			return err
 		}

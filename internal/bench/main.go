@@ -44,6 +44,7 @@ var parts = []part{
 	{"asynq", "4. the library's transport (RocketMQ timer mode, and in-process) against asynq ProcessIn on the same cancel path", runAsynq},
 	{"hotpath", "5. go test -bench of the hot path (Handler.Handle, Shell.Process, Encode/DecodeMessage) with -benchmem", runHotpath},
 	{"backlog", "6. a 100k backlog left by an outage: reconcile.Run with the default Config beside the raw cancel path over an equal backlog, MariaDB and PostgreSQL; correctness checks", runBacklog},
+	{"cluster", "7. several instances as processes: a 100k backlog drained by three instances' reconcilers beside the raw cancel path in three processes; the message path with 1, 2, 3 instances and each process's CPU", runCluster},
 }
 
 func usage() {

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/rocketmq"
 )
 
@@ -30,7 +31,7 @@ func (c *common) rmqTopic(ctx context.Context, tag string) (rocketmq.Config, fun
 	if c.verbose {
 		quiet = c.log
 	}
-	cfg := rocketmq.Config{NameServers: ns, Topic: name, Group: name + "_g", Logger: quiet}
+	cfg := rocketmq.Config{NameServers: ns, Topic: name, Group: name + "_g", Runtime: expiry.Runtime{Logger: quiet}}
 	return cfg, func() {
 		a, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(ns)))
 		if err != nil {

@@ -205,15 +205,15 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 	// The library under test.
 	obs := &outcomeCounter{}
 	rearm := &noRearm{}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: obs, Logger: c.log})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: expiry.Runtime{Observer: obs, Logger: c.log}})
 	if err != nil {
 		return err
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: rearm, Observer: obs, Logger: c.log})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: rearm, Runtime: expiry.Runtime{Observer: obs, Logger: c.log}})
 	if err != nil {
 		return err
 	}
-	shell := expiry.NewShell(h, obs, c.log)
+	shell := expiry.NewShell(h)
 	q := rawStatements(bd.dialect)
 	var shellIP *expiry.Shell
 	if has(variants, vOursIP) {
@@ -229,9 +229,9 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 		defer ipDB.Close()
 		pool(ipDB, maxC+2)
 		ipStore, _ := sqlstore.New(ipDB, bd.dialect)
-		ipSvc, _ := cancel.New(cancel.Config{Store: ipStore, Seats: seats, Observer: obs, Logger: c.log})
-		ipH, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: ipSvc, Sender: rearm, Observer: obs, Logger: c.log})
-		shellIP = expiry.NewShell(ipH, obs, c.log)
+		ipSvc, _ := cancel.New(cancel.Config{Store: ipStore, Seats: seats, Runtime: expiry.Runtime{Observer: obs, Logger: c.log}})
+		ipH, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: ipSvc, Sender: rearm, Runtime: expiry.Runtime{Observer: obs, Logger: c.log}})
+		shellIP = expiry.NewShell(ipH)
 	}
 
 	update := rebindBench(bd.dialect, "UPDATE oe_order SET status = 2 WHERE order_no = ? AND status = 0")
@@ -395,9 +395,9 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 		defer cdb.Close()
 		// The library again, on the counting pool.
 		cstore, _ := sqlstore.New(cdb, bd.dialect)
-		csvc, _ := cancel.New(cancel.Config{Store: cstore, Seats: seats, Observer: obs, Logger: c.log})
-		ch, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: csvc, Sender: rearm, Observer: obs, Logger: c.log})
-		cshell := expiry.NewShell(ch, obs, c.log)
+		csvc, _ := cancel.New(cancel.Config{Store: cstore, Seats: seats, Runtime: expiry.Runtime{Observer: obs, Logger: c.log}})
+		ch, _ := expiry.NewHandler(expiry.HandlerConfig{Canceller: csvc, Sender: rearm, Runtime: expiry.Runtime{Observer: obs, Logger: c.log}})
+		cshell := expiry.NewShell(ch)
 		fmt.Printf("\nSQL round trips per expired order (%d orders each, concurrency 1, counted by a wrapping database/sql driver):\n\n", rtN)
 		rt := newTable("variant", "round trips / order", "breakdown (totals)")
 		for _, v := range []string{vUpdate, vSQL, vStore, vRaw, vMirror, vOurs} {

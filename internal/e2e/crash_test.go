@@ -148,7 +148,7 @@ func newCrashEnv(t *testing.T) *crashEnv {
 	var err2 error
 	e.svc, err2 = cancel.New(cancel.Config{Store: e.store, Seats: e.released})
 	require.NoError(t, err2)
-	e.rec = reconcile.Config{Orders: e.store, Seats: e.released, Service: e.svc, Batch: 100, Grace: time.Minute, Logger: secQuiet()}
+	e.rec = reconcile.Config{Orders: e.store, Seats: e.released, Service: e.svc, Batch: 100, Grace: time.Minute, Runtime: expiry.Runtime{Logger: secQuiet()}}
 	return e
 }
 

@@ -224,7 +224,12 @@ type mEnv struct {
 	// resolution, when set, is how finely the store keeps a deadline (a
 	// host's DATETIME column: a second): drawn expiries are rounded up to it.
 	resolution time.Duration
-	cleanup    func(shows []string)
+	// orderStoreOnly: the store has the order store's transitions only (a
+	// host's tables through a sqlstore.Mapping): a late payment is
+	// refunded, never reinstated, and there is no deadline control and no
+	// warning, so those actions are left out.
+	orderStoreOnly bool
+	cleanup        func(shows []string)
 	// wipe makes the seat store lose every key (a restart without
 	// persistence), wipeShow one show's keys (eviction, a partial loss).
 	wipe     func()
@@ -290,6 +295,18 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"WipeShow":     m.WipeShow,
 			"FailRefunds":  m.FailRefunds,
 			"SkewClock":    m.SkewClock,
+			// Issue 12: late payments, deadline control, the expiry warning.
+			"PayLate":       m.PayLate,
+			"PayLateResold": m.PayLateResold,
+			"Extend":        m.Extend,
+			"ExpireNow":     m.ExpireNow,
+			"Shorten":       m.Shorten,
+			"WarnRedeliver": m.WarnRedeliver,
+		}
+		if env.orderStoreOnly {
+			for _, k := range []string{"PayLate", "PayLateResold", "Extend", "Shorten", "WarnRedeliver"} {
+				delete(actions, k)
+			}
 		}
 		for k, f := range actions {
 			if k != "" {
@@ -328,6 +345,7 @@ var mFaultOps = []struct {
 	{"Order", false}, {"CancelPending", true}, {"PayPending", true}, {"Expired", false}, {"Statuses", false}, {"Place", true},
 	{"Lock", true}, {"Release", true}, {"Sell", true}, {"ScanLocks", false},
 	{"Send", true},
+	{"ReinstateCancelled", true}, {"SetDeadline", false}, {"MarkWarned", true},
 }
 
 var mSeatOps = map[string]bool{"Lock": true, "Release": true, "Sell": true, "ScanLocks": true}
@@ -345,6 +363,10 @@ type mOrder struct {
 	// lagBehind: the seat store lost this order's seats; until the run
 	// settles, another order's stale lock may hold one of them.
 	lagBehind bool
+	// reinstated: a late payment brought it back from cancelled to paid
+	// (at most once, and only after a timeout's or the reconciler's cancel).
+	reinstated bool
+	warned     int // times the warning hook fired for it
 }
 
 type mFlight struct {
@@ -388,6 +410,7 @@ type machine struct {
 	hits         []string // operations that failed in the current action
 	bad          []string // violations seen inside decorators
 	freed        map[[3]string]bool
+	lead         time.Duration // the warning's lead (SchedulerConfig.WarnBefore)
 
 	obs   *mObserver
 	fo    *mOrders
@@ -419,29 +442,35 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	m.fs = &mSeats{m: m, inner: env.seats}
 	m.snd = &mSender{m: m}
 	var err error
-	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Discrepancies: m.fo, Observer: m.obs, Logger: quiet,
-		OnDiscrepancy: m.refund, DiscrepancyLease: env.lease})
+	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Discrepancies: m.fo, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet},
+		OnDiscrepancy: m.refund, DiscrepancyLease: env.lease,
+		AcceptLatePayments: true, OnWarning: m.onWarning, Sender: m.snd})
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Sender: m.snd, Observer: m.obs, Logger: quiet})
+	m.lead = (env.expiryMax / 10).Truncate(time.Millisecond)
+	var warner expiry.Warner = m.svc
+	if env.orderStoreOnly {
+		warner, m.lead = nil, 0 // no warning is scheduled
+	}
+	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Warner: warner, Sender: m.snd, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet}})
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.shell = expiry.NewShell(m.h, m.obs, quiet)
+	m.shell = expiry.NewShell(m.h)
 	var clock expiry.Clock = expiry.SystemClock
 	if env.clock != nil {
 		clock = env.clock
 	}
 	// The placing host's clock may be off (SkewClock): it only sizes the
 	// first message's delay; nothing decides by it.
-	m.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: m.snd, Clock: skewClock{clock, &m.skew}, Observer: m.obs, Logger: quiet})
+	m.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: m.snd, Runtime: expiry.Runtime{Clock: skewClock{clock, &m.skew}, Observer: m.obs, Logger: quiet}, WarnBefore: m.lead})
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Clock: clock,
+	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Runtime: expiry.Runtime{Clock: clock, Observer: m.obs, Logger: quiet},
 		// Small batches and rounds, so a backlog spans rounds (Report.More).
-		Batch: 4, MaxPerRound: 12, Grace: env.grace, Observer: m.obs, Logger: quiet,
+		Batch: 4, MaxPerRound: 12, Grace: env.grace,
 		// One cancel at a time: the model attributes each seat change to the
 		// call that made it, which concurrent workers within a round would
 		// blur (concurrency is the race and storm tests' job).
@@ -570,6 +599,44 @@ func (m *machine) onTransition(no string, to expiry.Status, req *cancel.Request,
 	}
 }
 
+// onReinstated: a late payment p brought order no back from cancelled to
+// paid (the decorator saw the store do it).
+func (m *machine) onReinstated(p cancel.Payment, res cancel.Result) {
+	o := m.orders[p.OrderNo]
+	switch {
+	case o == nil || !o.placed:
+		m.violate("I1: %s reinstated, but it was never placed", p.OrderNo)
+		return
+	case o.status != expiry.StatusCancelled || o.reinstated:
+		m.violate("I1: %s reinstated from %s (reinstated before: %v)", p.OrderNo, o.status, o.reinstated)
+	case o.reason != cancel.ReasonTimeout && o.reason != cancel.ReasonReconcile:
+		m.violate("late payment %s reinstated %s, cancelled by %s", p.PaymentID, p.OrderNo, o.reason)
+	}
+	if got, want := slices.Sorted(slices.Values(res.Seats)), slices.Sorted(slices.Values(o.p.Seats)); !slices.Equal(got, want) {
+		m.violate("%s: reinstated with seats %v, the order has %v", p.OrderNo, got, want)
+	}
+	o.status, o.reinstated, o.paidBy = expiry.StatusPaid, true, p.PaymentID
+	m.stats.kinds["reinstated"]++
+}
+
+// onWarning is the host's warning hook: once per order, only while pending.
+func (m *machine) onWarning(_ context.Context, ord expiry.Order) error {
+	o := m.orders[ord.No]
+	if o == nil || !o.placed {
+		m.violate("warned %s, never placed", ord.No)
+		return nil
+	}
+	o.warned++
+	if o.warned > 1 {
+		m.violate("%s warned %d times", ord.No, o.warned)
+	}
+	if o.status != expiry.StatusPending {
+		m.violate("%s warned while %s", ord.No, o.status)
+	}
+	m.stats.kinds["warned"]++
+	return nil
+}
+
 // ---- decorators -----------------------------------------------------------------
 
 // mOrders is the order store with injected failures.
@@ -622,6 +689,57 @@ func (s *mOrders) PayPending(ctx context.Context, p cancel.Payment) (cancel.Resu
 	}
 	if hit {
 		return cancel.Result{}, injected("PayPending")
+	}
+	return res, err
+}
+
+// ReinstateCancelled is the late-payment side of the store. A lost
+// acknowledgement is a commit whose answer was lost (expiry.ErrCommitUnknown).
+func (s *mOrders) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold) error) (cancel.Result, error) {
+	mode, hit := s.m.fault("ReinstateCancelled", p.OrderNo)
+	if mode == mBefore {
+		return cancel.Result{}, injected("ReinstateCancelled")
+	}
+	res, err := s.inner.(cancel.Reinstater).ReinstateCancelled(ctx, p, claim)
+	if err == nil && res.Changed {
+		s.m.onReinstated(p, res)
+	}
+	if hit {
+		return cancel.Result{}, fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, injected("ReinstateCancelled"))
+	}
+	return res, err
+}
+
+func (s *mOrders) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	if _, hit := s.m.fault("SetDeadline", c.OrderNo); hit {
+		return cancel.DeadlineResult{}, injected("SetDeadline")
+	}
+	res, err := s.inner.(cancel.DeadlineStore).SetDeadline(ctx, c)
+	if err == nil && res.Changed {
+		o := s.m.orders[c.OrderNo]
+		switch {
+		case o == nil || !o.placed || o.status != expiry.StatusPending:
+			s.m.violate("the deadline of %s (%s) moved", c.OrderNo, s.m.state(o))
+		case !c.Shorten && (res.Order.ExpireAt.Before(o.p.ExpireAt) || !o.p.ExpireAt.After(res.Order.ReadAt.Add(-time.Second))):
+			s.m.violate("I4: extending %s moved its deadline from %s to %s (store clock %s)", c.OrderNo, o.p.ExpireAt, res.Order.ExpireAt, res.Order.ReadAt)
+		default:
+			o.p.ExpireAt = res.Order.ExpireAt
+		}
+	}
+	return res, err
+}
+
+func (s *mOrders) MarkWarned(ctx context.Context, no string, lead time.Duration) (expiry.WarnResult, error) {
+	mode, hit := s.m.fault("MarkWarned", no)
+	if mode == mBefore {
+		return expiry.WarnResult{}, injected("MarkWarned")
+	}
+	res, err := s.inner.(cancel.WarnStore).MarkWarned(ctx, no, lead)
+	if hit {
+		if err == nil && res.Fired {
+			s.m.orders[no].warned++ // marked, never fired: at most once
+		}
+		return expiry.WarnResult{}, injected("MarkWarned")
 	}
 	return res, err
 }
@@ -1055,11 +1173,38 @@ func (m *machine) Pay(t *rapid.T) {
 // pay sends one payment callback and checks the answer (I1, I9).
 func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bool, pid string) {
 	before := m.state(o)
+	// A late payment reinstates an order its timeout or the reconciler
+	// cancelled when every seat is free; one held by another order (or
+	// a stale lock) refunds it.
+	late := !m.env.orderStoreOnly && before == "cancelled" && (o.reason == cancel.ReasonTimeout || o.reason == cancel.ReasonReconcile)
+	free := late && !m.lost && !m.lostShows[o.p.ShowID]
+	if late {
+		state := m.fs.show(m.ctx, o.p.ShowID)
+		for _, s := range o.p.Seats {
+			if _, taken := state[s]; taken {
+				free = false
+			}
+		}
+	}
 	res, err := m.svc.Pay(m.ctx, cancel.Payment{OrderNo: no, UserID: user, PaymentID: pid})
-	if m.hit("PayPending") {
+	if errors.Is(err, cancel.ErrDiscrepancy) {
+		m.owed[pid] = no
+	}
+	if m.hit("PayPending", "ReinstateCancelled", "Lock", "Sell", "Release") {
 		return
 	}
 	switch {
+	case late && rightful && free:
+		if err != nil || !res.Changed {
+			m.violate("late payment %s of %s (cancelled by %s, its seats free): changed=%v err=%v, want reinstated", pid, no, o.reason, res.Changed, err)
+		}
+		m.stats.kinds["pay_late_reinstated"]++
+	case late && rightful && res.Changed:
+		if m.lost || m.lostShows[o.p.ShowID] {
+			m.stats.kinds["pay_late_reinstated_after_loss"]++
+			break
+		}
+		m.violate("late payment %s of %s reinstated it, but a seat was held", pid, no)
 	case before == "missing":
 		m.expectErr("pay "+no, err, expiry.ErrNotFound)
 	case !rightful:
@@ -1074,7 +1219,6 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 		}
 	case before == "paid" || before == "cancelled":
 		m.expectErr("pay "+before+" "+no+" with "+pid, err, cancel.ErrDiscrepancy)
-		m.owed[pid] = no
 		m.stats.kinds["discrepancy_"+before]++
 	}
 }
@@ -1353,6 +1497,9 @@ func (m *machine) deliver(t *rapid.T, msg expiry.Message, duplicate bool) bool {
 		outcome, err = m.h.Handle(m.ctx, msg)
 	}
 	t1 := m.storeNow(t)
+	if msg.Warning {
+		return m.checkWarning(msg, o, before, outcome, err, t0, t1, snap, t)
+	}
 
 	kind := "deliver_" + before
 	want := map[expiry.Outcome]bool{}
@@ -1394,6 +1541,172 @@ func (m *machine) deliver(t *rapid.T, msg expiry.Message, duplicate bool) bool {
 		}
 	}
 	return err == nil
+}
+
+// checkWarning checks one delivery of a warning message: it fires the hook
+// once, for a pending order within the lead of its deadline, re-arms when it
+// came early (or the deadline was extended), and otherwise changes nothing.
+func (m *machine) checkWarning(msg expiry.Message, o *mOrder, before string, outcome expiry.Outcome, err error, t0, t1 time.Time, snap *mSnap, t *rapid.T) bool {
+	kind := "warning_" + before
+	ok := false
+	switch before {
+	case "missing":
+		ok = outcome == expiry.OutcomeMissing
+	case "paid", "cancelled":
+		ok = outcome == expiry.OutcomeFinal
+	default:
+		due := !o.p.ExpireAt.After(t0)
+		switch outcome {
+		case expiry.OutcomeWarned:
+			ok = !due && !o.p.ExpireAt.Add(-msg.Lead).After(t1) && o.warned == 1
+			kind = "warning_fired"
+		case expiry.OutcomeRearmed:
+			ok = o.p.ExpireAt.Add(-msg.Lead).After(t0) && o.warned == 0
+			kind = "warning_early"
+		case expiry.OutcomeFinal:
+			ok = o.warned > 0 || !o.p.ExpireAt.After(t1)
+			kind = "warning_final"
+		}
+	}
+	m.stats.kinds[kind]++
+	if m.hit("MarkWarned", "Send", "Order") && outcome == expiry.OutcomeFailed {
+		ok = true
+	}
+	if !ok {
+		m.violate("warning for %s (%s, due %s, lead %s, warned %d, store clock %s..%s): outcome %v err %v", msg.OrderNo, before, mDue(o), msg.Lead, m.warnedOf(o), t0, t1, outcome, err)
+	}
+	if snap != nil {
+		if after := m.snapshot(t); !reflect.DeepEqual(snap, after) {
+			m.violate("a warning for %s order %s changed the stores", before, msg.OrderNo)
+		}
+	}
+	return err == nil
+}
+
+func (m *machine) warnedOf(o *mOrder) int {
+	if o == nil {
+		return 0
+	}
+	return o.warned
+}
+
+// PayLate pays an order that is cancelled (a late payment), once or
+// repeated three times, by its owner: after a timeout or the reconciler it
+// is reinstated when its seats are free, after the user's cancel or an
+// expire-now it is refunded (once per payment id).
+func (m *machine) PayLate(t *rapid.T) {
+	var cancelled []string
+	for _, no := range m.nos {
+		if o := m.orders[no]; o.placed && o.status == expiry.StatusCancelled {
+			cancelled = append(cancelled, no)
+		}
+	}
+	if len(cancelled) == 0 {
+		t.Skip("no cancelled order")
+	}
+	no := rapid.SampledFrom(cancelled).Draw(t, "order")
+	o := m.orders[no]
+	m.next++
+	pid := fmt.Sprintf("pay-%s-late%d", no, m.next)
+	m.stats.kinds["pay_late_after_"+string(o.reason)]++
+	for i := rapid.IntRange(1, 3).Draw(t, "callbacks"); i > 0; i-- {
+		m.pay(t, no, o, o.p.UserID, true, pid)
+	}
+}
+
+// PayLateResold cancels nothing itself: it places a new order on a seat of
+// a cancelled order (the seat re-sold), then pays the cancelled one late:
+// the seat is never taken from the new order.
+func (m *machine) PayLateResold(t *rapid.T) {
+	var cancelled []string
+	for _, no := range m.nos {
+		if o := m.orders[no]; o.placed && o.status == expiry.StatusCancelled && (o.reason == cancel.ReasonTimeout || o.reason == cancel.ReasonReconcile) {
+			cancelled = append(cancelled, no)
+		}
+	}
+	if len(cancelled) == 0 {
+		t.Skip("no order cancelled by a timeout")
+	}
+	no := rapid.SampledFrom(cancelled).Draw(t, "order")
+	o := m.orders[no]
+	seat := rapid.SampledFrom(o.p.Seats).Draw(t, "seat")
+	m.next++
+	other := fmt.Sprintf("%so%d", m.env.prefix, m.next)
+	m.place(t, other, rapid.SampledFrom(m.users).Draw(t, "user"), o.p.ShowID, []string{seat}, m.storeNow(t).Add(m.env.expiryMax))
+	m.next++
+	m.stats.kinds["pay_late_resold"]++
+	m.pay(t, no, o, o.p.UserID, true, fmt.Sprintf("pay-%s-late%d", no, m.next))
+	if oo := m.orders[other]; oo.placed && oo.status == expiry.StatusPending && o.status == expiry.StatusPaid && !m.lost && !m.lostShows[o.p.ShowID] {
+		m.violate("%s reinstated with seat %s, which %s holds", no, seat, other)
+	}
+}
+
+// Extend extends an order's deadline (the buyer in the payment flow, by
+// its owner or without a user), once or repeated; the messages in flight
+// must follow the stored deadline (I4: never cancelled at the old one).
+func (m *machine) Extend(t *rapid.T) {
+	no, o := m.pickPlaced(t)
+	by := ""
+	if rapid.Bool().Draw(t, "by_owner") {
+		by = o.p.UserID
+	}
+	d := time.Duration(rapid.Int64Range(1, m.env.expiryMax.Milliseconds()).Draw(t, "extend_ms")) * time.Millisecond
+	before := m.state(o)
+	t0 := m.storeNow(t)
+	old := o.p.ExpireAt
+	for i := 0; i < rapid.IntRange(1, 3).Draw(t, "calls"); i++ {
+		res, err := m.svc.Extend(m.ctx, no, by, d)
+		if m.hit("SetDeadline", "Order") {
+			return
+		}
+		switch {
+		case err != nil:
+			m.violate("extend %s (%s): %v", no, before, err)
+		case res.Changed && before != "pending":
+			m.violate("extended %s order %s", before, no)
+		case i == 0 && !res.Changed && before == "pending" && old.After(t0.Add(time.Second)) && old.Before(t0.Add(d-time.Second)):
+			m.violate("extend pending %s (due %s) by %s at %s: not changed", no, old, d, t0)
+		}
+	}
+	m.stats.kinds["extend_"+before]++
+}
+
+// ExpireNow is the operator's expire-now: a pending order is cancelled at
+// once (reason expired); a late payment after it is refunded.
+func (m *machine) ExpireNow(t *rapid.T) {
+	no, o := m.pickPlaced(t)
+	before := m.state(o)
+	res, err := m.svc.ExpireNow(m.ctx, no)
+	m.stats.kinds["expire_now_"+before]++
+	if m.hit("CancelPending") {
+		return
+	}
+	if err != nil || res.Changed != (before == "pending") {
+		m.violate("expire-now of %s %s: changed=%v err=%v", before, no, res.Changed, err)
+	}
+}
+
+// Shorten moves a pending order's deadline earlier (to within a tenth of
+// the longest expiry); its new message arrives in time.
+func (m *machine) Shorten(t *rapid.T) {
+	no, o := m.pickPlaced(t)
+	before := m.state(o)
+	d := time.Duration(rapid.Int64Range(0, (m.env.expiryMax/10).Milliseconds()).Draw(t, "shorten_ms")) * time.Millisecond
+	_, err := m.svc.Shorten(m.ctx, no, "", d)
+	m.stats.kinds["shorten_"+before]++
+	if m.hit("SetDeadline", "Order", "Send") {
+		return
+	}
+	if err != nil {
+		m.violate("shorten %s %s: %v", before, no, err)
+	}
+}
+
+// WarnRedeliver delivers an order's warning message again (a broker's
+// duplicate, after the payment, after the cancel): it never fires twice.
+func (m *machine) WarnRedeliver(t *rapid.T) {
+	no, _ := m.pickPlaced(t)
+	m.deliver(t, expiry.Message{OrderNo: no, Hop: rapid.IntRange(1, 3).Draw(t, "hop"), Warning: true, Lead: m.lead}, true)
 }
 
 func mDue(o *mOrder) string {
@@ -1556,7 +1869,7 @@ func (m *machine) Check(t *rapid.T) {
 		if o.transitions > 1 || m.obs.cancelled[no]+m.obs.paid[no] > 1 {
 			fail("I1: %s changed state %d times; reported cancelled %d, paid %d times", no, o.transitions, m.obs.cancelled[no], m.obs.paid[no])
 		}
-		if (m.obs.cancelled[no] > 0 && o.status != expiry.StatusCancelled) || (m.obs.paid[no] > 0 && o.status != expiry.StatusPaid) {
+		if (m.obs.cancelled[no] > 0 && o.status != expiry.StatusCancelled && !o.reinstated) || (m.obs.paid[no] > 0 && o.status != expiry.StatusPaid) {
 			fail("I1: %s is %s but was reported cancelled %d, paid %d times", no, m.state(o), m.obs.cancelled[no], m.obs.paid[no])
 		}
 	}

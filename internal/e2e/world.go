@@ -123,13 +123,13 @@ func NewWorld(t testing.TB, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalC
 	seats, err := redisseat.New(rdb, "oe-"+show)
 	require.NoError(t, err)
 	w := &World{DB: db, Store: store, Seats: seats, Ledger: NewLedger(), Rearms: &Rearms{}, ShowID: show, Limit: 0}
-	w.Service, err = cancel.New(cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Discrepancies: store, Observer: w.Ledger,
+	w.Service, err = cancel.New(cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Discrepancies: store, Runtime: expiry.Runtime{Observer: w.Ledger},
 		OnDiscrepancy: w.Ledger.refund})
 	require.NoError(t, err)
-	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: w.Rearms, Observer: w.Ledger})
+	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: w.Rearms, Runtime: expiry.Runtime{Observer: w.Ledger}})
 	require.NoError(t, err)
 	w.reconfig = reconcile.Config{Orders: store, Seats: countingReleaser{w.Seats, w.Ledger}, Service: w.Service,
-		Batch: 100, Grace: time.Minute, Observer: w.Ledger}
+		Batch: 100, Grace: time.Minute, Runtime: expiry.Runtime{Observer: w.Ledger}}
 	// A new namespace is complete by definition: no rebuild from SQL unless
 	// a test makes Redis lose it.
 	token, lost, err := w.Seats.Lost(ctx)

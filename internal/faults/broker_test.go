@@ -88,15 +88,15 @@ func TestBrokerFaults(t *testing.T) {
 	sender, err := rocketmq.NewSender(cfg)
 	require.NoError(t, err)
 	defer sender.Close()
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: sender, Observer: w.Ledger})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: sender, Runtime: expiry.Runtime{Observer: w.Ledger}})
 	require.NoError(t, err)
 	cfg.Group = topic + "_c"
 	sctx, cancelStart := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelStart()
-	consumer, err := rocketmq.StartConsumer(sctx, cfg, expiry.NewShell(h, w.Ledger, nil))
+	consumer, err := rocketmq.StartConsumer(sctx, cfg, expiry.NewShell(h))
 	require.NoError(t, err)
 	defer consumer.Close(context.Background())
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Observer: w.Ledger, SendTimeout: 2 * time.Second})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Observer: w.Ledger}, SendTimeout: 2 * time.Second})
 	require.NoError(t, err)
 
 	var placed []cancel.Placement

@@ -212,13 +212,19 @@ func (c chainCase) run(ctx context.Context, orders int) (string, error) {
 	hops := map[string]int{}
 	done := map[string]time.Time{}
 	obs := expiry.ObserverFunc(func(_ context.Context, e expiry.Event) {
-		if e.Kind == expiry.KindCancelled {
+		switch e.Kind {
+		case expiry.KindCancelled:
 			mu.Lock()
 			done[e.OrderNo] = time.Now()
 			mu.Unlock()
+		case expiry.KindSent:
+			mu.Lock()
+			hops[e.OrderNo]++
+			mu.Unlock()
 		}
 	})
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Observer: obs, Logger: slog.New(slog.DiscardHandler)})
+	cfg.Observer = obs // KindSent counts the hops
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: expiry.Runtime{Observer: obs, Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		return "", err
 	}
@@ -227,24 +233,19 @@ func (c chainCase) run(ctx context.Context, orders int) (string, error) {
 		return "", err
 	}
 	defer s.Close()
-	s.OnSend = func(m expiry.Message, _ int, _ time.Duration) {
-		mu.Lock()
-		hops[m.OrderNo]++
-		mu.Unlock()
-	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: s, Logger: slog.New(slog.DiscardHandler)})
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: s, Runtime: expiry.Runtime{Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		return "", err
 	}
 	cfg.Group = topic + "_c"
 	sctx, cancelStart := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelStart()
-	cons, err := rocketmq.StartConsumer(sctx, cfg, expiry.NewShell(h, nil, slog.New(slog.DiscardHandler)))
+	cons, err := rocketmq.StartConsumer(sctx, cfg, expiry.NewShell(h))
 	if err != nil {
 		return "", err
 	}
 	defer cons.Close(context.Background())
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: s, Logger: slog.New(slog.DiscardHandler)})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: s, Runtime: expiry.Runtime{Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		return "", err
 	}

@@ -343,10 +343,10 @@ func newRig(t *testing.T, w *e2e.World, cfg config) *rig {
 	logger := slog.New(logCounter{r.logs})
 	var err error
 	r.svc, err = cancel.New(cancel.Config{Store: r.audit, Seats: r.rel, Discrepancies: w.Store, DiscrepancyLease: discrepancyLease,
-		Observer: w.Ledger, Logger: logger, OnDiscrepancy: r.refund})
+		Runtime: expiry.Runtime{Observer: w.Ledger, Logger: logger}, OnDiscrepancy: r.refund})
 	require.NoError(t, err)
 	w.Service = r.svc
-	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: r.svc, Sender: broker{r}, Observer: w.Ledger, Logger: logger})
+	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: r.svc, Sender: broker{r}, Runtime: expiry.Runtime{Observer: w.Ledger, Logger: logger}})
 	require.NoError(t, err)
 	return r
 }
@@ -364,7 +364,7 @@ func (r *rig) refund(_ context.Context, d cancel.Discrepancy) error {
 // reconciler returns a new reconciler (one per simulated host).
 func (r *rig) reconciler() *reconcile.Reconciler {
 	rec, err := reconcile.New(reconcile.Config{Orders: r.w.Store, Seats: r.rel, Service: recordingService{r},
-		Batch: 100, Grace: time.Minute, Observer: r.w.Ledger, Logger: slog.New(logCounter{r.logs})})
+		Batch: 100, Grace: time.Minute, Runtime: expiry.Runtime{Observer: r.w.Ledger, Logger: slog.New(logCounter{r.logs})}})
 	require.NoError(r.t, err)
 	return rec
 }

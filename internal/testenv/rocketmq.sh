@@ -1,18 +1,26 @@
 # shellcheck shell=bash
-# RocketMQ 5.3.3 (name server + one broker) on loopback for the integration tests.
+# RocketMQ 5.3.3 (name server + one broker, or two) on loopback for the integration tests.
 #
 # Sourced by internal/testenv/services.sh, it defines:
-#   rmq_start  build the jar folder if needed, start both JVMs (or reuse them when
-#              alive and answering), wait until a real send succeeds, and export
-#              OE_ROCKETMQ_NAMESRV=127.0.0.1:19876
-#   rmq_stop   stop both JVMs by pid (TERM, wait, then KILL)
-# Executed, it runs one of them:  bash internal/testenv/rocketmq.sh start|stop|status
+#   rmq_start  build the jar folder if needed, start the JVMs (or reuse them when
+#              alive and answering), wait until a real send succeeds on every broker,
+#              and export OE_ROCKETMQ_NAMESRV=127.0.0.1:19876
+#   rmq_stop   stop every JVM by pid (TERM, wait, then KILL)
+#   rmq_start_broker NAME  start one broker (broker or broker-b) on the store it has,
+#              and wait until a send to it succeeds: the restart after a fault
+# Executed, it runs one of them:
+#   bash internal/testenv/rocketmq.sh start|stop|status|start-broker NAME|pid NAME
+#
+# A second broker (brokerName broker-b, same name server and cluster) runs when
+# RMQ_BROKER_B_PORT is set; services.sh sets it (20921), a private set started by a test
+# (internal/faults) does not, and gets one broker.
 #
 # State (configs, pidfiles, logs, store) lives in ${OE_STATE_DIR:-/tmp/orderexpiry-services}/rocketmq.
 # A fresh start wipes the previous store there, so no old delayed message turns up in a new run
 # (RMQ_KEEP_STORE=1 keeps it, for restart tests).
 # Ports: name server 19876; broker 20911 (plus 20909 and 20912, which the broker derives from it;
-# 20912, the HA port, listens on all interfaces: the broker has no setting for its address).
+# 20912, the HA port, listens on all interfaces: the broker has no setting for its address);
+# broker-b, when enabled, RMQ_BROKER_B_PORT (and its -2 and +1).
 # Needs java 17, mvn and go on PATH.
 
 _RMQ_SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,6 +28,7 @@ _RMQ_REPO_ROOT="$(cd "$_RMQ_SRC_DIR/../.." && pwd)"
 
 RMQ_NAMESRV_PORT="${RMQ_NAMESRV_PORT:-19876}"
 RMQ_BROKER_PORT="${RMQ_BROKER_PORT:-20911}"
+RMQ_BROKER_B_PORT="${RMQ_BROKER_B_PORT:-}" # empty: no second broker
 RMQ_READY_TIMEOUT="${RMQ_READY_TIMEOUT:-120}"
 RMQ_DELAY_LEVELS="${RMQ_DELAY_LEVELS:-1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h}" # the broker's messageDelayLevel
 RMQ_TIMER_WHEEL="${RMQ_TIMER_WHEEL:-true}" # the broker's timerWheelEnable (false: it refuses timer messages)
@@ -27,6 +36,15 @@ RMQ_TIMER_WHEEL="${RMQ_TIMER_WHEEL:-true}" # the broker's timerWheelEnable (fals
 _rmq_state() { echo "${OE_STATE_DIR:-/tmp/orderexpiry-services}/rocketmq"; }
 _rmq_libdir() { echo "$_RMQ_SRC_DIR/rocketmq/target/lib"; }
 _rmq_log() { echo "rocketmq: $*" >&2; }
+
+# _rmq_brokers: the broker JVMs' names (each has NAME.conf, NAME.pid, its own home).
+_rmq_brokers() {
+    echo broker
+    [[ -z "$RMQ_BROKER_B_PORT" ]] || echo broker-b
+}
+_rmq_broker_port() { if [[ $1 == broker-b ]]; then echo "$RMQ_BROKER_B_PORT"; else echo "$RMQ_BROKER_PORT"; fi; }
+_rmq_broker_name() { if [[ $1 == broker-b ]]; then echo broker-b; else echo broker-a; fi; }
+_rmq_home() { if [[ $1 == broker-b ]]; then echo "$(_rmq_state)/home-b"; else echo "$(_rmq_state)/home"; fi; }
 
 # _rmq_pid NAME: the pid in NAME.pid if that process is alive and is our JVM.
 _rmq_pid() {
@@ -38,7 +56,8 @@ _rmq_pid() {
     [[ -r "/proc/$pid/cmdline" ]] || return 1
     case "$name" in
         namesrv) cls=org.apache.rocketmq.namesrv.NamesrvStartup ;;
-        broker) cls=org.apache.rocketmq.broker.BrokerStartup ;;
+        broker | broker-b) cls=org.apache.rocketmq.broker.BrokerStartup ;;
+        *) return 1 ;;
     esac
     # Guard against a reused pid: the command line must name our class and conf.
     # (No pipe into grep -q here: under pipefail its early exit can fail the pipe.)
@@ -89,18 +108,29 @@ _rmq_write_confs() {
 listenPort=$RMQ_NAMESRV_PORT
 bindAddress=127.0.0.1
 EOF
-    cat >"$state/broker.conf" <<EOF
+    local b
+    for b in $(_rmq_brokers); do
+        _rmq_write_broker_conf "$state" "$b"
+    done
+}
+
+# _rmq_write_broker_conf STATE NAME: NAME.conf; both brokers are masters of one cluster on
+# one name server, each with its own store.
+_rmq_write_broker_conf() {
+    local state="$1" b="$2" home
+    home="$(_rmq_home "$b")"
+    cat >"$state/$b.conf" <<EOF
 brokerClusterName=DefaultCluster
-brokerName=broker-a
+brokerName=$(_rmq_broker_name "$b")
 brokerId=0
 brokerRole=ASYNC_MASTER
 flushDiskType=ASYNC_FLUSH
 namesrvAddr=127.0.0.1:$RMQ_NAMESRV_PORT
-listenPort=$RMQ_BROKER_PORT
+listenPort=$(_rmq_broker_port "$b")
 brokerIP1=127.0.0.1
 bindAddress=127.0.0.1
-storePathRootDir=$state/home/store
-storePathCommitLog=$state/home/store/commitlog
+storePathRootDir=$home/store
+storePathCommitLog=$home/store/commitlog
 autoCreateTopicEnable=true
 autoCreateSubscriptionGroup=true
 mappedFileSizeCommitLog=67108864
@@ -114,10 +144,10 @@ messageDelayLevel=$RMQ_DELAY_LEVELS
 EOF
 }
 
-# _rmq_java NAME CLASS LOGBACK HEAP...: start one JVM in the background.
+# _rmq_java NAME HOME CLASS LOGBACK HEAP...: start one JVM in the background.
 _rmq_java() {
-    local name="$1" cls="$2" logback="$3" state
-    shift 3
+    local name="$1" home="$2" cls="$3" logback="$4" state
+    shift 4
     state="$(_rmq_state)"
     nohup java -server "$@" \
         -XX:+UseG1GC -XX:-OmitStackTraceInFastThrow \
@@ -125,8 +155,8 @@ _rmq_java() {
         --add-opens java.base/java.nio=ALL-UNNAMED \
         --add-opens java.base/sun.nio.ch=ALL-UNNAMED \
         --add-exports java.base/sun.nio.ch=ALL-UNNAMED \
-        -Drocketmq.home.dir="$state/home" \
-        -Duser.home="$state/home" \
+        -Drocketmq.home.dir="$home" \
+        -Duser.home="$home" \
         -Drmq.logback.configurationFile="$logback" \
         -cp "$(_rmq_libdir)/*" \
         "$cls" -c "$state/$name.conf" \
@@ -137,19 +167,34 @@ _rmq_java() {
 _rmq_tail_logs() {
     local state f
     state="$(_rmq_state)"
-    for f in "$state/rmqready.log" "$state/namesrv.out" "$state/broker.out" \
-        "$state/home/logs/rocketmqlogs/namesrv.log" "$state/home/logs/rocketmqlogs/broker.log"; do
+    for f in "$state"/rmqready*.log "$state/namesrv.out" "$state"/broker*.out \
+        "$state/home/logs/rocketmqlogs/namesrv.log" "$state/home/logs/rocketmqlogs/broker.log" \
+        "$state/home-b/logs/rocketmqlogs/broker.log"; do
         [[ -s "$f" ]] || continue
         echo "----- last lines of $f" >&2
         tail -n 25 "$f" >&2
     done
 }
 
-# _rmq_ready STATE SECONDS: a real send within SECONDS; attempts go to rmqready.log.
+# _rmq_ready_one STATE SECONDS NAME: a real send to broker NAME within SECONDS (on a topic
+# that only it holds, oe_ready for the first broker, oe_ready_broker-b for the second);
+# attempts go to rmqready[-NAME].log.
+_rmq_ready_one() {
+    local state="$1" timeout="$2" b="$3" topic=oe_ready logf="$state/rmqready.log"
+    if [[ $b == broker-b ]]; then
+        topic=oe_ready_broker-b
+        logf="$state/rmqready-broker-b.log"
+    fi
+    "$state/rmqready" -v -namesrv "127.0.0.1:$RMQ_NAMESRV_PORT" -broker "127.0.0.1:$(_rmq_broker_port "$b")" \
+        -topic "$topic" -timeout "${timeout}s" 2>"$logf"
+}
+
+# _rmq_ready STATE SECONDS: every broker takes a real send within SECONDS.
 _rmq_ready() {
-    local state="$1" timeout="$2"
-    "$state/rmqready" -v -namesrv "127.0.0.1:$RMQ_NAMESRV_PORT" -broker "127.0.0.1:$RMQ_BROKER_PORT" \
-        -timeout "${timeout}s" 2>"$state/rmqready.log"
+    local state="$1" timeout="$2" b
+    for b in $(_rmq_brokers); do
+        _rmq_ready_one "$state" "$timeout" "$b" || return 1
+    done
 }
 
 # _rmq_wait_port PORT SECONDS NAME: until 127.0.0.1:PORT accepts a connection,
@@ -174,21 +219,24 @@ rmq_start() {
     _rmq_build_jars || return 1
     _rmq_build_ready "$state" || return 1
 
-    ns_pid="$(_rmq_pid namesrv)" || true
-    br_pid="$(_rmq_pid broker)" || true
-    if [[ -n "$ns_pid" && -n "$br_pid" ]] && _rmq_ready "$state" 20; then
-        _rmq_log "reusing running name server (pid $ns_pid) and broker (pid $br_pid)"
+    local b all=1
+    ns_pid="$(_rmq_pid namesrv)" || all=0
+    for b in $(_rmq_brokers); do
+        _rmq_pid "$b" >/dev/null || all=0
+    done
+    if ((all)) && _rmq_ready "$state" 20; then
+        _rmq_log "reusing running name server (pid $ns_pid) and brokers ($(for b in $(_rmq_brokers); do printf '%s pid %s ' "$b" "$(_rmq_pid "$b")"; done))"
         export OE_ROCKETMQ_NAMESRV="127.0.0.1:$RMQ_NAMESRV_PORT"
         return 0
     fi
     # Anything half-alive or not answering: stop it and start afresh
     # (RMQ_KEEP_STORE=1 keeps the store: a restart with messages in flight).
     rmq_stop
-    [[ ${RMQ_KEEP_STORE:-0} == 1 ]] || rm -rf "${state:?}/home"
+    [[ ${RMQ_KEEP_STORE:-0} == 1 ]] || rm -rf "${state:?}/home" "${state:?}/home-b"
     mkdir -p "$state/home"
     _rmq_write_confs "$state"
 
-    _rmq_java namesrv org.apache.rocketmq.namesrv.NamesrvStartup rmq.namesrv.logback.xml \
+    _rmq_java namesrv "$state/home" org.apache.rocketmq.namesrv.NamesrvStartup rmq.namesrv.logback.xml \
         -Xms128m -Xmx256m -Xmn64m
     # The broker registers with the name server once at boot, then every 10 s only
     # (it registers with the name servers it has already connected to), so give it
@@ -198,18 +246,52 @@ rmq_start() {
         _rmq_tail_logs
         return 1
     fi
-    _rmq_java broker org.apache.rocketmq.broker.BrokerStartup rmq.broker.logback.xml \
-        -Xms256m -Xmx1g -XX:MaxDirectMemorySize=512m
+    for b in $(_rmq_brokers); do
+        _rmq_java_broker "$b"
+    done
 
     if ! _rmq_ready "$state" "$RMQ_READY_TIMEOUT"; then
-        _rmq_log "not ready within ${RMQ_READY_TIMEOUT}s: $(tail -n 1 "$state/rmqready.log")"
+        _rmq_log "not ready within ${RMQ_READY_TIMEOUT}s: $(tail -q -n 1 "$state"/rmqready*.log)"
         [[ -n "$(_rmq_pid namesrv)" ]] || _rmq_log "the name server JVM has exited"
-        [[ -n "$(_rmq_pid broker)" ]] || _rmq_log "the broker JVM has exited"
+        for b in $(_rmq_brokers); do
+            [[ -n "$(_rmq_pid "$b")" ]] || _rmq_log "the $b JVM has exited"
+        done
         _rmq_tail_logs
         return 1
     fi
-    _rmq_log "ready after $((SECONDS - t0))s: name server 127.0.0.1:$RMQ_NAMESRV_PORT (pid $(_rmq_pid namesrv)), broker 127.0.0.1:$RMQ_BROKER_PORT (pid $(_rmq_pid broker)); state in $state"
+    _rmq_log "ready after $((SECONDS - t0))s: name server 127.0.0.1:$RMQ_NAMESRV_PORT (pid $(_rmq_pid namesrv)), $(for b in $(_rmq_brokers); do printf '%s 127.0.0.1:%s (pid %s) ' "$(_rmq_broker_name "$b")" "$(_rmq_broker_port "$b")" "$(_rmq_pid "$b")"; done); state in $state"
     export OE_ROCKETMQ_NAMESRV="127.0.0.1:$RMQ_NAMESRV_PORT"
+}
+
+# _rmq_java_broker NAME: start broker NAME's JVM (heap 1 GiB at most, direct memory 512 MiB).
+_rmq_java_broker() {
+    local b="$1"
+    mkdir -p "$(_rmq_home "$b")"
+    _rmq_java "$b" "$(_rmq_home "$b")" org.apache.rocketmq.broker.BrokerStartup rmq.broker.logback.xml \
+        -Xms256m -Xmx1g -XX:MaxDirectMemorySize=512m
+}
+
+# rmq_start_broker NAME: start broker NAME (broker or broker-b) again on the store it has (a
+# restart after it was killed), unless it is running; wait until a send to it succeeds.
+rmq_start_broker() {
+    local b="$1" state
+    state="$(_rmq_state)"
+    case "$b" in
+        broker) ;;
+        broker-b) [[ -n "$RMQ_BROKER_B_PORT" ]] || { _rmq_log "broker-b is not enabled (RMQ_BROKER_B_PORT)"; return 1; } ;;
+        *) _rmq_log "no broker $b"; return 1 ;;
+    esac
+    [[ -n "$(_rmq_pid namesrv)" ]] || { _rmq_log "the name server is not running (start everything: rmq_start)"; return 1; }
+    if [[ -z "$(_rmq_pid "$b")" ]]; then
+        [[ -s "$state/$b.conf" ]] || _rmq_write_broker_conf "$state" "$b"
+        _rmq_java_broker "$b"
+    fi
+    _rmq_ready_one "$state" "$RMQ_READY_TIMEOUT" "$b" || {
+        _rmq_log "$b not ready within ${RMQ_READY_TIMEOUT}s"
+        _rmq_tail_logs
+        return 1
+    }
+    _rmq_log "$b ready on 127.0.0.1:$(_rmq_broker_port "$b") (pid $(_rmq_pid "$b"))"
 }
 
 # _rmq_running PID: the process exists and is not a zombie (when this shell
@@ -243,17 +325,22 @@ _rmq_kill() {
 }
 
 rmq_stop() {
-    # Broker first, so it does not spend its shutdown retrying the name server.
+    # Brokers first, so they do not spend their shutdown retrying the name server.
     _rmq_kill broker
+    _rmq_kill broker-b # also when it is not enabled now but was started before
     _rmq_kill namesrv
 }
 
 _rmq_status() {
-    local ns br
-    ns="$(_rmq_pid namesrv)" || true
-    br="$(_rmq_pid broker)" || true
-    echo "namesrv: ${ns:-stopped}  broker: ${br:-stopped}  state: $(_rmq_state)"
-    [[ -n "$ns" && -n "$br" ]]
+    local ns b p ok=0
+    ns="$(_rmq_pid namesrv)" || ok=1
+    printf 'namesrv: %s' "${ns:-stopped}"
+    for b in $(_rmq_brokers); do
+        p="$(_rmq_pid "$b")" || ok=1
+        printf '  %s: %s' "$b" "${p:-stopped}"
+    done
+    echo "  state: $(_rmq_state)"
+    return "$ok"
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
@@ -262,8 +349,10 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
         start) rmq_start ;;
         stop) rmq_stop ;;
         status) _rmq_status ;;
+        start-broker) rmq_start_broker "${2:?start-broker NAME}" ;;
+        pid) _rmq_pid "${2:?pid NAME}" ;;
         *)
-            echo "usage: bash $0 start|stop|status" >&2
+            echo "usage: bash $0 start|stop|status|start-broker NAME|pid NAME" >&2
             exit 2
             ;;
     esac

@@ -6,6 +6,11 @@
 #   bash internal/testenv/services.sh status   report each server (exit 0 when all answer)
 #   bash internal/testenv/services.sh env      print the export lines the tests read
 #   bash internal/testenv/services.sh clean    stop, then delete the state directory
+#   bash internal/testenv/services.sh pid NAME        print the pid of one server (exit 1: not running)
+#   bash internal/testenv/services.sh start-one NAME  start one server again on the data it has
+#     NAME: redis-primary, redis-replica, redis-pair (both, and the replica following the
+#     primary again after a promotion), broker-a, broker-b. The fault tests (internal/soak)
+#     SIGKILL a server by its pid and bring it back with start-one.
 #
 # Each server has its own data directory under ${OE_STATE_DIR:-/tmp/orderexpiry-services} and
 # its own port, so it never clashes with a system server:
@@ -13,6 +18,10 @@
 #   Redis Cluster 127.0.0.1:17001-17003 (bus ports +10000), three masters, no persistence
 #   MariaDB     127.0.0.1:13306   user oe/oe (ALL PRIVILEGES ON *.*), database oe
 #   PostgreSQL  127.0.0.1:15432   role oe/oe (SUPERUSER), database oe owned by oe
+#   Redis primary 127.0.0.1:16380 and its replica 127.0.0.1:16381 (REPLICAOF the primary),
+#               AOF (appendfsync everysec), maxmemory-policy noeviction: what cancel/redisseat asks
+#   Redis Cluster replicas 127.0.0.1:17004-17006, one per master (the failover case)
+#   RocketMQ (rocketmq.sh) name server 19876, brokers broker-a 20911 and broker-b 20921
 # Data directories survive stop, so a second start is quick; tests create their own databases.
 #
 # If internal/testenv/rocketmq.sh exists it is sourced: start ends with rmq_start, stop begins
@@ -31,6 +40,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RMQ_SCRIPT="$HERE/rocketmq.sh"
 
 REDIS_CLUSTER_PORTS=(${OE_REDIS_CLUSTER_PORTS:-17001 17002 17003})
+REDIS_CLUSTER_REPLICA_PORTS=(${OE_REDIS_CLUSTER_REPLICA_PORTS:-17004 17005 17006}) # one per master, in order
+REDIS_PRIMARY_PORT="${OE_REDIS_PRIMARY_PORT:-16380}"
+REDIS_REPLICA_PORT="${OE_REDIS_REPLICA_PORT:-16381}"
+export RMQ_BROKER_B_PORT="${RMQ_BROKER_B_PORT:-20921}" # rocketmq.sh's second broker
 RC_DIR="$STATE_DIR/redis-cluster"
 
 REDIS_DIR="$STATE_DIR/redis"
@@ -241,6 +254,76 @@ redis_stop() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Redis primary + replica: the replicated Redis the library's users run. Both persist (AOF,
+# everysec) and never evict, as cancel/redisseat requires; the replica follows the primary by
+# asynchronous replication, so a promotion after the primary dies loses its last writes.
+
+rp_dir() { echo "$STATE_DIR/redis-$1"; } # primary | replica
+rp_port() { if [[ $1 == primary ]]; then echo "$REDIS_PRIMARY_PORT"; else echo "$REDIS_REPLICA_PORT"; fi; }
+rp_cli() { timeout "${TMO:-3}" "$REDIS_CLI" -h 127.0.0.1 -p "$(rp_port "$1")" "${@:2}" 2>/dev/null | tr -d '\r'; }
+rp_ping() { [[ "$(rp_cli "$1" ping)" == PONG ]]; }
+# rp_following: the replica's link to the primary is up (it has loaded the primary's data).
+rp_following() {
+	local info
+	info="$(rp_cli replica info replication)" || return 1
+	[[ $info == *role:slave* && $info == *master_port:$REDIS_PRIMARY_PORT* && $info == *master_link_status:up* ]]
+}
+rp_is_master() { [[ "$(rp_cli "$1" info replication)" == *role:master* ]]; }
+
+# rp_start_one primary|replica: start that server on the data it has (its AOF), unless it runs.
+rp_start_one() {
+	local which="$1" dir port pid
+	dir="$(rp_dir "$which")" port="$(rp_port "$which")"
+	mkdir -p "$dir"
+	if pid="$(pid_of "$dir/redis.pid" redis-server)"; then
+		wait_ready 10 "$dir/redis.pid" redis-server rp_ping "$which" && return 0
+		log "redis $which: pid $pid does not answer; restarting it"
+		stop_pid "$pid" "redis $which" TERM 10
+	fi
+	rm -f "$dir/redis.pid"
+	ensure_port_free "$port" "redis $which"
+	local follow=()
+	[[ $which == replica ]] && follow=(--replicaof 127.0.0.1 "$REDIS_PRIMARY_PORT")
+	"$REDIS_SERVER" --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+		--dir "$dir" --bind 127.0.0.1 --port "$port" --protected-mode yes \
+		--save "" --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
+		"${follow[@]}" >>"$dir/redis.log" 2>&1 9>&- || fail_with_log "redis $which" "$dir/redis.log"
+	wait_ready "$READY_TIMEOUT" "$dir/redis.pid" redis-server rp_ping "$which" || fail_with_log "redis $which" "$dir/redis.log"
+	log "redis $which: started pid $(pid_of "$dir/redis.pid" redis-server || echo '?') on 127.0.0.1:$port"
+}
+
+# redis_pair_start: both running, the primary a master, the replica following it. After a
+# fault test promoted the replica, this makes it follow the primary again (a full resync:
+# the primary's data wins).
+redis_pair_start() {
+	rp_start_one primary
+	rp_is_master primary || rp_cli primary replicaof no one >/dev/null
+	rp_start_one replica
+	if ! rp_following; then
+		rp_cli replica replicaof 127.0.0.1 "$REDIS_PRIMARY_PORT" >/dev/null
+	fi
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	until rp_following; do
+		((SECONDS < deadline)) || fail_with_log "redis replica (link to the primary not up)" "$(rp_dir replica)/redis.log"
+		sleep 0.2
+	done
+	log "redis pair: primary 127.0.0.1:$REDIS_PRIMARY_PORT, replica 127.0.0.1:$REDIS_REPLICA_PORT following it"
+}
+
+redis_pair_stop() {
+	local which dir pid
+	for which in replica primary; do
+		dir="$(rp_dir "$which")"
+		if pid="$(pid_of "$dir/redis.pid" redis-server)"; then
+			stop_pid "$pid" "redis $which" TERM 20
+		fi
+		rm -f "$dir/redis.pid"
+	done
+}
+
+rp_ok() { rp_ping primary && rp_is_master primary && rp_following; }
+
+# ---------------------------------------------------------------------------------------------
 # Redis Cluster: three masters holding all 16384 slots, so the seat store's scripts are proven
 # where keys of different shows live on different nodes.
 
@@ -249,13 +332,27 @@ rc_nodes() {
 	for p in "${REDIS_CLUSTER_PORTS[@]}"; do out+=("127.0.0.1:$p"); done
 	echo "${out[*]}"
 }
+rc_replica_nodes() {
+	local p out=()
+	for p in "${REDIS_CLUSTER_REPLICA_PORTS[@]}"; do out+=("127.0.0.1:$p"); done
+	echo "${out[*]}"
+}
+RC_ALL_PORTS=("${REDIS_CLUSTER_PORTS[@]}" "${REDIS_CLUSTER_REPLICA_PORTS[@]}")
 
-# rc_ok: every node answers and sees the cluster as ok with every slot assigned.
+# rc_ok: every node answers and sees the cluster as ok with every slot assigned, the first
+# ports are masters and each replica port follows one with its link up.
 rc_ok() {
 	local p info
-	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+	for p in "${RC_ALL_PORTS[@]}"; do
 		info="$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | tr -d '\r')" || return 1
 		[[ $info == *cluster_state:ok* && $info == *cluster_slots_assigned:16384* ]] || return 1
+	done
+	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+		[[ "$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$p" info replication 2>/dev/null | tr -d '\r')" == *role:master* ]] || return 1
+	done
+	for p in "${REDIS_CLUSTER_REPLICA_PORTS[@]}"; do
+		info="$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$p" info replication 2>/dev/null | tr -d '\r')" || return 1
+		[[ $info == *role:slave* && $info == *master_link_status:up* ]] || return 1
 	done
 }
 
@@ -263,7 +360,7 @@ rc_ping_one() { [[ "$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$1" ping 2>/dev/nu
 
 redis_cluster_start() {
 	local p all=1
-	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+	for p in "${RC_ALL_PORTS[@]}"; do
 		pid_of "$RC_DIR/$p/redis.pid" redis-server >/dev/null || all=0
 	done
 	if ((all)) && rc_ok; then
@@ -273,7 +370,7 @@ redis_cluster_start() {
 	# Anything less than a healthy cluster is started afresh: a half-made one cannot be trusted.
 	redis_cluster_stop
 	rm -rf "$RC_DIR"
-	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+	for p in "${RC_ALL_PORTS[@]}"; do
 		ensure_port_free "$p" "redis cluster"
 		ensure_port_free "$((p + 10000))" "redis cluster bus"
 		mkdir -p "$RC_DIR/$p"
@@ -282,23 +379,34 @@ redis_cluster_start() {
 			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
 			--save "" --appendonly no >>"$RC_DIR/$p/redis.log" 2>&1 9>&- || fail_with_log "redis cluster $p" "$RC_DIR/$p/redis.log"
 	done
-	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+	for p in "${RC_ALL_PORTS[@]}"; do
 		wait_ready "$READY_TIMEOUT" "$RC_DIR/$p/redis.pid" redis-server rc_ping_one "$p" || fail_with_log "redis cluster $p" "$RC_DIR/$p/redis.log"
 	done
 	# shellcheck disable=SC2046 # one argument per node
 	timeout 60 "$REDIS_CLI" --cluster create $(rc_nodes) --cluster-replicas 0 --cluster-yes >"$RC_DIR/create.log" 2>&1 ||
 		fail_with_log "redis cluster create" "$RC_DIR/create.log"
+	# Each replica is added to its own master, by the master's node id, so that the pairing is
+	# the ports' order (redis-cli --cluster-replicas 1 would pair them by its own choice).
+	local i mport rport mid
+	for i in "${!REDIS_CLUSTER_REPLICA_PORTS[@]}"; do
+		mport="${REDIS_CLUSTER_PORTS[i]}" rport="${REDIS_CLUSTER_REPLICA_PORTS[i]}"
+		mid="$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$mport" cluster myid 2>/dev/null | tr -d '\r')"
+		[[ -n $mid ]] || fail_with_log "redis cluster (node id of $mport)" "$RC_DIR/$mport/redis.log"
+		timeout 60 "$REDIS_CLI" --cluster add-node "127.0.0.1:$rport" "127.0.0.1:$mport" --cluster-slave \
+			--cluster-master-id "$mid" >>"$RC_DIR/create.log" 2>&1 ||
+			fail_with_log "redis cluster add-node $rport (replica of $mport)" "$RC_DIR/create.log"
+	done
 	local deadline=$((SECONDS + READY_TIMEOUT))
 	until rc_ok; do
 		((SECONDS < deadline)) || fail_with_log "redis cluster (state not ok)" "$RC_DIR/create.log"
 		sleep 0.2
 	done
-	log "redis cluster: started $(rc_nodes)"
+	log "redis cluster: started masters $(rc_nodes), replicas $(rc_replica_nodes)"
 }
 
 redis_cluster_stop() {
 	local p pid
-	for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+	for p in "${RC_ALL_PORTS[@]}"; do
 		if pid="$(pid_of "$RC_DIR/$p/redis.pid" redis-server)"; then
 			stop_pid "$pid" "redis cluster $p" TERM 20
 		fi
@@ -488,6 +596,7 @@ cmd_start() {
 	install_missing
 	lock_state
 	redis_start
+	redis_pair_start
 	redis_cluster_start
 	mysql_start
 	pg_start
@@ -512,6 +621,7 @@ cmd_stop() {
 		rm -f "$RMQ_ENV_FILE"
 	fi
 	redis_stop
+	redis_pair_stop
 	redis_cluster_stop
 	log "redis cluster: stopped"
 	mysql_stop
@@ -527,6 +637,12 @@ cmd_status() {
 		log "redis:    running, pid $pid, answering on 127.0.0.1:$REDIS_PORT"
 	else
 		log "redis:    not running"
+		ok=1
+	fi
+	if [[ -n $REDIS_CLI ]] && rp_ok; then
+		log "redis pair: running, primary 127.0.0.1:$REDIS_PRIMARY_PORT, replica 127.0.0.1:$REDIS_REPLICA_PORT following it"
+	else
+		log "redis pair: not running (or the replica does not follow the primary)"
 		ok=1
 	fi
 	if [[ -n $REDIS_CLI ]] && rc_ok; then
@@ -555,11 +671,17 @@ cmd_env() {
 	echo "export OE_PG_DSN='postgres://oe:oe@127.0.0.1:$PG_PORT/oe?sslmode=disable'"
 	echo "export OE_REDIS_ADDR=127.0.0.1:$REDIS_PORT"
 	echo "export OE_REDIS_CLUSTER=$(rc_nodes | tr ' ' ',')"
+	echo "export OE_REDIS_CLUSTER_REPLICAS=$(rc_replica_nodes | tr ' ' ',')"
+	echo "export OE_REDIS_PRIMARY=127.0.0.1:$REDIS_PRIMARY_PORT"
+	echo "export OE_REDIS_REPLICA=127.0.0.1:$REDIS_REPLICA_PORT"
+	echo "export OE_SERVICES_SH='$HERE/services.sh'"
+	echo "export OE_SERVICES_STATE='$STATE_DIR'"
 	if rmq_load >/dev/null; then
 		local namesrv="${OE_ROCKETMQ_NAMESRV:-}"
 		[[ -s $RMQ_ENV_FILE ]] && namesrv="$(head -n1 "$RMQ_ENV_FILE")"
 		[[ -z $namesrv ]] || echo "export OE_ROCKETMQ_NAMESRV='$namesrv'"
 		[[ -z $namesrv ]] || echo "export OE_ROCKETMQ_BROKER='127.0.0.1:${RMQ_BROKER_PORT:-20911}'"
+		[[ -z $namesrv ]] || echo "export OE_ROCKETMQ_BROKER_B='127.0.0.1:$RMQ_BROKER_B_PORT'"
 	fi
 }
 
@@ -569,14 +691,47 @@ cmd_clean() {
 	log "removed $STATE_DIR"
 }
 
+# cmd_pid NAME: the pid of one server, for a fault test to kill.
+cmd_pid() {
+	case "${1:-}" in
+	redis-primary | redis-replica) pid_of "$(rp_dir "${1#redis-}")/redis.pid" redis-server ;;
+	broker-a | broker-b)
+		rmq_load || die "RocketMQ is not enabled here"
+		local b=broker
+		[[ $1 == broker-b ]] && b=broker-b
+		_rmq_pid "$b"
+		;;
+	*) die "pid: unknown server '${1:-}' (redis-primary, redis-replica, broker-a, broker-b)" ;;
+	esac
+}
+
+# cmd_start_one NAME: start one server again on the data it has (after a fault test killed it).
+cmd_start_one() {
+	find_bins
+	lock_state
+	case "${1:-}" in
+	redis-primary | redis-replica) rp_start_one "${1#redis-}" ;;
+	redis-pair) redis_pair_start ;;
+	broker-a | broker-b)
+		rmq_load || die "RocketMQ is not enabled here"
+		local b=broker
+		[[ $1 == broker-b ]] && b=broker-b
+		rmq_start_broker "$b" 9>&-
+		;;
+	*) die "start-one: unknown server '${1:-}' (redis-primary, redis-replica, redis-pair, broker-a, broker-b)" ;;
+	esac
+}
+
 case "${1:-}" in
 start) cmd_start ;;
+pid) cmd_pid "${2:-}" ;;
+start-one) cmd_start_one "${2:-}" ;;
 stop) cmd_stop ;;
 status) cmd_status ;;
 env) cmd_env ;;
 clean) cmd_clean ;;
 *)
-	echo "usage: $0 start|stop|status|env|clean" >&2
+	echo "usage: $0 start|stop|status|env|clean|pid NAME|start-one NAME" >&2
 	exit 2
 	;;
 esac

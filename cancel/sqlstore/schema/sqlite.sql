@@ -10,7 +10,9 @@ CREATE TABLE IF NOT EXISTS oe_order (
     created_at_ms INTEGER     NOT NULL,
     updated_at_ms INTEGER     NOT NULL,
     cancel_reason TEXT,
-    payment_id    TEXT -- the payment that paid it
+    payment_id    TEXT, -- the payment that paid it
+    seats         TEXT,       -- the seats it was placed with, sorted, comma-separated (kept after a cancel: a late payment reinstates from it)
+    warned_at_ms  INTEGER     -- its expiry warning fired
 );
 -- The reconciler's scan: pending orders by expiry, never a table scan, in
 -- (expire_at_ms, order_no) order so that a page starts at its cursor.

@@ -1,7 +1,7 @@
 // Command rmqready waits until a RocketMQ name server and broker accept a
 // real message. It is run by internal/testenv/rocketmq.sh after starting the
 // two JVMs: it waits until the broker has registered with the name server,
-// creates the topic "oe_ready" on the broker (admin API) and sends one message,
+// creates the topic "oe_ready" (or -topic) on the broker (admin API) and sends one message,
 // retrying each step until one send succeeds or -timeout runs out.
 //
 // Exit status 0 means a send returned SEND_OK; otherwise it prints one line
@@ -35,7 +35,9 @@ func (quietLogger) Fatal(string, map[string]interface{})   {}
 func (quietLogger) Level(string)                           {}
 func (quietLogger) OutputPath(string) error                { return nil }
 
-const topic = "oe_ready"
+// topic is created on the broker given and sent to (-topic): a topic that only that
+// broker holds, so that the send proves that broker.
+var topic = "oe_ready"
 
 var verbose bool
 
@@ -49,6 +51,7 @@ func main() {
 	namesrv := flag.String("namesrv", "127.0.0.1:19876", "name server address host:port")
 	broker := flag.String("broker", "127.0.0.1:20911", "broker address host:port (the topic is created there)")
 	timeout := flag.Duration("timeout", 120*time.Second, "give up after this long")
+	flag.StringVar(&topic, "topic", topic, "topic to create on -broker and send to (one per broker, so that the send reaches that broker)")
 	flag.BoolVar(&verbose, "v", false, "print every failed attempt to stderr")
 	flag.Parse()
 

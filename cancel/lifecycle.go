@@ -1,0 +1,271 @@
+package cancel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// This file is the state machine's optional transitions (issue 12): a late
+// payment reinstating a cancelled order, a pending order's deadline moved,
+// and the expiry warning. Each has a small store interface of its own, which
+// an OrderStore may implement (cancel/sqlstore and cancel/memstore do); a
+// store that does not gives the caller ErrUnsupported, and a late payment on
+// it is refunded.
+
+// ReasonExpired is the reason of an operator's expire-now (Service.ExpireNow).
+// Like a user's cancel it is final for the late-payment policy: a payment
+// after it is refunded, never reinstated.
+const ReasonExpired Reason = "expired"
+
+// ErrUnsupported reports that the order store does not implement the
+// optional interface an operation needs (Reinstater, DeadlineStore,
+// WarnStore). Nothing was changed.
+var ErrUnsupported = errors.New("orderexpiry: not supported by the order store")
+
+// ErrNoSeatRecord reports that the store kept no record of a cancelled
+// order's seats (an order placed before the store kept them, a host table
+// that deletes its claims without history), so the order cannot be
+// reinstated: a late payment for it is refunded.
+var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order's seats")
+
+// Reinstater is the store side of the late-payment policy
+// (Config.AcceptLatePayments). Implementations are safe for concurrent use.
+//
+// ReinstateCancelled, in one transaction: compare-and-set an order that was
+// cancelled with ReasonTimeout or ReasonReconcile (p.UserID's only, when
+// set) to paid with p.PaymentID; claim each of its seats again as sold (the
+// unique live claim: a seat another order holds refuses it); then call claim
+// with the order's seats, inside the transaction, and commit only if claim
+// returned nil. The caller's claim is the seat store's strict Lock, so the
+// seats are taken in both stores or in neither.
+//
+// Result.Changed is true when this call reinstated the order (Seats are its
+// seats). Of concurrent calls for one order at most one is ever true: the
+// others wait for it and then find the order paid. Changed false with a nil
+// error means the order is not (or no longer) a cancelled order of those
+// reasons: Result.Order.Status says what it is, and Result.PaymentID names
+// the payment that paid it. Errors: expiry.ErrNotFound, ErrNotOwner,
+// ErrSeatUnavailable (a seat held by another live order), ErrNoSeatRecord,
+// claim's own error (wrapped); on every error nothing was committed, except
+// one wrapping expiry.ErrCommitUnknown (the outcome is unknown; the
+// reconciler settles the seat store either way).
+type Reinstater interface {
+	ReinstateCancelled(ctx context.Context, p Payment, claim func(ctx context.Context, h Hold) error) (Result, error)
+}
+
+// DeadlineChange asks to move a pending order's deadline to In from now by
+// the store's clock.
+type DeadlineChange struct {
+	OrderNo string
+	// UserID, when set, restricts the change to that user's order (another
+	// user's gives ErrNotOwner).
+	UserID string
+	// In is the new deadline's distance from now, by the store's clock.
+	In time.Duration
+	// Shorten selects the direction: false moves the deadline later only
+	// (an extension; never of an order already due), true earlier only.
+	Shorten bool
+}
+
+// DeadlineResult is what a deadline change did.
+type DeadlineResult struct {
+	// Changed is true when this call moved the deadline.
+	Changed bool
+	// Order is the order as this call left it (ReadAt the store's clock):
+	// when Changed is false it says why (not pending, already due for an
+	// extension, or its deadline already on the asked side of now+In).
+	Order expiry.Order
+	// Previous is the deadline before the change, when Changed.
+	Previous time.Time
+}
+
+// DeadlineStore is the store side of deadline control. Safe for concurrent
+// use.
+//
+// SetDeadline compare-and-sets the deadline of c.OrderNo to now+c.In by the
+// store's clock, on a pending order only, and only in c.Shorten's direction:
+// an extension only if the order is not due yet and its deadline is before
+// now+In (so repeating an extension by the same In changes nothing but what
+// the passing time asks: "at least In from now"); a shortening only if the
+// deadline is after now+In. Not matching is Changed false and a nil error.
+// Errors: expiry.ErrNotFound, ErrNotOwner, expiry.ErrInvalidID; other errors
+// are transient and nothing changed.
+type DeadlineStore interface {
+	SetDeadline(ctx context.Context, c DeadlineChange) (DeadlineResult, error)
+}
+
+// WarnStore is the store side of the expiry warning: a warned flag per order.
+// Safe for concurrent use.
+//
+// MarkWarned sets orderNo's warned flag with a compare-and-set, only if the
+// order is pending, not warned before, not yet due and due within lead, all
+// by the store's clock. Fired is true when this call set it (of all calls for
+// one order, at most one ever); otherwise Warned says whether it was set
+// before, and Order the order as found. Errors: expiry.ErrNotFound; other
+// errors are transient and nothing changed.
+type WarnStore interface {
+	MarkWarned(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error)
+}
+
+// lateReasons are the cancels a late payment may undo (see Reinstater).
+func lateReason(r Reason) bool { return r == ReasonTimeout || r == ReasonReconcile }
+
+// payLate is Pay's path for a payment that found its order cancelled, with
+// the late-payment policy on: reinstate when the store can and every seat is
+// free, else the refund path. res is PayPending's answer.
+func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, error) {
+	rs, ok := s.store.(Reinstater)
+	if !ok {
+		return res, s.discrepancy(ctx, Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: res.Order.Status})
+	}
+	var claimed *Hold
+	rres, err := rs.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold) error {
+		// Strict, as Place locks: only free seats; no purchase limit, the
+		// buyer has paid for them already.
+		if err := s.seats.Lock(ctx, h, 0); err != nil {
+			return err
+		}
+		claimed = &h
+		return nil
+	})
+	switch {
+	case err == nil && rres.Changed:
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindReinstated, OrderNo: p.OrderNo, Seats: len(rres.Seats)})
+		s.log.InfoContext(ctx, "late payment reinstated a cancelled order", "order", p.OrderNo, "payment", p.PaymentID, "seats", len(rres.Seats))
+		s.sell(ctx, p.OrderNo, rres)
+		return rres, nil
+	case err == nil:
+		// Someone else decided first: another late payment reinstated it
+		// (this one is a repeat of it, or a second payment), or the order
+		// was never a timeout's.
+		if rres.Order.Status == expiry.StatusPaid && rres.PaymentID == p.PaymentID {
+			return rres, nil
+		}
+		return rres, s.discrepancy(ctx, Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: rres.Order.UserID, Status: rres.Order.Status})
+	}
+	if claimed != nil && !errors.Is(err, expiry.ErrCommitUnknown) {
+		// The lock is ours (Lock is strict) and nothing committed: give it
+		// back. A failure is left to the reconciler (a lock of a cancelled
+		// order, past its grace).
+		if _, rerr := s.seats.Release(context.WithoutCancel(ctx), *claimed); rerr != nil {
+			s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindReleaseFailed, OrderNo: p.OrderNo, Seats: len(claimed.Seats), Err: rerr})
+			s.log.ErrorContext(ctx, "seat release failed after a refused reinstatement; the reconciler will release them", "order", p.OrderNo, "err", rerr)
+		}
+	}
+	switch {
+	case errors.Is(err, ErrSeatUnavailable), errors.Is(err, ErrNoSeatRecord), errors.Is(err, ErrLimitExceeded):
+		return res, s.discrepancy(ctx, Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: expiry.StatusCancelled})
+	default: // transient, ErrNotOwner, ErrNotFound: the provider's retry decides
+		return res, fmt.Errorf("cancel: late payment %s of order %s: %w", p.PaymentID, p.OrderNo, err)
+	}
+}
+
+// Extend extends a pending order's deadline to at least atLeast from now by
+// the store's clock (userID, when set, restricts it to that user's order):
+// the buyer is in the payment flow, an operator grants time. It is
+// idempotent in the sense of "at least": repeated calls never move the
+// deadline earlier, and one already later is left alone (Changed false). An
+// order already due is not extended (Changed false, Order.Remaining() <= 0):
+// it is the timeout's, whatever its message is doing, so the outcome never
+// depends on how late a message is. No new message is sent: the expiry
+// message in flight re-arms by the stored deadline when it arrives early,
+// and so does the warning. Counted as expiry.KindDeadlineChanged
+// ("extended"). Errors as DeadlineStore's, and ErrUnsupported.
+func (s *Service) Extend(ctx context.Context, orderNo, userID string, atLeast time.Duration) (DeadlineResult, error) {
+	if atLeast <= 0 {
+		return DeadlineResult{}, fmt.Errorf("cancel: extend %s: %w: non-positive duration %v", orderNo, expiry.ErrInvalidID, atLeast)
+	}
+	return s.setDeadline(ctx, DeadlineChange{OrderNo: orderNo, UserID: userID, In: atLeast}, "extended")
+}
+
+// Shorten moves a pending order's deadline earlier, to atMost from now by the
+// store's clock (an order due sooner already is left alone), and sends a new
+// expiry message for the new deadline through Config.Sender, so the cancel is
+// not late (the message in flight would re-arm past it). A failed send is
+// counted (KindSendFailed) and left to the reconciler, as after a placement.
+// Counted as expiry.KindDeadlineChanged ("shortened"). Errors as Extend's; a
+// Service without Config.Sender cannot shorten (an error, nothing changed).
+func (s *Service) Shorten(ctx context.Context, orderNo, userID string, atMost time.Duration) (DeadlineResult, error) {
+	if s.sender == nil {
+		return DeadlineResult{}, fmt.Errorf("cancel: shorten %s: Config.Sender is nil: %w", orderNo, ErrUnsupported)
+	}
+	if atMost < 0 {
+		return DeadlineResult{}, fmt.Errorf("cancel: shorten %s: %w: negative duration %v", orderNo, expiry.ErrInvalidID, atMost)
+	}
+	res, err := s.setDeadline(ctx, DeadlineChange{OrderNo: orderNo, UserID: userID, In: atMost, Shorten: true}, "shortened")
+	if err != nil || !res.Changed {
+		return res, err
+	}
+	delay := res.Order.Remaining() // by the store's clock
+	if serr := s.sender.Send(ctx, expiry.Message{OrderNo: orderNo, Hop: 1, TraceID: expiry.TraceID(ctx)}, delay); serr != nil {
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSendFailed, OrderNo: orderNo, Hop: 1, Delay: delay, Err: serr})
+		s.log.ErrorContext(ctx, "expiry message for a shortened deadline not sent; the reconciler will cancel the order when due", "order", orderNo, "err", serr)
+	}
+	return res, nil
+}
+
+func (s *Service) setDeadline(ctx context.Context, c DeadlineChange, reason string) (DeadlineResult, error) {
+	if err := validate(c.OrderNo, c.UserID); err != nil {
+		return DeadlineResult{}, err
+	}
+	ds, ok := s.store.(DeadlineStore)
+	if !ok {
+		return DeadlineResult{}, fmt.Errorf("cancel: %s deadline of %s: %w", reason, c.OrderNo, ErrUnsupported)
+	}
+	res, err := ds.SetDeadline(ctx, c)
+	if err != nil || !res.Changed {
+		return res, err
+	}
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: c.OrderNo, Reason: reason, Delay: res.Order.ExpireAt.Sub(res.Previous)})
+	return res, nil
+}
+
+// ExpireNow is an operator's "expire it now": it cancels a pending order at
+// once with ReasonExpired (a compare-and-set on pending, without the due
+// guard, so it is not late either), and gives its seats back as any cancel
+// does. A late payment after it is refunded, never reinstated. Counted as
+// expiry.KindCancelled (Reason "expired") and expiry.KindDeadlineChanged
+// ("expired_now", Delay the time the order had left, negated). Errors as
+// Cancel's.
+func (s *Service) ExpireNow(ctx context.Context, orderNo string) (Result, error) {
+	res, err := s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonExpired})
+	if err == nil && res.Changed {
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: orderNo, Reason: "expired_now", Delay: res.Order.ReadAt.Sub(res.Order.ExpireAt)})
+	}
+	return res, err
+}
+
+// Warn implements expiry.Warner: it marks the order warned in the store
+// (WarnStore's compare-and-set), then runs Config.OnWarning with the order.
+// At most once per order: the flag is set first, so a redelivered warning
+// never runs the hook again, and a hook that fails (counted as
+// expiry.KindHookFailed, Reason "warning", and logged) or a crash before it
+// ran is not retried. Without a hook it only marks and counts
+// (expiry.KindWarned). A store without WarnStore gives ErrUnsupported.
+func (s *Service) Warn(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
+	if err := validate(orderNo, ""); err != nil {
+		return expiry.WarnResult{}, err
+	}
+	ws, ok := s.store.(WarnStore)
+	if !ok {
+		return expiry.WarnResult{}, fmt.Errorf("cancel: warn %s: %w", orderNo, ErrUnsupported)
+	}
+	res, err := ws.MarkWarned(ctx, orderNo, lead)
+	if err != nil || !res.Fired {
+		return res, err
+	}
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindWarned, OrderNo: orderNo, Delay: res.Order.Remaining()})
+	if s.onWarning != nil {
+		hctx, done := context.WithTimeout(context.WithoutCancel(ctx), s.lease/2)
+		defer done()
+		if herr := s.onWarning(hctx, res.Order); herr != nil {
+			s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindHookFailed, OrderNo: orderNo, Reason: "warning", Err: herr})
+			s.log.ErrorContext(ctx, "warning hook failed; warnings are at most once, it is not retried", "order", orderNo, "err", herr)
+		}
+	}
+	return res, nil
+}

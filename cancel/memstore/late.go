@@ -1,0 +1,127 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// ReinstateCancelled implements cancel.Reinstater like sqlstore's: an order
+// cancelled by its timeout or the reconciler becomes paid by p, its seats
+// claimed again (sold), if none is claimed by another order and claim
+// succeeds; claim runs with the store locked, as sqlstore runs it inside the
+// transaction that holds the order's row, so concurrent calls for one order
+// wait for each other.
+func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold) error) (cancel.Result, error) {
+	if err := p.Validate(); err != nil {
+		return cancel.Result{}, fmt.Errorf("memstore: reinstate: %w", err)
+	}
+	if err := s.fail("ReinstateCancelled"); err != nil {
+		return cancel.Result{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.orders[p.OrderNo]
+	if !ok {
+		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", p.OrderNo, expiry.ErrNotFound)
+	}
+	if p.UserID != "" && o.o.UserID != p.UserID {
+		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", p.OrderNo, cancel.ErrNotOwner)
+	}
+	cur := o.o
+	cur.ReadAt = s.now()
+	if o.o.Status != expiry.StatusCancelled || (o.reason != cancel.ReasonTimeout && o.reason != cancel.ReasonReconcile) {
+		return cancel.Result{Order: cur, PaymentID: o.paymentID}, nil
+	}
+	if len(o.placed) == 0 {
+		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: %w", p.OrderNo, cancel.ErrNoSeatRecord)
+	}
+	for _, seat := range o.placed {
+		if other, taken := s.claims[[2]string{o.o.ShowID, seat}]; taken {
+			return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: seat %s/%s held by %s: %w", p.OrderNo, o.o.ShowID, seat, other, cancel.ErrSeatUnavailable)
+		}
+	}
+	h := cancel.Hold{ShowID: o.o.ShowID, OrderNo: o.o.No, UserID: o.o.UserID, Seats: slices.Clone(o.placed)}
+	if err := claim(ctx, h); err != nil {
+		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: %w", p.OrderNo, err)
+	}
+	for _, seat := range o.placed {
+		s.claims[[2]string{o.o.ShowID, seat}] = o.o.No
+	}
+	o.seats = slices.Clone(o.placed)
+	o.o.Status, o.paymentID = expiry.StatusPaid, p.PaymentID
+	cur.Status = expiry.StatusPaid
+	return cancel.Result{Changed: true, Order: cur, Seats: slices.Clone(o.placed), PaymentID: p.PaymentID}, nil
+}
+
+// SetDeadline implements cancel.DeadlineStore like sqlstore's, by the
+// store's clock (whole milliseconds, as there).
+func (s *Store) SetDeadline(_ context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	if err := expiry.ValidateID("order number", c.OrderNo); err != nil {
+		return cancel.DeadlineResult{}, fmt.Errorf("memstore: deadline: %w", err)
+	}
+	if c.In < 0 {
+		return cancel.DeadlineResult{}, fmt.Errorf("memstore: deadline of %s: %w: negative duration %v", c.OrderNo, expiry.ErrInvalidID, c.In)
+	}
+	if err := s.fail("SetDeadline"); err != nil {
+		return cancel.DeadlineResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.orders[c.OrderNo]
+	if !ok {
+		return cancel.DeadlineResult{}, fmt.Errorf("memstore: order %s: %w", c.OrderNo, expiry.ErrNotFound)
+	}
+	if c.UserID != "" && o.o.UserID != c.UserID {
+		return cancel.DeadlineResult{}, fmt.Errorf("memstore: order %s: %w", c.OrderNo, cancel.ErrNotOwner)
+	}
+	now := s.now().Truncate(time.Millisecond)
+	to := now.Add(c.In.Truncate(time.Millisecond))
+	cur := o.o
+	cur.ReadAt = s.now()
+	match := o.o.Status == expiry.StatusPending
+	if c.Shorten {
+		match = match && o.o.ExpireAt.After(to)
+	} else {
+		match = match && o.o.ExpireAt.After(now) && o.o.ExpireAt.Before(to)
+	}
+	if !match {
+		return cancel.DeadlineResult{Order: cur}, nil
+	}
+	prev := o.o.ExpireAt
+	o.o.ExpireAt = to
+	cur.ExpireAt = to
+	return cancel.DeadlineResult{Changed: true, Order: cur, Previous: prev}, nil
+}
+
+// MarkWarned implements cancel.WarnStore like sqlstore's: the warned flag,
+// set once, on a pending order due within lead and not yet due.
+func (s *Store) MarkWarned(_ context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
+	if err := expiry.ValidateID("order number", orderNo); err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("memstore: warn: %w", err)
+	}
+	if err := s.fail("MarkWarned"); err != nil {
+		return expiry.WarnResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.orders[orderNo]
+	if !ok {
+		return expiry.WarnResult{}, fmt.Errorf("memstore: order %s: %w", orderNo, expiry.ErrNotFound)
+	}
+	cur := o.o
+	cur.ReadAt = s.now()
+	now := s.now().Truncate(time.Millisecond)
+	if o.warned {
+		return expiry.WarnResult{Warned: true, Order: cur}, nil
+	}
+	if o.o.Status != expiry.StatusPending || !o.o.ExpireAt.After(now) || o.o.ExpireAt.After(now.Add(lead)) {
+		return expiry.WarnResult{Order: cur}, nil
+	}
+	o.warned = true
+	return expiry.WarnResult{Fired: true, Order: cur}, nil
+}

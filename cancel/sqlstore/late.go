@@ -1,0 +1,297 @@
+package sqlstore
+
+// The store side of issue 12's transitions: a late payment reinstating a
+// cancelled order (cancel.Reinstater), a pending order's deadline moved
+// (cancel.DeadlineStore), the expiry warning's flag (cancel.WarnStore).
+// They use two columns of oe_order that Migrate adds to older tables:
+// seats, the seat ids the order was placed with (comma-separated, sorted;
+// ids never contain a comma, see expiry.ValidateID), kept after a cancel
+// deletes the claims, and warned_at_ms, when its warning fired.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// maxDeadlineIn bounds DeadlineChange.In, so that now+In cannot overflow.
+const maxDeadlineIn = 10 * 366 * 24 * time.Hour
+
+// lateColumns are the columns Migrate adds to an oe_order of an earlier
+// version, by dialect.
+var lateColumns = []struct {
+	column string
+	add    map[Dialect]string
+}{
+	{"seats", map[Dialect]string{
+		MySQL:    "ALTER TABLE oe_order ADD COLUMN seats VARCHAR(3300) CHARACTER SET ascii COLLATE ascii_bin NULL",
+		Postgres: "ALTER TABLE oe_order ADD COLUMN seats TEXT",
+		SQLite:   "ALTER TABLE oe_order ADD COLUMN seats TEXT",
+	}},
+	{"warned_at_ms", map[Dialect]string{
+		MySQL:    "ALTER TABLE oe_order ADD COLUMN warned_at_ms BIGINT NULL",
+		Postgres: "ALTER TABLE oe_order ADD COLUMN warned_at_ms BIGINT",
+		SQLite:   "ALTER TABLE oe_order ADD COLUMN warned_at_ms INTEGER",
+	}},
+}
+
+// upgradeLate adds lateColumns where they are missing (Migrate).
+func (s *Store) upgradeLate(ctx context.Context) error {
+	for _, c := range lateColumns {
+		has, err := s.hasColumn(ctx, "oe_order", c.column)
+		if err != nil {
+			return err
+		}
+		if !has {
+			if _, err := s.db.ExecContext(ctx, c.add[s.dialect]); err != nil && !isDuplicateColumn(err) {
+				return fmt.Errorf("add oe_order.%s: %w", c.column, err)
+			}
+		}
+	}
+	return nil
+}
+
+// seatList is the oe_order.seats value of seats: sorted, comma-separated.
+func seatList(seats []string) string {
+	sorted := append([]string(nil), seats...)
+	sort.Strings(sorted)
+	return strings.Join(sorted, ",")
+}
+
+// lateSQL binds q for the store's dialect, NOW_MS being the database's
+// clock in epoch milliseconds, as in New.
+func (s *Store) lateSQL(q string) string {
+	return rebind(s.dialect, strings.ReplaceAll(q, "NOW_MS", strings.TrimPrefix(s.q.now.sql, "SELECT ")))
+}
+
+// ReinstateCancelled implements cancel.Reinstater. In one transaction: the
+// compare-and-set status 2 → 1 (cancel_reason timeout or reconcile; the
+// SET always changes the row, so matched and changed rows agree), the seats
+// read from oe_order.seats and inserted again as sold claims (the primary
+// key of oe_order_seat refuses a seat another live order holds), then claim,
+// then COMMIT. The compare-and-set holds the order's row until the commit,
+// so a concurrent late payment waits and then finds the order paid. An order
+// placed before the seats column existed gives cancel.ErrNoSeatRecord, and
+// so does every order of a store with a Mapping: the host's tables keep no
+// record of a cancelled order's seats, so its late payment is refunded.
+func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold) error) (cancel.Result, error) {
+	if err := p.Validate(); err != nil {
+		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate: %w", err)
+	}
+	if !s.m.defaultSchema {
+		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate %s: %w (a store with a Mapping keeps no record of a cancelled order's seats)", p.OrderNo, cancel.ErrNoSeatRecord)
+	}
+	cas := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 2 AND cancel_reason IN ('timeout', 'reconcile')"
+	args := []any{p.PaymentID, p.OrderNo}
+	if p.UserID != "" {
+		cas += " AND user_id = ?"
+		args = append(args, p.UserID)
+	}
+	var res cancel.Result
+	var changed, claimed bool
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		res, changed, claimed, err = s.reinstateTx(ctx, p, s.lateSQL(cas), args, claim)
+		if err == nil || claimed || !retryable(err) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt) * time.Millisecond)
+	}
+	if err != nil {
+		if errors.Is(err, cancel.ErrSeatUnavailable) || errors.Is(err, cancel.ErrNoSeatRecord) || errors.Is(err, expiry.ErrCommitUnknown) {
+			return cancel.Result{}, fmt.Errorf("sqlstore: reinstate %s: %w", p.OrderNo, err)
+		}
+		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate %s: %w", p.OrderNo, ctxCause(ctx, err))
+	}
+	if changed {
+		return res, nil
+	}
+	o, paymentID, err := s.orderRow(ctx, p.OrderNo)
+	if err != nil {
+		return cancel.Result{}, err
+	}
+	if p.UserID != "" && o.UserID != p.UserID {
+		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", p.OrderNo, cancel.ErrNotOwner)
+	}
+	res = cancel.Result{Order: o}
+	if o.Status == expiry.StatusPaid {
+		res.PaymentID = paymentID
+	}
+	return res, nil
+}
+
+// reinstateTx is one attempt of ReinstateCancelled; claimed reports that
+// claim ran and succeeded (the attempt must not be repeated then).
+func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, args []any, claim func(ctx context.Context, h cancel.Hold) error) (res cancel.Result, changed, claimed bool, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return res, false, false, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback() // the error that matters is the statement's
+		}
+	}()
+	r, err := tx.ExecContext(ctx, cas, args...)
+	if err != nil {
+		return res, false, false, err
+	}
+	if n, err := r.RowsAffected(); err != nil || n != 1 {
+		return res, false, false, err
+	}
+	var seats sql.NullString
+	var expireMS, nowMS int64
+	o := expiry.Order{No: p.OrderNo, Status: expiry.StatusPaid}
+	err = tx.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, expire_at_ms, NOW_MS, seats FROM oe_order WHERE order_no = ?"), p.OrderNo).
+		Scan(&o.UserID, &o.ShowID, &expireMS, &nowMS, &seats)
+	if err != nil {
+		return res, false, false, err
+	}
+	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	if !seats.Valid || seats.String == "" {
+		return res, false, false, cancel.ErrNoSeatRecord
+	}
+	list := strings.Split(seats.String, ",")
+	insert := s.lateSQL("INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES (?, ?, ?, 2)")
+	for _, seat := range list {
+		if _, err := tx.ExecContext(ctx, insert, o.ShowID, seat, p.OrderNo); err != nil {
+			if isDuplicate(err) {
+				return res, false, false, fmt.Errorf("seat %s/%s: %w", o.ShowID, seat, cancel.ErrSeatUnavailable)
+			}
+			return res, false, false, err
+		}
+	}
+	if err := claim(ctx, cancel.Hold{ShowID: o.ShowID, OrderNo: p.OrderNo, UserID: o.UserID, Seats: list}); err != nil {
+		return res, false, false, fmt.Errorf("claim: %w", err)
+	}
+	committed = true
+	if err := tx.Commit(); err != nil {
+		return res, false, true, fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
+	}
+	return cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID}, true, true, nil
+}
+
+// SetDeadline implements cancel.DeadlineStore: a compare-and-set of
+// expire_at_ms on the value just read (so Previous is exact), guarded by the
+// database's clock in the same statement: pending, and for an extension not
+// due and before now+In, for a shortening after now+In. A concurrent change
+// of the deadline makes it read again (a few times at most). On the
+// library's schema only: with a Mapping it gives cancel.ErrUnsupported.
+func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	if !s.m.defaultSchema {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w (the library's schema only, not a Mapping)", c.OrderNo, cancel.ErrUnsupported)
+	}
+	if err := validateIDs(c.OrderNo, c.UserID); err != nil {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline: %w", err)
+	}
+	if c.In < 0 || c.In > maxDeadlineIn {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w: duration %v outside 0..%v", c.OrderNo, expiry.ErrInvalidID, c.In, maxDeadlineIn)
+	}
+	q := "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < NOW_MS + ?"
+	if c.Shorten {
+		q = "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS + ?"
+	}
+	st, err := s.prepared(ctx, s.lateSQL(q))
+	if err != nil {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+	}
+	in := c.In.Milliseconds()
+	o, _, err := s.orderRow(ctx, c.OrderNo)
+	if err != nil {
+		return cancel.DeadlineResult{}, err
+	}
+	for attempt := 1; ; attempt++ {
+		if c.UserID != "" && o.UserID != c.UserID {
+			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: order %s: %w", c.OrderNo, cancel.ErrNotOwner)
+		}
+		if o.Status != expiry.StatusPending {
+			return cancel.DeadlineResult{Order: o}, nil
+		}
+		r, err := st.ExecContext(ctx, in, c.OrderNo, o.ExpireAt.UnixMilli(), in)
+		if err != nil {
+			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+		}
+		after, _, err := s.orderRow(ctx, c.OrderNo)
+		if err != nil {
+			return cancel.DeadlineResult{}, err
+		}
+		if n == 1 {
+			return cancel.DeadlineResult{Changed: true, Order: after, Previous: o.ExpireAt}, nil
+		}
+		if after.Status == o.Status && after.ExpireAt.Equal(o.ExpireAt) || attempt == maxAttempts {
+			return cancel.DeadlineResult{Order: after}, nil // the guard refused it
+		}
+		o = after // someone moved it between the read and the compare-and-set
+	}
+}
+
+// MarkWarned implements cancel.WarnStore: one compare-and-set of
+// warned_at_ms (NULL to the database's clock, so it always changes the
+// row), on a pending order due within lead and not yet due by that clock.
+// On the library's schema only: with a Mapping it gives
+// cancel.ErrUnsupported.
+func (s *Store) MarkWarned(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
+	if !s.m.defaultSchema {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w (the library's schema only, not a Mapping)", orderNo, cancel.ErrUnsupported)
+	}
+	if err := expiry.ValidateID("order number", orderNo); err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn: %w", err)
+	}
+	if lead < 0 || lead > maxDeadlineIn {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: lead %v outside 0..%v", orderNo, lead, maxDeadlineIn)
+	}
+	st, err := s.prepared(ctx, s.lateSQL("UPDATE oe_order SET warned_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND warned_at_ms IS NULL AND expire_at_ms > NOW_MS AND expire_at_ms <= NOW_MS + ?"))
+	if err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
+	}
+	r, err := st.ExecContext(ctx, orderNo, lead.Milliseconds())
+	if err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
+	}
+	o := expiry.Order{No: orderNo}
+	var status uint8
+	var expireMS, nowMS int64
+	var warned sql.NullInt64
+	err = s.db.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, status, expire_at_ms, NOW_MS, warned_at_ms FROM oe_order WHERE order_no = ?"), orderNo).
+		Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &warned)
+	if errors.Is(err, sql.ErrNoRows) {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
+	}
+	if err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
+	}
+	o.Status, o.ExpireAt, o.ReadAt = expiry.Status(status), time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	if n == 1 {
+		// The order as the compare-and-set saw it: pending (a payment that
+		// committed since does not make this call's warning a false one).
+		o.Status = expiry.StatusPending
+		return expiry.WarnResult{Fired: true, Order: o}, nil
+	}
+	return expiry.WarnResult{Warned: warned.Valid, Order: o}, nil
+}
+
+func validateIDs(orderNo, userID string) error {
+	if err := expiry.ValidateID("order number", orderNo); err != nil {
+		return err
+	}
+	if userID != "" {
+		return expiry.ValidateID("user id", userID)
+	}
+	return nil
+}
