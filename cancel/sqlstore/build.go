@@ -33,9 +33,9 @@ const (
 // vals are the run-time values of one call.
 type vals struct {
 	no, user, show, seat, reason, payment, showKey, seatKey, seats string
-	userNum                                                 int64
-	status, deadline, key                                   any
-	limit                                                   int
+	userNum                                                        int64
+	status, deadline, key                                          any
+	limit                                                          int
 }
 
 // stmt is a statement and the arguments it takes, in order.
