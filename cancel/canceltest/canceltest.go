@@ -59,6 +59,17 @@ type StoreHarness struct {
 	Place func(ctx context.Context, p cancel.Placement) error
 	// Now reads the store's clock.
 	Now func(ctx context.Context) (time.Time, error)
+	// CaseFoldingKeys says the store's unique keys on ids fold case, as a
+	// host's MySQL/MariaDB table with a *_ci collation does: two seats (or
+	// order numbers) that differ only by case are one row for the
+	// database. Lookups must still match ids exactly (I10); the suite then
+	// expects the second of two such seats to be refused with
+	// cancel.ErrSeatUnavailable instead of claimed.
+	CaseFoldingKeys bool
+	// Resolution is how finely the store keeps a deadline (0: a
+	// millisecond). A store that rounds to a coarser one must round up,
+	// never down (I4).
+	Resolution time.Duration
 }
 
 var seq atomic.Uint64
@@ -81,6 +92,18 @@ func orderNos(ps []cancel.Placement) []string {
 // servers never collide.
 func id(prefix string) string {
 	return fmt.Sprintf("%s-%x-%d", prefix, rand.Uint32(), seq.Add(1))
+}
+
+// assertDeadline checks a deadline read back against the one placed: within
+// a millisecond, or for a store of a coarser Resolution, rounded up to it.
+func assertDeadline(t *testing.T, h StoreHarness, placed, got time.Time, msg ...any) {
+	t.Helper()
+	if h.Resolution <= time.Millisecond {
+		assert.WithinDuration(t, placed, got, time.Millisecond, msg...)
+		return
+	}
+	assert.False(t, got.Before(placed.Truncate(time.Millisecond)), "I4: a deadline is never moved earlier: placed %v, read %v", placed, got)
+	assert.Less(t, got.Sub(placed), h.Resolution, msg...)
 }
 
 // RunStore runs the order-store suite; newHarness must return a fresh store.
@@ -110,7 +133,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Equal(t, "u1", o.UserID)
 		assert.Equal(t, "show-1", o.ShowID)
 		assert.Equal(t, expiry.StatusPending, o.Status)
-		assert.WithinDuration(t, p.ExpireAt, o.ExpireAt, time.Millisecond)
+		assertDeadline(t, h, p.ExpireAt, o.ExpireAt)
 		assert.WithinDuration(t, now, o.ReadAt, 10*time.Second, "ReadAt is the store's clock")
 		assert.InDelta(t, time.Hour.Seconds(), o.Remaining().Seconds(), 10)
 	})
@@ -197,6 +220,17 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		require.NoError(t, err)
 		assert.Equal(t, expiry.StatusPending, o.Status, "case variants touched nothing")
 
+		if h.CaseFoldingKeys {
+			err := h.Place(ctx, cancel.Placement{OrderNo: id("o"), UserID: "bob", ShowID: "show-1", Seats: []string{"a1"}, ExpireAt: now.Add(time.Hour)})
+			assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "a1 is A1 for a case-folding key: refused, never a second claim")
+			err = h.Place(ctx, cancel.Placement{OrderNo: id("o"), UserID: "carol", ShowID: "show-1", Seats: []string{"b1", "B1"}, ExpireAt: now.Add(time.Hour)})
+			assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "b1 and B1 are one seat for a case-folding key")
+			claims, _, err := h.Store.Claims(ctx, "", 10)
+			require.NoError(t, err)
+			require.Len(t, claims, 1, "only the first order's seat is claimed")
+			assert.Equal(t, cancel.Claim{ShowID: "show-1", SeatID: "A1", OrderNo: p.OrderNo, UserID: "alice", Status: expiry.StatusPending}, claims[0])
+			return
+		}
 		q := place(t, h, "bob", now.Add(time.Hour), "a1")
 		err = h.Place(ctx, cancel.Placement{OrderNo: id("o"), UserID: "carol", ShowID: "show-1", Seats: []string{"b1", "B1"}, ExpireAt: now.Add(time.Hour)})
 		assert.NoError(t, err, "b1 and B1 are two seats of one order")
@@ -235,7 +269,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Equal(t, "u1", o.UserID)
 		assert.Equal(t, "show-1", o.ShowID)
 		assert.Equal(t, expiry.StatusPending, o.Status)
-		assert.WithinDuration(t, p.ExpireAt, o.ExpireAt, time.Millisecond, "the first placement's expiry stands")
+		assertDeadline(t, h, p.ExpireAt, o.ExpireAt, "the first placement's expiry stands")
 		claims, _, err := h.Store.Claims(ctx, "", 10)
 		require.NoError(t, err)
 		var got []string

@@ -68,7 +68,7 @@ func seatList(seats []string) string {
 // lateSQL binds q for the store's dialect, NOW_MS being the database's
 // clock in epoch milliseconds, as in New.
 func (s *Store) lateSQL(q string) string {
-	return rebind(s.dialect, strings.ReplaceAll(q, "NOW_MS", strings.TrimPrefix(s.q.now, "SELECT ")))
+	return rebind(s.dialect, strings.ReplaceAll(q, "NOW_MS", strings.TrimPrefix(s.q.now.sql, "SELECT ")))
 }
 
 // ReinstateCancelled implements cancel.Reinstater. In one transaction: the
@@ -78,10 +78,15 @@ func (s *Store) lateSQL(q string) string {
 // key of oe_order_seat refuses a seat another live order holds), then claim,
 // then COMMIT. The compare-and-set holds the order's row until the commit,
 // so a concurrent late payment waits and then finds the order paid. An order
-// placed before the seats column existed gives cancel.ErrNoSeatRecord.
+// placed before the seats column existed gives cancel.ErrNoSeatRecord, and
+// so does every order of a store with a Mapping: the host's tables keep no
+// record of a cancelled order's seats, so its late payment is refunded.
 func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold) error) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate: %w", err)
+	}
+	if !s.m.defaultSchema {
+		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate %s: %w (a store with a Mapping keeps no record of a cancelled order's seats)", p.OrderNo, cancel.ErrNoSeatRecord)
 	}
 	cas := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 2 AND cancel_reason IN ('timeout', 'reconcile')"
 	args := []any{p.PaymentID, p.OrderNo}
@@ -178,8 +183,12 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 // expire_at_ms on the value just read (so Previous is exact), guarded by the
 // database's clock in the same statement: pending, and for an extension not
 // due and before now+In, for a shortening after now+In. A concurrent change
-// of the deadline makes it read again (a few times at most).
+// of the deadline makes it read again (a few times at most). On the
+// library's schema only: with a Mapping it gives cancel.ErrUnsupported.
 func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	if !s.m.defaultSchema {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w (the library's schema only, not a Mapping)", c.OrderNo, cancel.ErrUnsupported)
+	}
 	if err := validateIDs(c.OrderNo, c.UserID); err != nil {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline: %w", err)
 	}
@@ -231,7 +240,12 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 // MarkWarned implements cancel.WarnStore: one compare-and-set of
 // warned_at_ms (NULL to the database's clock, so it always changes the
 // row), on a pending order due within lead and not yet due by that clock.
+// On the library's schema only: with a Mapping it gives
+// cancel.ErrUnsupported.
 func (s *Store) MarkWarned(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
+	if !s.m.defaultSchema {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w (the library's schema only, not a Mapping)", orderNo, cancel.ErrUnsupported)
+	}
 	if err := expiry.ValidateID("order number", orderNo); err != nil {
 		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn: %w", err)
 	}

@@ -236,7 +236,7 @@ func TestClaimsMiddlePageIsARange(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("x%07d", mid+1), claims[0].SeatID)
 		assert.Equal(t, fmt.Sprintf("%s|x%07d", show, mid+limit), next)
 
-		n, plan := rowsRead(t, db, d, "oe_order_seat", "s", s.q.claims, s.claimsArgs(show, seat, limit)...)
+		n, plan := rowsRead(t, db, d, "oe_order_seat", "s", s.q.claims.sql, s.claimsArgs(show, seat, limit)...)
 		t.Logf("%s: a page of %d from the middle read %d rows of oe_order_seat; plan:\n%s", d, limit, n, plan)
 		if d == SQLite {
 			assert.Regexp(t, `SEARCH s USING \S*INDEX \S+ \(\(show_id,seat_id\)>\(\?,\?\)\)`, plan, "the range starts at the cursor's (show, seat)")
@@ -269,16 +269,16 @@ func TestNowTruncates(t *testing.T) {
 			var q string
 			switch d {
 			case MySQL:
-				q = strings.Replace(s.q.now, "UTC_TIMESTAMP(6)", "TIMESTAMP'"+ts+"'", 1)
+				q = strings.Replace(s.q.now.sql, "UTC_TIMESTAMP(6)", "TIMESTAMP'"+ts+"'", 1)
 			case Postgres:
-				q = strings.Replace(s.q.now, "clock_timestamp()", "TIMESTAMPTZ '"+ts+"+00'", 1)
+				q = strings.Replace(s.q.now.sql, "clock_timestamp()", "TIMESTAMPTZ '"+ts+"+00'", 1)
 			case SQLite:
 				// SQLite's 'now' has millisecond resolution, truncated by
 				// the VFS; only its arithmetic can round. A literal time
 				// is rounded by SQLite's parser, so give it whole ms.
-				q = strings.ReplaceAll(s.q.now, "'now'", "'"+ts[:len(ts)-3]+"'")
+				q = strings.ReplaceAll(s.q.now.sql, "'now'", "'"+ts[:len(ts)-3]+"'")
 			}
-			require.NotEqual(t, s.q.now, q, "the test knows the clock function")
+			require.NotEqual(t, s.q.now.sql, q, "the test knows the clock function")
 			var got int64
 			require.NoError(t, db.QueryRow(q).Scan(&got), q)
 			assert.Equal(t, tc.want, got, "%s: %s", ts, q)
@@ -291,7 +291,7 @@ func TestNowTruncates(t *testing.T) {
 		for i := 0; i < 500; i++ {
 			before := time.Now().UnixMilli()
 			var got int64
-			require.NoError(t, db.QueryRow(s.q.now).Scan(&got))
+			require.NoError(t, db.QueryRow(s.q.now.sql).Scan(&got))
 			after := time.Now().UnixMilli()
 			require.True(t, before <= got && got <= after, "SQLite's clock %d outside the host's [%d, %d]", got, before, after)
 		}
@@ -348,14 +348,14 @@ func TestMySQLIDsAreBinaryAndIndexed(t *testing.T) {
 		table   string   // the plan row to look at
 		keys    []string // acceptable keys
 	}{
-		{"order", s.q.order, []any{"o0005000"}, "oe_order", []string{"PRIMARY"}},
-		{"cancel by owner", s.q.cancelOwner, []any{"user", "o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
-		{"pay by owner", s.q.payOwner, []any{"pay-1", "o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
-		{"order and seats: order", s.q.orderSeats, []any{"o0005000"}, "o", []string{"PRIMARY"}},
-		{"order and seats: seats", s.q.orderSeats, []any{"o0005000"}, "s", []string{"oe_order_seat_order"}},
-		{"delete seats", s.q.deleteSeats, []any{"o0005000"}, "oe_order_seat", []string{"oe_order_seat_order"}},
-		{"sell seats", s.q.sellSeats, []any{"o0005000"}, "oe_order_seat", []string{"oe_order_seat_order"}},
-		{"claims page", s.q.claims, s.claimsArgs("s0005", "x0005500", 200), "s", []string{"PRIMARY"}},
+		{"order", s.q.order.sql, []any{"o0005000"}, "oe_order", []string{"PRIMARY"}},
+		{"cancel by owner", s.q.cancelOwner.sql, []any{2, "user", "o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
+		{"pay by owner", s.q.payOwner.sql, []any{1, "pay-1", "o0005000", "u1"}, "oe_order", []string{"PRIMARY"}},
+		{"order and seats: order", s.q.orderSeats.sql, []any{"o0005000", "o0005000"}, "o", []string{"PRIMARY"}},
+		{"order and seats: seats", s.q.orderSeats.sql, []any{"o0005000", "o0005000"}, "s", []string{"oe_order_seat_order"}},
+		{"delete seats", s.q.deleteSeats.sql, []any{"o0005000"}, "oe_order_seat", []string{"oe_order_seat_order"}},
+		{"sell seats", s.q.sellSeats.sql, []any{"o0005000"}, "oe_order_seat", []string{"oe_order_seat_order"}},
+		{"claims page", s.q.claims.sql, s.claimsArgs("s0005", "x0005500", 200), "s", []string{"PRIMARY"}},
 		{"seat claim", "SELECT order_no FROM oe_order_seat WHERE show_id = ? AND seat_id = ?", []any{"s0005", "x0005000"}, "oe_order_seat", []string{"PRIMARY"}},
 		{"statuses", "SELECT order_no, status FROM oe_order WHERE order_no IN (?, ?)", []any{"o0005000", "o0005001"}, "oe_order", []string{"PRIMARY"}},
 	} {
@@ -394,7 +394,7 @@ func TestExpiredMiddlePageIsARange(t *testing.T) {
 
 		ms, no, err := parseExpiredCursor(cursor)
 		require.NoError(t, err)
-		n, plan := rowsRead(t, db, d, "oe_order", "oe_order", s.q.expired, append(afterArgs(d, ms, no), limit)...)
+		n, plan := rowsRead(t, db, d, "oe_order", "oe_order", s.q.expired.sql, s.args(s.q.expired, vals{key: ms, no: no, limit: limit})...)
 		t.Logf("%s: a page of %d from the middle read %d rows of oe_order; plan:\n%s", d, limit, n, plan)
 		if d == SQLite {
 			assert.Regexp(t, `SEARCH oe_order USING COVERING INDEX oe_order_due \(status=\? AND \(expire_at_ms,order_no\)>\(\?,\?\)`, plan)

@@ -25,6 +25,7 @@ func harness(t *testing.T, db *sql.DB, d sqlstore.Dialect) canceltest.StoreHarne
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 	require.NoError(t, s.Migrate(ctx), "Migrate is idempotent")
+	require.NoError(t, s.Check(ctx), "the library's schema passes its own check")
 	return canceltest.StoreHarness{
 		Store: s,
 		Now:   s.Now,

@@ -23,10 +23,24 @@
 // collations are case-insensitive). Place inserts an order inside the host's
 // own transaction.
 //
+// An existing order service keeps its own tables: New takes a Mapping that
+// says where the library's notions live (table and columns, status values,
+// the deadline's type or a creation time plus a window, the claims table
+// and what a cancel and a payment do to it, constant conditions such as a
+// tenant or a soft-delete flag, a version column), and Check verifies it
+// against the live database at startup. The statements are generated once,
+// in New, from validated and quoted names and validated constants; nothing
+// a caller passes at run time becomes SQL text. On a mapped MySQL/MariaDB
+// table every id is compared twice, in the column's collation (the index
+// lookup) and as bytes, so a case-insensitive collation matches exactly.
+// Overdue counts pending orders past their deadline for a gauge.
+//
 // The scans the reconciler pages through (Expired, Claims) are keyset scans
 // that start each page at its cursor on an index, in the form each dialect's
 // planner turns into a range: row values on PostgreSQL and SQLite, the OR
-// form on MySQL/MariaDB.
+// form on MySQL/MariaDB. The due guard compares the deadline column itself
+// with the database's now converted to the column's type, so the index on
+// (status, deadline) bounds them.
 //
 // The compare-and-set statements always change what they match, so
 // they are correct whatever the driver reports as affected rows (matched or
@@ -34,11 +48,19 @@
 // deadlocks (PostgreSQL 40001/40P01, MariaDB 1020/1213) are retried; the
 // retry sees the winner's status, so they end as "lost the race".
 //
-// The expiry path's statements are prepared once per Store (and by
-// database/sql once per pooled connection), so each costs one round trip
-// even with go-sql-driver/mysql's default DSN, which otherwise prepares and
-// closes every statement that has arguments: 5 round trips per expired order
-// instead of 8 (internal/bench part 2 measures what that buys). Close releases them.
+// Round trips: on PostgreSQL a cancel or a payment is one statement, a
+// data-modifying CTE that does the compare-and-set and, only if it
+// matched, deletes, releases or sells the claims, returning the order and
+// its seats (atomic as one statement). Elsewhere it is a transaction: the
+// compare-and-set, the order and its seats read, the claims changed; on
+// MariaDB a cancel's DELETE … RETURNING does the last two at once. The
+// statements are prepared once per Store (and by database/sql once per
+// pooled connection), so each costs one round trip even with
+// go-sql-driver/mysql's default DSN, which otherwise prepares and closes
+// every statement that has arguments: an expired order costs 1 round trip
+// on PostgreSQL and 4 on MariaDB, where a hand-written transaction costs 5
+// and 8 (internal/bench part 2 measures what that buys). Close releases
+// them.
 package sqlstore
 
 import (
@@ -48,9 +70,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
@@ -99,48 +124,61 @@ func Schema(d Dialect) ([]string, error) {
 type Store struct {
 	db      *sql.DB
 	dialect Dialect
+	m       *resolved
 	q       queries
 
 	mu    sync.RWMutex
 	stmts map[string]*sql.Stmt // the expiry path's statements, prepared once
+
+	maria atomic.Int32 // 0 not asked yet, 1 MariaDB, 2 another server
 }
 
-type queries struct {
-	now, order, cancel, cancelOwner, cancelDue, orderSeats, deleteSeats,
-	pay, payOwner, sellSeats, insertOrder, insertSeat, expired, claims,
-	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
+// isMariaDB reports whether a MySQL-dialect store talks to MariaDB (which
+// has DELETE … RETURNING, MySQL 8 not), asking the server once.
+func (s *Store) isMariaDB(ctx context.Context) bool {
+	if s.dialect != MySQL {
+		return false
+	}
+	if v := s.maria.Load(); v != 0 {
+		return v == 1
+	}
+	var version string
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return false // asked again next time
+	}
+	if strings.Contains(version, "MariaDB") {
+		s.maria.Store(1)
+		return true
+	}
+	s.maria.Store(2)
+	return false
 }
 
-// New returns a Store for db in dialect.
-func New(db *sql.DB, d Dialect) (*Store, error) {
-	var now string
-	switch d {
-	case MySQL:
-		// UTC_TIMESTAMP does not go through the session's time zone, so the
-		// clock does not jump at a daylight-saving change.
-		now = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
-	case Postgres:
-		// Truncated to the millisecond like MySQL's DIV (a CAST of the
-		// epoch rounds: a cancel could come half a millisecond early).
-		// date_trunc works on the timestamp's integer microseconds, so it is
-		// exact; the ROUND only removes the binary fraction of a
-		// double-precision EXTRACT (PostgreSQL 12 and 13; numeric since 14).
-		now = "CAST(ROUND(EXTRACT(EPOCH FROM date_trunc('milliseconds', clock_timestamp()))*1000) AS BIGINT)"
-	case SQLite:
-		// SQLite's 'now' is whole milliseconds, truncated from the system
-		// clock by the VFS (unixCurrentTimeInt64), so this is a truncation
-		// too: the ROUND only removes the binary fraction of the Julian day
-		// number (about 0.04 ms at today's dates).
-		now = "CAST(ROUND((julianday('now')-2440587.5)*86400000) AS INTEGER)"
-	default:
+// New returns a Store for db in dialect d, on the library's own schema, or
+// on the host's tables when a Mapping is given (at most one; the zero
+// Mapping is the library's schema). A mapping that names an invalid
+// identifier or value is refused here; whether the tables match it is
+// Check's question, which needs the database.
+func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
+	if _, ok := nowMS[d]; !ok {
 		return nil, fmt.Errorf("sqlstore: unknown dialect %q", d)
 	}
 	if db == nil {
 		return nil, errors.New("sqlstore: nil *sql.DB")
 	}
-	bind := func(q string) string { return rebind(d, strings.ReplaceAll(q, "NOW_MS", now)) }
-	cancelSQL := "UPDATE oe_order SET status = 2, cancel_reason = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
-	paySQL := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0"
+	if len(mapping) > 1 {
+		return nil, errors.New("sqlstore: at most one Mapping")
+	}
+	var m Mapping
+	if len(mapping) == 1 {
+		m = mapping[0]
+	}
+	r, err := resolve(d, m)
+	if err != nil {
+		return nil, err
+	}
+	q := r.build()
+	bind := func(q string) string { return rebind(d, strings.ReplaceAll(q, "NOW_MS", nowMS[d])) }
 	// MySQL: a duplicate key is error 1062 (INSERT IGNORE would hide other
 	// errors, and ON DUPLICATE KEY UPDATE reports 1 row either way with
 	// clientFoundRows). The others: 0 rows when recorded before.
@@ -157,59 +195,16 @@ func New(db *sql.DB, d Dialect) (*Store, error) {
 	if d == SQLite {
 		claimSQL = "UPDATE oe_payment_discrepancy SET tried_at_ms = MAX(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"
 	}
-	return &Store{db: db, dialect: d, stmts: map[string]*sql.Stmt{}, q: queries{
-		now:         bind("SELECT NOW_MS"),
-		order:       bind("SELECT user_id, show_id, status, expire_at_ms, NOW_MS, payment_id FROM oe_order WHERE order_no = ?"),
-		cancel:      bind(cancelSQL),
-		cancelOwner: bind(cancelSQL + " AND user_id = ?"),
-		cancelDue:   bind(cancelSQL + " AND expire_at_ms <= NOW_MS"),
-		// One round trip for the order and its seats (NULL seat: none).
-		orderSeats:  bind("SELECT o.user_id, o.show_id, o.expire_at_ms, NOW_MS, s.seat_id FROM oe_order o LEFT JOIN oe_order_seat s ON s.order_no = o.order_no WHERE o.order_no = ? ORDER BY s.seat_id"),
-		deleteSeats: bind("DELETE FROM oe_order_seat WHERE order_no = ?"),
-		pay:         bind(paySQL),
-		payOwner:    bind(paySQL + " AND user_id = ?"),
-		sellSeats:   bind("UPDATE oe_order_seat SET state = 2 WHERE order_no = ?"),
-		insertOrder: bind("INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms, seats) VALUES (?, ?, ?, 0, ?, NOW_MS, NOW_MS, ?)"),
-		insertSeat:  bind("INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES (?, ?, ?, 1)"),
-		claims:      bind("SELECT s.show_id, s.seat_id, s.order_no, o.user_id, o.status FROM oe_order_seat s JOIN oe_order o ON o.order_no = s.order_no WHERE " + after(d, "s.show_id", "s.seat_id") + " ORDER BY s.show_id, s.seat_id LIMIT ?"),
-		// The clock in a scalar subquery is evaluated once, so the planner
-		// can bound the index range with it (a volatile function in the
-		// WHERE clause turns the bound into a filter on PostgreSQL).
-		expired:           bind("SELECT order_no, expire_at_ms FROM oe_order WHERE status = 0 AND expire_at_ms <= (SELECT NOW_MS) AND " + after(d, "expire_at_ms", "order_no") + " ORDER BY expire_at_ms, order_no LIMIT ?"),
-		recordDiscrepancy: bind(recordSQL),
-		dueDiscrepancies:  bind("SELECT payment_id, order_no, user_id, status, tried_at_ms FROM oe_payment_discrepancy WHERE settled_at_ms IS NULL AND tried_at_ms <= (SELECT NOW_MS) - ? ORDER BY tried_at_ms, payment_id LIMIT ?"),
-		claimDiscrepancy:  bind(claimSQL),
-		settleDiscrepancy: bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND settled_at_ms IS NULL"),
-		discrepancyExists: bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ?"),
-	}}, nil
+	q.recordDiscrepancy = bind(recordSQL)
+	q.dueDiscrepancies = bind("SELECT payment_id, order_no, user_id, status, tried_at_ms FROM oe_payment_discrepancy WHERE settled_at_ms IS NULL AND tried_at_ms <= (SELECT NOW_MS) - ? ORDER BY tried_at_ms, payment_id LIMIT ?")
+	q.claimDiscrepancy = bind(claimSQL)
+	q.settleDiscrepancy = bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND settled_at_ms IS NULL")
+	q.discrepancyExists = bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ?")
+	return &Store{db: db, dialect: d, m: r, q: q, stmts: map[string]*sql.Stmt{}}, nil
 }
 
-// after is the keyset condition "(a, b) > (?, ?)" in the form the dialect's
-// planner turns into an index range that starts at the cursor.
-//
-// PostgreSQL and SQLite take the row value as one index condition. On
-// PostgreSQL the OR form is a filter over the index from its start (a page
-// of 200 from the middle of 100k claims read 37701 rows, so a rebuild was
-// quadratic); SQLite scans the whole index with it. MySQL/MariaDB do the
-// opposite: the range optimizer splits the OR form into ranges that start at
-// the cursor, while the row value is a full index scan (MariaDB 10.11: 200
-// rows read against 50700). TestClaimsMiddlePageIsARange checks each.
-//
-// Its arguments are afterArgs(d, a, b).
-func after(d Dialect, a, b string) string {
-	if d == MySQL {
-		return "(" + a + " > ? OR (" + a + " = ? AND " + b + " > ?))"
-	}
-	return "(" + a + ", " + b + ") > (?, ?)"
-}
-
-// afterArgs are the arguments of after(d, …) for the cursor (a, b).
-func afterArgs(d Dialect, a, b any) []any {
-	if d == MySQL {
-		return []any{a, a, b}
-	}
-	return []any{a, b}
-}
+// args binds v to st for this store.
+func (s *Store) args(st stmt, v vals) []any { return st.args(v, s.m.raw.Orders.NumericUserID) }
 
 // rebind turns ? placeholders into $n for PostgreSQL. Queries here contain no
 // string literals with '?', so a plain scan is exact.
@@ -280,15 +275,25 @@ func (s *Store) Close() error {
 // columns their byte-exact collation (ascii_bin; this rebuilds the table
 // once). Every step looks before it changes anything, so Migrate is
 // idempotent, and safe to run from several hosts at once.
+//
+// On a store with a Mapping, Migrate creates only the library's own table,
+// oe_payment_discrepancy (the statements of Schema that name it), and never
+// touches the host's tables: their migrations are the host's.
 func (s *Store) Migrate(ctx context.Context) error {
 	stmts, err := Schema(s.dialect)
 	if err != nil {
 		return err
 	}
 	for _, q := range stmts {
+		if !s.m.defaultSchema && !strings.Contains(q, "oe_payment_discrepancy") {
+			continue
+		}
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
+	}
+	if !s.m.defaultSchema {
+		return nil
 	}
 	if err := s.upgrade(ctx); err != nil {
 		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
@@ -385,7 +390,7 @@ func isDuplicateColumn(err error) bool {
 // Now returns the database's clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var ms int64
-	if err := s.db.QueryRowContext(ctx, s.q.now).Scan(&ms); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.now.sql).Scan(&ms); err != nil {
 		return time.Time{}, fmt.Errorf("sqlstore: now: %w", err)
 	}
 	return time.UnixMilli(ms), nil
@@ -398,18 +403,32 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // holds gives one wrapping cancel.ErrSeatUnavailable. After either, the
 // transaction is unusable on PostgreSQL: roll it back. Schedule the expiry
 // message after tx commits (expiry.AfterCommit).
+//
+// With a Mapping it writes the mapped columns only (number, user, show,
+// pending status, deadline or creation time, updated-at, the Where
+// constants; the claims with their Locked state and constants): the host's
+// other columns need defaults, or the host inserts its rows itself.
 func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("sqlstore: place: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.q.insertOrder, p.OrderNo, p.UserID, p.ShowID, p.ExpireAt.UnixMilli(), seatList(p.Seats)); err != nil {
-		if isDuplicate(err) { // oe_order's only unique key is order_no
+	v, ok := s.user(vals{no: p.OrderNo, show: p.ShowID}, p.UserID)
+	if !ok {
+		return fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
+	}
+	v.deadline, v.seats = s.timeArg(p.ExpireAt), seatList(p.Seats)
+	if _, err := tx.ExecContext(ctx, s.q.insertOrder.sql, s.args(s.q.insertOrder, v)...); err != nil {
+		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 		}
 		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 	}
+	if !s.m.claims {
+		return nil
+	}
 	for _, seat := range p.Seats {
-		if _, err := tx.ExecContext(ctx, s.q.insertSeat, p.ShowID, seat, p.OrderNo); err != nil {
+		v.seat = seat
+		if _, err := tx.ExecContext(ctx, s.q.insertSeat.sql, s.args(s.q.insertSeat, v)...); err != nil {
 			if isDuplicate(err) {
 				return fmt.Errorf("sqlstore: place order %s: seat %s/%s: %w", p.OrderNo, p.ShowID, seat, cancel.ErrSeatUnavailable)
 			}
@@ -417,6 +436,45 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 		}
 	}
 	return nil
+}
+
+// user sets the user of v; false when the mapping's user column is numeric
+// and u is not the canonical decimal form of an int64 (no order is u's).
+func (s *Store) user(v vals, u string) (vals, bool) {
+	v.user = u
+	if !s.m.raw.Orders.NumericUserID || u == "" {
+		return v, true
+	}
+	n, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || strconv.FormatInt(n, 10) != u {
+		return v, false
+	}
+	v.userNum = n
+	return v, true
+}
+
+// timeArg is the deadline argument of Place for at: epoch milliseconds
+// (truncated) in an EpochMillis column, else epoch seconds rounded up (a
+// deadline is never moved earlier), minus the payment window when the
+// column is the creation time.
+func (s *Store) timeArg(at time.Time) any {
+	if s.m.scanCol().Type == EpochMillis {
+		return at.UnixMilli() - s.m.window.Milliseconds()
+	}
+	sec := at.Unix()
+	if at.After(time.Unix(sec, 0)) {
+		sec++
+	}
+	return sec - int64(s.m.window/time.Second)
+}
+
+// status maps a status value as the database returned it.
+func (s *Store) status(key string) (expiry.Status, error) {
+	k, ok := s.m.statusOf[key]
+	if !ok {
+		return 0, fmt.Errorf("status %q is none of the mapping's statuses", key)
+	}
+	return expiry.Status(k), nil
 }
 
 // Order implements expiry.OrderLookup and cancel.OrderStore.
@@ -431,92 +489,83 @@ func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, str
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: %w", err)
 	}
 	o := expiry.Order{No: orderNo}
-	var status uint8
+	var status string
 	var expireMS, nowMS int64
 	var paymentID sql.NullString
-	st, err := s.prepared(ctx, s.q.order)
+	st, err := s.prepared(ctx, s.q.order.sql)
 	if err != nil {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
-	err = st.QueryRowContext(ctx, orderNo).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID)
+	err = st.QueryRowContext(ctx, s.args(s.q.order, vals{no: orderNo})...).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
 	}
 	if err != nil {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
-	o.Status, o.ExpireAt, o.ReadAt = expiry.Status(status), time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	if o.Status, err = s.status(status); err != nil {
+		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
+	}
+	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
 	return o, paymentID.String, nil
 }
 
-// CancelPending implements cancel.OrderStore.
+// CancelPending implements cancel.OrderStore. With a Mapping it writes the
+// cancelled status of req.Reason (Statuses.CancelledBy, else the first of
+// Cancelled).
 func (s *Store) CancelPending(ctx context.Context, req cancel.Request) (cancel.Result, error) {
-	q, args := s.q.cancel, []any{string(req.Reason), req.OrderNo}
+	q, one := s.q.cancel, s.q.cancelOne
 	switch {
 	case req.UserID != "" && req.OnlyIfDue:
 		return cancel.Result{}, errors.New("sqlstore: a cancel is either the user's or due, not both")
 	case req.UserID != "":
-		q, args = s.q.cancelOwner, append(args, req.UserID)
+		q, one = s.q.cancelOwner, s.q.cancelOwnerOne
 	case req.OnlyIfDue:
-		q = s.q.cancelDue
+		q, one = s.q.cancelDue, s.q.cancelDueOne
 	}
-	return s.transition(ctx, req.OrderNo, req.UserID, expiry.StatusCancelled, q, args, s.q.deleteSeats)
+	v, ok := s.user(vals{no: req.OrderNo, reason: string(req.Reason), status: s.m.cancelStatus(req.Reason)}, req.UserID)
+	return s.transition(ctx, req.OrderNo, req.UserID, expiry.StatusCancelled, q, one, v, ok, s.q.deleteSeats)
 }
 
-// PayPending implements cancel.OrderStore. It stores p.PaymentID in
-// oe_order.payment_id with the compare-and-set; on an order that is paid
+// PayPending implements cancel.OrderStore. It stores p.PaymentID in the
+// payment id column with the compare-and-set; on an order that is paid
 // already, Result.PaymentID is the payment that paid it (empty for an order
-// paid before payment ids were kept), so the caller tells a repeated callback
-// (the same id) from a second payment (another one).
+// paid before payment ids were kept, or without a mapped payment column),
+// so the caller tells a repeated callback (the same id) from a second
+// payment (another one).
 func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: pay: %w", err)
 	}
-	q, args := s.q.pay, []any{p.PaymentID, p.OrderNo}
+	q, one := s.q.pay, s.q.payOne
 	if p.UserID != "" {
-		q, args = s.q.payOwner, append(args, p.UserID)
+		q, one = s.q.payOwner, s.q.payOwnerOne
 	}
-	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, args, s.q.sellSeats)
+	v, ok := s.user(vals{no: p.OrderNo, payment: p.PaymentID, status: s.m.paid[0].arg}, p.UserID)
+	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, one, v, ok, s.q.sellSeats)
 	if res.Changed {
 		res.PaymentID = p.PaymentID
 	}
 	return res, err
 }
 
-// transition runs one state change to status to: the compare-and-set cas, then (if it
-// matched) the order's seats are read and seatsQ (delete or sell) is applied,
-// all in one transaction. When cas matches nothing, the order is read again to
-// say why.
-func (s *Store) transition(ctx context.Context, orderNo, userID string, to expiry.Status, cas string, args []any, seatsQ string) (cancel.Result, error) {
-	var stmts [3]*sql.Stmt // prepared before the transaction: see prepared
-	for i, q := range []string{cas, s.q.orderSeats, seatsQ} {
-		st, err := s.prepared(ctx, q)
-		if err != nil {
-			return cancel.Result{}, fmt.Errorf("sqlstore: order %s: prepare: %w", orderNo, err)
-		}
-		stmts[i] = st
-	}
+// transition runs one state change to status to: the compare-and-set cas,
+// then (if it matched) the order's seats are read and seatsQ (delete, sell,
+// or nothing) is applied, all in one transaction; on PostgreSQL all of it
+// is the one statement one. When the compare-and-set matches nothing, the
+// order is read again to say why. canMatch false (a user id that cannot be
+// anyone's) skips the compare-and-set.
+func (s *Store) transition(ctx context.Context, orderNo, userID string, to expiry.Status, cas, one stmt, v vals, canMatch bool, seatsQ stmt) (cancel.Result, error) {
 	var res cancel.Result
 	var changed bool
-	err := s.retry(ctx, func(tx *sql.Tx) error {
-		r, err := tx.StmtContext(ctx, stmts[0]).ExecContext(ctx, args...)
-		if err != nil {
-			return err
-		}
-		n, err := r.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if changed = n == 1; !changed {
-			return nil
-		}
-		res, err = readForTransition(ctx, tx.StmtContext(ctx, stmts[1]), orderNo)
-		if err != nil {
-			return err
-		}
-		_, err = tx.StmtContext(ctx, stmts[2]).ExecContext(ctx, orderNo)
-		return err
-	})
+	var err error
+	switch {
+	case !canMatch:
+	case one.sql != "":
+		res, changed, err = s.transitionOne(ctx, one, v)
+	default:
+		res, changed, err = s.transitionTx(ctx, cas, v, seatsQ)
+	}
 	if err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
@@ -538,21 +587,141 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 	return res, nil
 }
 
-// readForTransition reads the order and its seats with orderSeats, the
-// store's orderSeats statement bound to the transaction.
-func readForTransition(ctx context.Context, orderSeats *sql.Stmt, orderNo string) (cancel.Result, error) {
-	res := cancel.Result{Order: expiry.Order{No: orderNo}}
-	rows, err := orderSeats.QueryContext(ctx, orderNo)
-	if err != nil {
-		return res, err
+// transitionTx is a transition as a transaction of three statements.
+func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt) (cancel.Result, bool, error) {
+	if seatsQ.sql != "" && seatsQ.sql == s.q.deleteSeats.sql && s.q.deleteReturning.sql != "" && s.isMariaDB(ctx) {
+		return s.transitionDeleteReturning(ctx, cas, v)
 	}
+	var stmts [3]*sql.Stmt // prepared before the transaction: see prepared
+	for i, q := range []string{cas.sql, s.q.orderSeats.sql, seatsQ.sql} {
+		if q == "" {
+			continue
+		}
+		st, err := s.prepared(ctx, q)
+		if err != nil {
+			return cancel.Result{}, false, fmt.Errorf("prepare: %w", err)
+		}
+		stmts[i] = st
+	}
+	var res cancel.Result
+	var changed bool
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.StmtContext(ctx, stmts[0]).ExecContext(ctx, s.args(cas, v)...)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if changed = n == 1; !changed {
+			return nil
+		}
+		rows, err := tx.StmtContext(ctx, stmts[1]).QueryContext(ctx, s.args(s.q.orderSeats, v)...)
+		if err != nil {
+			return err
+		}
+		if res, err = readForTransition(rows, v.no); err != nil {
+			return err
+		}
+		if stmts[2] == nil {
+			return nil
+		}
+		_, err = tx.StmtContext(ctx, stmts[2]).ExecContext(ctx, s.args(seatsQ, v)...)
+		return err
+	})
+	return res, changed, err
+}
+
+// transitionDeleteReturning is a cancel on MariaDB: the compare-and-set,
+// then one DELETE … RETURNING that frees the claims and returns them with
+// the order's columns (4 round trips with BEGIN and COMMIT, not 5). An
+// order without claims returns no row: it is read with orderSeats.
+func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals) (cancel.Result, bool, error) {
+	var stmts [3]*sql.Stmt
+	for i, q := range []string{cas.sql, s.q.deleteReturning.sql, s.q.orderSeats.sql} {
+		st, err := s.prepared(ctx, q)
+		if err != nil {
+			return cancel.Result{}, false, fmt.Errorf("prepare: %w", err)
+		}
+		stmts[i] = st
+	}
+	var res cancel.Result
+	var changed bool
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.StmtContext(ctx, stmts[0]).ExecContext(ctx, s.args(cas, v)...)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if changed = n == 1; !changed {
+			return nil
+		}
+		rows, err := tx.StmtContext(ctx, stmts[1]).QueryContext(ctx, s.args(s.q.deleteReturning, v)...)
+		if err != nil {
+			return err
+		}
+		res, err = readForTransition(rows, v.no)
+		if errors.Is(err, sql.ErrNoRows) {
+			if rows, err = tx.StmtContext(ctx, stmts[2]).QueryContext(ctx, s.args(s.q.orderSeats, v)...); err != nil {
+				return err
+			}
+			res, err = readForTransition(rows, v.no)
+		}
+		slices.Sort(res.Seats) // RETURNING has no ORDER BY
+		return err
+	})
+	return res, changed, err
+}
+
+// transitionOne is a transition as one statement (PostgreSQL): no row back
+// means the compare-and-set matched nothing. A serialization failure or a
+// deadlock is retried like a transaction.
+func (s *Store) transitionOne(ctx context.Context, one stmt, v vals) (cancel.Result, bool, error) {
+	st, err := s.prepared(ctx, one.sql)
+	if err != nil {
+		return cancel.Result{}, false, fmt.Errorf("prepare: %w", err)
+	}
+	var res cancel.Result
+	var changed bool
+	for attempt := 1; ; attempt++ {
+		var rows *sql.Rows
+		rows, err = st.QueryContext(ctx, s.args(one, v)...)
+		if err == nil {
+			res, err = readForTransition(rows, v.no)
+			changed = err == nil
+			if errors.Is(err, sql.ErrNoRows) {
+				return cancel.Result{}, false, nil
+			}
+		}
+		if err == nil || !retryable(err) || ctx.Err() != nil || attempt == maxAttempts {
+			return res, changed, err
+		}
+		select {
+		case <-ctx.Done():
+			return cancel.Result{}, false, err
+		case <-time.After(time.Duration(attempt) * time.Millisecond):
+		}
+	}
+}
+
+// readForTransition reads the order and its seats from rows of (user, show,
+// deadline ms, now ms, seat or NULL), and closes them; sql.ErrNoRows when
+// there are none.
+func readForTransition(rows *sql.Rows, orderNo string) (cancel.Result, error) {
 	defer rows.Close()
+	res := cancel.Result{Order: expiry.Order{No: orderNo}}
+	found := false
 	for rows.Next() {
 		var expireMS, nowMS int64
 		var seat sql.NullString
 		if err := rows.Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS, &seat); err != nil {
 			return res, err
 		}
+		found = true
 		res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
 		if seat.Valid {
 			res.Seats = append(res.Seats, seat.String)
@@ -561,8 +730,8 @@ func readForTransition(ctx context.Context, orderSeats *sql.Stmt, orderNo string
 	if err := rows.Err(); err != nil {
 		return res, err
 	}
-	if res.Order.UserID == "" {
-		return res, sql.ErrNoRows // the row we just changed is gone: cannot happen in a transaction
+	if !found {
+		return res, sql.ErrNoRows
 	}
 	return res, nil
 }
@@ -637,34 +806,36 @@ func isDuplicate(err error) bool {
 	return strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
-// Expired returns up to limit numbers of pending orders past expire_at by the
-// database's clock, in (expire_at, order number) order, strictly after
+// Expired returns up to limit numbers of pending orders past their deadline
+// by the database's clock, in (deadline, order number) order, strictly after
 // cursor ("" starts), and the cursor of the next page ("" when fewer than
 // limit were returned). It is a keyset scan of the index on (status,
-// expire_at_ms, order_no) (InnoDB appends order_no, the primary key, to
+// deadline, order number) (InnoDB appends a primary key order_no to
 // (status, expire_at_ms)): each page is an index range from the cursor,
-// whatever precedes it. The cursor is "expire_at_ms|order_no". It implements
-// reconcile.ExpiredFinder.
+// whatever precedes it. The cursor is "key|order_no", the key being the
+// deadline column's value (epoch milliseconds on the library's schema). It
+// implements reconcile.ExpiredFinder.
 func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	if limit <= 0 {
 		return nil, "", nil
 	}
-	ms, no, err := parseExpiredCursor(cursor)
+	key, no, err := s.parseCursor(cursor)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
-	st, err := s.prepared(ctx, s.q.expired)
+	st, err := s.prepared(ctx, s.q.expired.sql)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
-	rows, err := st.QueryContext(ctx, append(afterArgs(s.dialect, ms, no), limit)...)
+	rows, err := st.QueryContext(ctx, s.args(s.q.expired, vals{key: key, no: no, limit: limit})...)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 	}
 	defer rows.Close()
 	out := make([]string, 0, limit)
+	var last string
 	for rows.Next() {
-		if err := rows.Scan(&no, &ms); err != nil {
+		if err := rows.Scan(&no, &last); err != nil {
 			return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 		}
 		out = append(out, no)
@@ -675,18 +846,58 @@ func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string
 	if len(out) < limit {
 		return out, "", nil
 	}
-	return out, expiredCursor(time.UnixMilli(ms), no), nil
+	return out, last + "|" + no, nil
 }
 
-// expiredCursor is the cursor of Expired that continues after order no,
-// due at expireAt (in milliseconds, as the store keeps it). The in-memory
-// fake (cancel/memstore) uses the same form.
+// expiredCursor is the cursor of Expired on the library's schema that
+// continues after order no, due at expireAt (in milliseconds, as the store
+// keeps it). The in-memory fake (cancel/memstore) uses the same form.
 func expiredCursor(expireAt time.Time, no string) string {
 	return strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no
 }
 
-// parseExpiredCursor returns the (expire_at_ms, order_no) after which a page
+// minKey is the key before every deadline, by key kind: integers of the
+// epoch types, microseconds since 1970 (floored at 1000-01-01, the least
+// MySQL DATETIME) of the MySQL and PostgreSQL time types.
+const minMicros = -30610224000000000
+
+var textKeyRE = regexp.MustCompile(`^[0-9 :.TZ+-]{1,40}$`)
+
+// parseCursor returns the (key, order_no) after which a page of Expired
 // starts: before every order for "".
+func (s *Store) parseCursor(cursor string) (any, string, error) {
+	t := s.m.scanCol().Type
+	text := textKey(s.dialect, t)
+	if cursor == "" {
+		switch {
+		case text:
+			return "", "", nil
+		case t == EpochMillis || t == EpochSeconds:
+			return int64(math.MinInt64), "", nil
+		default:
+			return int64(minMicros), "", nil
+		}
+	}
+	keyText, no, ok := strings.Cut(cursor, "|")
+	bad := fmt.Errorf("%w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
+	if !ok || expiry.ValidateID("order number", no) != nil {
+		return nil, "", bad
+	}
+	if text {
+		if !textKeyRE.MatchString(keyText) {
+			return nil, "", bad
+		}
+		return keyText, no, nil
+	}
+	key, err := strconv.ParseInt(keyText, 10, 64)
+	if err != nil {
+		return nil, "", bad
+	}
+	return key, no, nil
+}
+
+// parseExpiredCursor returns the (expire_at_ms, order_no) after which a
+// page starts on the library's schema: before every order for "".
 func parseExpiredCursor(cursor string) (int64, string, error) {
 	if cursor == "" {
 		return math.MinInt64, "", nil
@@ -699,17 +910,47 @@ func parseExpiredCursor(cursor string) (int64, string, error) {
 	return ms, no, nil
 }
 
+// Overdue returns the number of pending orders whose deadline has passed by
+// the database's clock (deadline <= now, the guard of a timeout), and how
+// long ago the oldest one's deadline passed (0 when there is none): the
+// gauge of expiry messages being lost, since a healthy system cancels each
+// order within moments of its deadline. One statement, a range of the
+// index the expiry scan uses; it counts every row of the range, so on a
+// backlog of n orders it reads n index entries.
+func (s *Store) Overdue(ctx context.Context) (n int, oldest time.Duration, err error) {
+	st, err := s.prepared(ctx, s.q.overdue.sql)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlstore: overdue: %w", err)
+	}
+	var minMS sql.NullInt64
+	var nowMS int64
+	if err := st.QueryRowContext(ctx, s.args(s.q.overdue, vals{})...).Scan(&n, &minMS, &nowMS); err != nil {
+		return 0, 0, fmt.Errorf("sqlstore: overdue: %w", err)
+	}
+	if n > 0 && minMS.Valid && nowMS > minMS.Int64 {
+		oldest = time.Duration(nowMS-minMS.Int64) * time.Millisecond
+	}
+	return n, oldest, nil
+}
+
 // maxIn bounds the IN list of one Statuses query.
 const maxIn = 500
 
 // Statuses returns the status of each existing order among nos (missing ones
-// are absent from the map). It implements reconcile.StatusReader.
+// are absent from the map). Only rows whose number equals a requested one
+// byte for byte are kept, so a case-insensitive collation of the host's
+// table cannot answer for a case variant (I10). It implements
+// reconcile.StatusReader.
 func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]expiry.Status, error) {
 	out := make(map[string]expiry.Status, len(nos))
+	want := make(map[string]bool, len(nos))
+	for _, no := range nos {
+		want[no] = true
+	}
 	for len(nos) > 0 {
 		chunk := nos[:min(len(nos), maxIn)]
 		nos = nos[len(chunk):]
-		q := rebind(s.dialect, "SELECT order_no, status FROM oe_order WHERE order_no IN (?"+strings.Repeat(", ?", len(chunk)-1)+")")
+		q := rebind(s.dialect, s.q.statusesPre+"?"+strings.Repeat(", ?", len(chunk)-1)+s.q.statusesPost)
 		args := make([]any, len(chunk))
 		for i, no := range chunk {
 			args[i] = no
@@ -719,13 +960,19 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]expiry.S
 			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 		}
 		for rows.Next() {
-			var no string
-			var st uint8
-			if err := rows.Scan(&no, &st); err != nil {
+			var no, key string
+			if err := rows.Scan(&no, &key); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 			}
-			out[no] = expiry.Status(st)
+			st, err := s.status(key)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("sqlstore: statuses: order %s: %w", no, err)
+			}
+			if want[no] {
+				out[no] = st
+			}
 		}
 		err = rows.Err()
 		rows.Close()
@@ -738,14 +985,15 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]expiry.S
 
 // Claims returns up to limit seat claims of pending and paid orders in
 // (show, seat) order after the cursor ("" starts; the returned cursor is ""
-// when there are no more), following the primary key. It implements
+// when there are no more), following the claims' unique key. It implements
 // reconcile.ClaimScanner: the reconciler rebuilds the seat store from it.
+// Without a claims table in the Mapping there are none.
 func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
-	if limit <= 0 {
+	if limit <= 0 || !s.m.claims {
 		return nil, "", nil
 	}
 	show, seat, _ := strings.Cut(cursor, "|")
-	rows, err := s.db.QueryContext(ctx, s.q.claims, s.claimsArgs(show, seat, limit)...)
+	rows, err := s.db.QueryContext(ctx, s.q.claims.sql, s.claimsArgs(show, seat, limit)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 	}
@@ -753,11 +1001,13 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	out := make([]cancel.Claim, 0, limit)
 	for rows.Next() {
 		var c cancel.Claim
-		var st uint8
-		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &st); err != nil {
+		var key string
+		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &key); err != nil {
 			return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 		}
-		c.Status = expiry.Status(st)
+		if c.Status, err = s.status(key); err != nil {
+			return nil, "", fmt.Errorf("sqlstore: claims: order %s: %w", c.OrderNo, err)
+		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -773,7 +1023,7 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 // claimsArgs are the arguments of the claims query for a page of limit
 // after (show, seat).
 func (s *Store) claimsArgs(show, seat string, limit int) []any {
-	return append(afterArgs(s.dialect, show, seat), limit)
+	return s.args(s.q.claims, vals{showKey: show, seatKey: seat, limit: limit})
 }
 
 // RecordDiscrepancy implements cancel.DiscrepancyStore: it inserts d into

@@ -30,9 +30,11 @@ const (
 	vMirror = "mirror"  // the library's statement sequence issued directly, then EVALSHA
 	vOurs   = "ours"    // expiry.Shell.Process → Handler → cancel.Service → sqlstore → redisseat
 	vOursIP = "ours-ip" // ours on a second pool whose DSN adds interpolateParams=true (MariaDB only)
+	vUpdate = "update"  // raw: one single-row UPDATE … WHERE order_no=? AND status=0 (autocommit): the floor of any cancel
+	vStore  = "store"   // sqlstore.Store.CancelPending alone (the SQL side of ours, no Redis)
 )
 
-var allVariants = []string{vSQL, vRedis, vRaw, vMirror, vOurs, vOursIP}
+var allVariants = []string{vUpdate, vSQL, vStore, vRedis, vRaw, vMirror, vOurs, vOursIP}
 
 type tpOrder struct {
 	row  orderRow
@@ -87,6 +89,8 @@ func runThroughput(c *common, args []string) error {
 	fmt.Printf("Each concurrency k runs %d rounds; a round runs one slice of max(%d, 10·k) orders of every variant back to back (raw SQL, raw EVALSHA, raw tx+EVALSHA, ours, mirror; odd rounds in reverse), so all variants see the same background load and ours always runs right next to its two baselines. "+
 		"Rates are total orders / total time; the paired ratio is the median over rounds of (ours in the round / raw in the same round), which is robust to load bursts from other users of the machine. "+
 		"Every order is pending, due (expired a minute ago) and holds %d seats locked in Redis. Variants:\n\n"+
+		"- **single UPDATE**: `UPDATE oe_order SET status=2 WHERE order_no=? AND status=0` alone, autocommit: the floor of any cancel on this database;\n"+
+		"- **store**: `sqlstore.Store.CancelPending` (timeout, due guard) alone, without Redis: the SQL side of ours;\n"+
 		"- **raw SQL**: `BEGIN; UPDATE oe_order SET status=2 … WHERE order_no=? AND status=0 AND expire_at_ms<=now; SELECT seat_id …; DELETE FROM oe_order_seat …; COMMIT` with database/sql (the library's own SQL text);\n"+
 		"- **raw EVALSHA**: the release script (cancel/redisseat's, verbatim) with go-redis EvalSha;\n"+
 		"- **raw tx+EVALSHA**: the two in sequence per order: the work the library has to do, the baseline for the ratio;\n"+
@@ -171,12 +175,12 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 	for _, k := range conc {
 		for r := 0; r < reps; r++ {
 			for _, v := range variants {
-				mk(fmt.Sprintf("%s/%d/%d", v, k, r), slice(k), v != vRedis, v != vSQL)
+				mk(fmt.Sprintf("%s/%d/%d", v, k, r), slice(k), v != vRedis, v != vSQL && v != vUpdate && v != vStore)
 			}
 		}
 	}
 	if rtN > 0 {
-		for _, v := range []string{vRaw, vMirror, vOurs} {
+		for _, v := range []string{vUpdate, vSQL, vStore, vRaw, vMirror, vOurs} {
 			mk("rt"+v, rtN, true, true)
 		}
 	}
@@ -230,8 +234,24 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 		shellIP = expiry.NewShell(ipH)
 	}
 
+	update := rebindBench(bd.dialect, "UPDATE oe_order SET status = 2 WHERE order_no = ? AND status = 0")
 	do := func(db *sql.DB, v string, o tpOrder) error {
 		switch v {
+		case vUpdate:
+			r, err := db.ExecContext(ctx, update, o.row.no)
+			if err != nil {
+				return err
+			}
+			if k, err := r.RowsAffected(); err != nil || k != 1 {
+				return fmt.Errorf("order %s: UPDATE changed %d rows (%v)", o.row.no, k, err)
+			}
+			return nil
+		case vStore:
+			res, err := store.CancelPending(ctx, cancel.Request{OrderNo: o.row.no, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+			if err == nil && (!res.Changed || len(res.Seats) != len(o.row.seats)) {
+				err = fmt.Errorf("order %s: store cancel changed=%v seats %d", o.row.no, res.Changed, len(res.Seats))
+			}
+			return err
 		case vOurs, vOursIP:
 			sh := shell
 			if v == vOursIP {
@@ -278,7 +298,7 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 			// the list backwards, so each pair is adjacent and alternates
 			// which goes first.
 			order := make([]string, 0, len(variants))
-			for _, v := range []string{vSQL, vRedis, vRaw, vOurs, vMirror, vOursIP} {
+			for _, v := range []string{vUpdate, vSQL, vStore, vRedis, vRaw, vOurs, vMirror, vOursIP} {
 				if has(variants, v) {
 					order = append(order, v)
 				}
@@ -350,6 +370,14 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 			cpuPer(vRaw, k)+" / "+cpuPer(vMirror, k)+" / "+cpuPer(vOurs, k))
 	}
 	t.print(os.Stdout)
+	if has(variants, vUpdate) {
+		fmt.Printf("\nAgainst the floor: one single-row `UPDATE oe_order SET status = 2 WHERE order_no = ? AND status = 0` (autocommit, no seats), interleaved in the same rounds; **store** is `sqlstore.Store.CancelPending` alone (compare-and-set with the due guard, read and delete the seats; one data-modifying statement on PostgreSQL, a transaction of three elsewhere), without Redis:\n\n")
+		tu := newTable("conc", "single UPDATE/s", "raw SQL tx/s", "**store/s**", "ours/s", "**store / single UPDATE** (paired)", "raw SQL tx / single UPDATE (paired)", "store / raw SQL tx (paired)", "ours / single UPDATE (paired)")
+		for _, k := range conc {
+			tu.add(k, cell(vUpdate, k), cell(vSQL, k), cell(vStore, k), cell(vOurs, k), paired(vStore, vUpdate, k), paired(vSQL, vUpdate, k), paired(vStore, vSQL, k), paired(vOurs, vUpdate, k))
+		}
+		tu.print(os.Stdout)
+	}
 	if has(variants, vOursIP) {
 		fmt.Printf("\nThe same library on a second pool whose DSN adds `interpolateParams=true` (go-sql-driver then sends each statement once, with its arguments inlined, instead of prepare + execute), interleaved in the same rounds:\n\n")
 		ti := newTable("conc", "ours/s", "ours, interpolateParams/s", "ours, interpolateParams / ours (paired)", "ours, interpolateParams / raw tx+EVALSHA (paired)")
@@ -372,16 +400,23 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 		cshell := expiry.NewShell(ch)
 		fmt.Printf("\nSQL round trips per expired order (%d orders each, concurrency 1, counted by a wrapping database/sql driver):\n\n", rtN)
 		rt := newTable("variant", "round trips / order", "breakdown (totals)")
-		for _, v := range []string{vRaw, vMirror, vOurs} {
+		for _, v := range []string{vUpdate, vSQL, vStore, vRaw, vMirror, vOurs} {
 			cnt.reset()
 			g := groups["rt"+v]
 			for i := range g {
 				var err error
-				if v == vOurs {
+				switch v {
+				case vOurs:
 					if cshell.Process(ctx, g[i].body, "") != expiry.Ack {
 						err = errors.New("retry")
 					}
-				} else {
+				case vStore:
+					var res cancel.Result
+					res, err = cstore.CancelPending(ctx, cancel.Request{OrderNo: g[i].row.no, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+					if err == nil && !res.Changed {
+						err = errors.New("not cancelled")
+					}
+				default:
 					err = do(cdb, v, g[i])
 				}
 				if err != nil {
@@ -394,6 +429,24 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 	}
 	fmt.Println()
 	return nil
+}
+
+// rebindBench turns ? into $n for PostgreSQL.
+func rebindBench(d sqlstore.Dialect, q string) string {
+	if d != sqlstore.Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // rawCancel is the cancel transaction issued directly. With mirror it also

@@ -221,7 +221,15 @@ type mEnv struct {
 	grace                time.Duration
 	lease                time.Duration // of a discrepancy whose refund hook failed
 	expiryMin, expiryMax time.Duration
-	cleanup              func(shows []string)
+	// resolution, when set, is how finely the store keeps a deadline (a
+	// host's DATETIME column: a second): drawn expiries are rounded up to it.
+	resolution time.Duration
+	// orderStoreOnly: the store has the order store's transitions only (a
+	// host's tables through a sqlstore.Mapping): a late payment is
+	// refunded, never reinstated, and there is no deadline control and no
+	// warning, so those actions are left out.
+	orderStoreOnly bool
+	cleanup        func(shows []string)
 	// wipe makes the seat store lose every key (a restart without
 	// persistence), wipeShow one show's keys (eviction, a partial loss).
 	wipe     func()
@@ -294,6 +302,11 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"ExpireNow":     m.ExpireNow,
 			"Shorten":       m.Shorten,
 			"WarnRedeliver": m.WarnRedeliver,
+		}
+		if env.orderStoreOnly {
+			for _, k := range []string{"PayLate", "PayLateResold", "Extend", "Shorten", "WarnRedeliver"} {
+				delete(actions, k)
+			}
 		}
 		for k, f := range actions {
 			if k != "" {
@@ -436,7 +449,11 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 		rt.Fatal(err)
 	}
 	m.lead = (env.expiryMax / 10).Truncate(time.Millisecond)
-	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Warner: m.svc, Sender: m.snd, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet}})
+	var warner expiry.Warner = m.svc
+	if env.orderStoreOnly {
+		warner, m.lead = nil, 0 // no warning is scheduled
+	}
+	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Warner: warner, Sender: m.snd, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet}})
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -1001,6 +1018,9 @@ func (m *machine) drawExpiry(t *rapid.T) time.Time {
 // place tries one placement and checks the library's answer against what the
 // seat store and the order store hold.
 func (m *machine) place(t *rapid.T, no, user, show string, seats []string, expireAt time.Time) {
+	if r := m.env.resolution; r > 0 && !expireAt.Equal(expireAt.Truncate(r)) {
+		expireAt = expireAt.Truncate(r).Add(r) // as the store keeps it: rounded up
+	}
 	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: show, Seats: seats, ExpireAt: expireAt}
 	o := m.orders[no]
 	again := o != nil && o.placed
@@ -1156,7 +1176,7 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 	// A late payment reinstates an order its timeout or the reconciler
 	// cancelled when every seat is free; one held by another order (or
 	// a stale lock) refunds it.
-	late := before == "cancelled" && (o.reason == cancel.ReasonTimeout || o.reason == cancel.ReasonReconcile)
+	late := !m.env.orderStoreOnly && before == "cancelled" && (o.reason == cancel.ReasonTimeout || o.reason == cancel.ReasonReconcile)
 	free := late && !m.lost && !m.lostShows[o.p.ShowID]
 	if late {
 		state := m.fs.show(m.ctx, o.p.ShowID)
@@ -1305,7 +1325,11 @@ func (m *machine) Backlog(t *rapid.T) {
 		no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
 		seat := fmt.Sprintf("bk%d", m.next) // seats of their own: a backlog of placed orders
 		m.brokerDown = true                 // the message is lost
-		m.place(t, no, m.users[i%len(m.users)], m.shows[i%2], []string{seat}, m.storeNow(t).Add(-time.Millisecond))
+		due := m.storeNow(t).Add(-time.Millisecond)
+		if r := m.env.resolution; r > 0 {
+			due = due.Truncate(r) // due already at the store's resolution too
+		}
+		m.place(t, no, m.users[i%len(m.users)], m.shows[i%2], []string{seat}, due)
 		m.brokerDown = false
 	}
 	m.stats.kinds["backlog_orders"] += n

@@ -1,0 +1,673 @@
+package sqlstore
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file turns a resolved Mapping into the store's statements, once, in
+// New. Every piece of SQL text is a literal of this file, a name the mapping
+// validated and quoted (ident), a constant it validated (literal) or a
+// number; what callers pass at run time is bound as arguments, by slot.
+
+// slot names an argument of a statement; bind fills it from vals.
+type slot uint8
+
+const (
+	aNo       slot = iota // the order number
+	aUser                 // the user id (int64 with NumericUserID)
+	aShow                 // the show id
+	aSeat                 // a seat id
+	aStatus               // the status written
+	aReason               // the cancel reason
+	aPayment              // the payment id
+	aDeadline             // the deadline (or creation time) written, in the column's unit
+	aKey                  // the Expired cursor's deadline key
+	aShowKey              // the Claims cursor's show
+	aSeatKey              // the Claims cursor's seat
+	aLimit                // a page size
+	aSeats                // the placement's seats as a list (the library's schema: oe_order.seats)
+)
+
+// vals are the run-time values of one call.
+type vals struct {
+	no, user, show, seat, reason, payment, showKey, seatKey, seats string
+	userNum                                                        int64
+	status, deadline, key                                          any
+	limit                                                          int
+}
+
+// stmt is a statement and the arguments it takes, in order.
+type stmt struct {
+	sql   string
+	slots []slot
+}
+
+func (st stmt) args(v vals, numericUser bool) []any {
+	out := make([]any, len(st.slots))
+	for i, s := range st.slots {
+		switch s {
+		case aNo:
+			out[i] = v.no
+		case aUser:
+			if numericUser {
+				out[i] = v.userNum
+			} else {
+				out[i] = v.user
+			}
+		case aShow:
+			out[i] = v.show
+		case aSeat:
+			out[i] = v.seat
+		case aStatus:
+			out[i] = v.status
+		case aReason:
+			out[i] = v.reason
+		case aPayment:
+			out[i] = v.payment
+		case aDeadline:
+			out[i] = v.deadline
+		case aKey:
+			out[i] = v.key
+		case aShowKey:
+			out[i] = v.showKey
+		case aSeatKey:
+			out[i] = v.seatKey
+		case aLimit:
+			out[i] = v.limit
+		case aSeats:
+			out[i] = v.seats
+		}
+	}
+	return out
+}
+
+// sb builds one statement: text with ? placeholders and their slots.
+type sb struct {
+	b     strings.Builder
+	slots []slot
+}
+
+// w appends SQL text.
+func (b *sb) w(parts ...string) *sb {
+	for _, p := range parts {
+		b.b.WriteString(p)
+	}
+	return b
+}
+
+// p appends a placeholder for s.
+func (b *sb) p(s slot) *sb {
+	b.b.WriteString("?")
+	b.slots = append(b.slots, s)
+	return b
+}
+
+func (b *sb) done(d Dialect) stmt {
+	return stmt{sql: rebind(d, b.b.String()), slots: b.slots}
+}
+
+// nowMS is the database's clock in epoch milliseconds, truncated, per dialect.
+var nowMS = map[Dialect]string{
+	// UTC_TIMESTAMP does not go through the session's time zone, so the
+	// clock does not jump at a daylight-saving change.
+	MySQL: "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)",
+	// Truncated to the millisecond like MySQL's DIV (a CAST of the epoch
+	// rounds: a cancel could come half a millisecond early). date_trunc
+	// works on the timestamp's integer microseconds, so it is exact; the
+	// ROUND only removes the binary fraction of a double-precision EXTRACT
+	// (PostgreSQL 12 and 13; numeric since 14).
+	Postgres: "CAST(ROUND(EXTRACT(EPOCH FROM date_trunc('milliseconds', clock_timestamp()))*1000) AS BIGINT)",
+	// SQLite's 'now' is whole milliseconds, truncated from the system clock
+	// by the VFS (unixCurrentTimeInt64), so this is a truncation too: the
+	// ROUND only removes the binary fraction of the Julian day number
+	// (about 0.04 ms at today's dates).
+	SQLite: "CAST(ROUND((julianday('now')-2440587.5)*86400000) AS INTEGER)",
+}
+
+// nowAs is the database's clock in a column of type t, minus back (0, or a
+// payment window): the right-hand side of a guard "col <= nowAs(…)", so the
+// column itself is never wrapped in a function and its index serves.
+func nowAs(d Dialect, t TimeType, back time.Duration) string {
+	ms := strconv.FormatInt(back.Milliseconds(), 10)
+	sec := strconv.FormatInt(int64(back/time.Second), 10)
+	us := strconv.FormatInt(back.Microseconds(), 10)
+	minus := func(now, amount string) string {
+		if back == 0 {
+			return now
+		}
+		return "(" + now + " - " + amount + ")"
+	}
+	switch t {
+	case EpochMillis:
+		return minus(nowMS[d], ms)
+	case EpochSeconds:
+		switch d {
+		case MySQL:
+			return minus("UNIX_TIMESTAMP()", sec)
+		case Postgres:
+			return minus("CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp())) AS BIGINT)", sec)
+		default:
+			return minus("CAST(strftime('%s', 'now') AS INTEGER)", sec)
+		}
+	case DateTimeUTC:
+		switch d {
+		case MySQL:
+			return minus("UTC_TIMESTAMP(6)", "INTERVAL "+us+" MICROSECOND")
+		case Postgres:
+			return minus("(clock_timestamp() AT TIME ZONE 'UTC')", "INTERVAL '"+us+" microseconds'")
+		default:
+			if back == 0 {
+				return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+			}
+			return "strftime('%Y-%m-%d %H:%M:%f', 'now', '-" + sec + " seconds')"
+		}
+	default: // Timestamp
+		if d == MySQL {
+			return minus("NOW(6)", "INTERVAL "+us+" MICROSECOND")
+		}
+		return minus("clock_timestamp()", "INTERVAL '"+us+" microseconds'")
+	}
+}
+
+// stable is a PostgreSQL clock expression on statement_timestamp() (stable:
+// its value is known when the statement is planned) instead of
+// clock_timestamp() (volatile).
+func stable(expr string) string {
+	return strings.ReplaceAll(expr, "clock_timestamp()", "statement_timestamp()")
+}
+
+// asMS reads column col of type t as epoch milliseconds, plus add.
+func asMS(d Dialect, t TimeType, col string, add time.Duration) string {
+	var e string
+	switch t {
+	case EpochMillis:
+		e = col
+	case EpochSeconds:
+		e = "(" + col + " * 1000)"
+	default:
+		switch d {
+		case MySQL:
+			if t == Timestamp {
+				e = "CAST(FLOOR(UNIX_TIMESTAMP(" + col + ") * 1000) AS SIGNED)"
+			} else {
+				e = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ") DIV 1000)"
+			}
+		case Postgres:
+			e = "CAST(FLOOR(EXTRACT(EPOCH FROM " + col + ") * 1000) AS BIGINT)"
+		default:
+			e = "CAST(ROUND((julianday(" + col + ") - 2440587.5) * 86400000) AS INTEGER)"
+		}
+	}
+	if add != 0 {
+		return "(" + e + " + " + strconv.FormatInt(add.Milliseconds(), 10) + ")"
+	}
+	return e
+}
+
+// fromArg is the SQL that turns a deadline argument (epoch ms for
+// EpochMillis, epoch seconds otherwise: see Store.timeArg) into type t.
+func fromArg(d Dialect, t TimeType, b *sb, s slot) {
+	switch t {
+	case EpochMillis, EpochSeconds:
+		b.p(s)
+	case DateTimeUTC:
+		switch d {
+		case MySQL:
+			b.w("TIMESTAMPADD(SECOND, ").p(s).w(", '1970-01-01 00:00:00')")
+		case Postgres:
+			b.w("(TIMESTAMP 'epoch' + CAST(").p(s).w(" AS BIGINT) * INTERVAL '1 second')")
+		default:
+			b.w("strftime('%Y-%m-%d %H:%M:%S', ").p(s).w(", 'unixepoch')")
+		}
+	default:
+		if d == MySQL {
+			b.w("FROM_UNIXTIME(").p(s).w(")")
+		} else {
+			b.w("to_timestamp(CAST(").p(s).w(" AS BIGINT))")
+		}
+	}
+}
+
+// keyOf is the scan key of a time column of type t: an integer that orders
+// as the column does and converts back exactly (keyArg), or the SQLite text.
+func keyOf(d Dialect, t TimeType, col string) string {
+	if t == EpochMillis || t == EpochSeconds || d == SQLite {
+		return col
+	}
+	if d == MySQL {
+		return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
+	}
+	return "CAST(EXTRACT(EPOCH FROM " + col + ") * 1000000 AS BIGINT)"
+}
+
+// keyArg is the SQL turning a key argument back into type t.
+func keyArg(d Dialect, t TimeType) string {
+	if t == EpochMillis || t == EpochSeconds || d == SQLite {
+		return "?"
+	}
+	if d == MySQL {
+		return "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
+	}
+	if t == Timestamp {
+		return "(TIMESTAMPTZ 'epoch' + CAST(? AS BIGINT) * INTERVAL '1 microsecond')"
+	}
+	return "(TIMESTAMP 'epoch' + CAST(? AS BIGINT) * INTERVAL '1 microsecond')"
+}
+
+// textKey reports a scan key that is the SQLite text itself.
+func textKey(d Dialect, t TimeType) bool {
+	return d == SQLite && (t == DateTimeUTC || t == Timestamp)
+}
+
+// queries are a store's statements, built by build.
+type queries struct {
+	now, order, cancel, cancelOwner, cancelDue, orderSeats, deleteSeats,
+	pay, payOwner, sellSeats, insertOrder, insertSeat, expired, claims, overdue stmt
+	// On MariaDB with claims a cancel deletes: DELETE … RETURNING the
+	// seats and the order's columns, instead of a SELECT and a DELETE.
+	deleteReturning stmt
+	// On PostgreSQL: each transition as one statement (a data-modifying
+	// CTE), "" elsewhere.
+	cancelOne, cancelOwnerOne, cancelDueOne, payOne, payOwnerOne stmt
+	// The Statuses query is statusesPre, the placeholders, statusesPost.
+	statusesPre, statusesPost                                                                   string
+	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
+}
+
+// eq writes "col = ?" for an id, and on MySQL over a host's columns (whose
+// collation may be case-insensitive) "col = ? AND col = CAST(? AS BINARY)":
+// the first comparison, in the column's collation, is the index lookup; the
+// second, on the argument's bytes, keeps "ALICE" from matching "alice" (I10).
+func (r *resolved) eq(b *sb, col string, s slot) {
+	b.w(col, " = ").p(s)
+	if r.exactIDs && !(s == aUser && r.raw.Orders.NumericUserID) {
+		b.w(" AND ", col, " = CAST(").p(s).w(" AS BINARY)")
+	}
+}
+
+// conds writes " AND col = const" for each condition, columns prefixed by
+// alias ("" or "o.").
+func conds(b *sb, alias string, cs []cond) {
+	for _, c := range cs {
+		b.w(" AND ", alias, c.col, " = ", c.v.sql)
+	}
+}
+
+// due is the guard "deadline <= now" (or "created <= now - window"),
+// evaluated by the database in the statement, on the indexed column.
+func (r *resolved) due(b *sb, alias string, sub bool) {
+	col, t, back := r.deadline.Column, r.deadline.Type, time.Duration(0)
+	if col == "" {
+		col, t, back = r.created.Column, r.created.Type, r.window
+	}
+	now := nowAs(r.d, t, back)
+	if sub {
+		// The clock in a scalar subquery is evaluated once, so the planner
+		// can bound the index range with it (a volatile function in the
+		// WHERE clause turns the bound into a filter on PostgreSQL).
+		now = "(SELECT " + now + ")"
+	}
+	b.w(alias, col, " <= ", now)
+}
+
+// scanCol is the indexed time column of the expiry scan and its type.
+func (r *resolved) scanCol() Time {
+	if r.deadline.Column != "" {
+		return r.deadline
+	}
+	return r.created
+}
+
+// expireMS reads the deadline as epoch ms (alias "" or "o.").
+func (r *resolved) expireMS(alias string) string {
+	if r.deadline.Column != "" {
+		return asMS(r.d, r.deadline.Type, alias+r.deadline.Column, 0)
+	}
+	return asMS(r.d, r.created.Type, alias+r.created.Column, r.window)
+}
+
+// set writes the SET list of a transition: status, then the optional
+// columns.
+func (r *resolved) set(b *sb, extra string, s slot) {
+	b.w(" SET ", r.status, " = ").p(aStatus)
+	if extra != "" {
+		b.w(", ", extra, " = ").p(s)
+	}
+	if r.updated != "" {
+		b.w(", ", r.updated, " = ", nowAs(r.d, r.updatedType, 0))
+	}
+	if r.version != "" {
+		b.w(", ", r.version, " = ", r.version, " + 1")
+	}
+}
+
+// cas writes the compare-and-set UPDATE of a transition. extra/extraSlot is
+// the reason or payment column ("" if unmapped); owner adds the user guard,
+// due the deadline guard.
+func (r *resolved) cas(b *sb, extra string, extraSlot slot, owner, due bool) {
+	b.w("UPDATE ", r.o)
+	r.set(b, extra, extraSlot)
+	b.w(" WHERE ")
+	r.eq(b, r.no, aNo)
+	b.w(" AND ", r.status, " = ", r.pending.sql)
+	conds(b, "", r.where)
+	if owner {
+		b.w(" AND ")
+		r.eq(b, r.user, aUser)
+	}
+	if due {
+		b.w(" AND ")
+		r.due(b, "", false)
+	}
+}
+
+// liveState writes the claims' state condition of a live claim (locked) for
+// the transitions, with the alias.
+func (r *resolved) lockedOnly(b *sb, alias string) {
+	if r.cState != "" {
+		b.w(" AND ", alias, r.cState, " = ", r.cLocked.sql)
+	}
+}
+
+// release writes what a cancel does to the order's claims ("" when there
+// is nothing to do): delete them, or set the released state.
+func (r *resolved) release() stmt {
+	if !r.claims {
+		return stmt{}
+	}
+	b := &sb{}
+	if r.cReleased != nil {
+		b.w("UPDATE ", r.c, " SET ", r.cState, " = ", r.cReleased.sql, " WHERE ")
+	} else {
+		b.w("DELETE FROM ", r.c, " WHERE ")
+	}
+	r.eq(b, r.cNo, aNo)
+	conds(b, "", r.cWhere)
+	if r.cReleased != nil {
+		r.lockedOnly(b, "")
+	}
+	return b.done(r.d)
+}
+
+// sell writes what a payment does to the order's claims ("" for nothing).
+func (r *resolved) sell() stmt {
+	if !r.claims || r.cState == "" || r.cSold == nil {
+		return stmt{}
+	}
+	b := &sb{}
+	b.w("UPDATE ", r.c, " SET ", r.cState, " = ", r.cSold.sql, " WHERE ")
+	r.eq(b, r.cNo, aNo)
+	conds(b, "", r.cWhere)
+	r.lockedOnly(b, "")
+	return b.done(r.d)
+}
+
+// oneRenamed is a transition as one PostgreSQL statement with a claims
+// table: the compare-and-set, then, only if it matched (USING/FROM cas),
+// what happens to the claims, returning the order and its seats (no row:
+// the compare-and-set matched nothing). One statement is atomic by itself,
+// and needs no BEGIN and COMMIT round trips.
+func (r *resolved) oneRenamed(extra string, extraSlot slot, owner, due, pay bool) stmt {
+	b := &sb{}
+	b.w("WITH cas AS (")
+	r.cas(b, extra, extraSlot, owner, due)
+	b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw)")
+	sells := r.cState != "" && r.cSold != nil
+	switch {
+	case !pay && r.cReleased == nil:
+		b.w(", rel AS (DELETE FROM ", r.c, " c USING cas WHERE ")
+	case !pay:
+		b.w(", rel AS (UPDATE ", r.c, " c SET ", r.cState, " = ", r.cReleased.sql, " FROM cas WHERE ")
+	case sells:
+		b.w(", rel AS (UPDATE ", r.c, " c SET ", r.cState, " = ", r.cSold.sql, " FROM cas WHERE ")
+	default:
+		b.w(", rel AS (SELECT c.", r.cSeat, " AS seat FROM ", r.c, " c, cas WHERE ")
+	}
+	r.eq(b, "c."+r.cNo, aNo)
+	conds(b, "c.", r.cWhere)
+	if !pay || sells {
+		r.lockedOnly(b, "c.")
+		b.w(" RETURNING c.", r.cSeat, " AS seat)")
+	} else {
+		b.w(")")
+	}
+	b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, rel.seat FROM cas LEFT JOIN rel ON TRUE ORDER BY rel.seat")
+	return b.done(r.d)
+}
+
+// build returns the store's statements for r.
+func (r *resolved) build() queries {
+	d := r.d
+	var q queries
+	q.now = (&sb{}).w("SELECT ", nowMS[d]).done(d)
+
+	payment := "NULL"
+	if r.payment != "" {
+		payment = r.payment
+	}
+	b := (&sb{}).w("SELECT ", r.user, ", ", r.show, ", ", r.status, ", ", r.expireMS(""), ", ", nowMS[d], ", ", payment, " FROM ", r.o, " WHERE ")
+	r.eq(b, r.no, aNo)
+	conds(b, "", r.where)
+	q.order = b.done(d)
+
+	tr := func(extra string, s slot, owner, due bool) stmt {
+		b := &sb{}
+		r.cas(b, extra, s, owner, due)
+		return b.done(d)
+	}
+	q.cancel = tr(r.reason, aReason, false, false)
+	q.cancelOwner = tr(r.reason, aReason, true, false)
+	q.cancelDue = tr(r.reason, aReason, false, true)
+	q.pay = tr(r.payment, aPayment, false, false)
+	q.payOwner = tr(r.payment, aPayment, true, false)
+
+	// One round trip for the order and its seats (NULL seat: none).
+	b = (&sb{}).w("SELECT o.", r.user, ", o.", r.show, ", ", r.expireMS("o."), ", ", nowMS[d], ", ")
+	if r.claims {
+		b.w("s.", r.cSeat, " FROM ", r.o, " o LEFT JOIN ", r.c, " s ON ")
+		r.eq(b, "s."+r.cNo, aNo)
+		conds(b, "s.", r.cWhere)
+		r.lockedOnly(b, "s.")
+		b.w(" WHERE ")
+		r.eq(b, "o."+r.no, aNo)
+		conds(b, "o.", r.where)
+		b.w(" ORDER BY s.", r.cSeat)
+	} else {
+		b.w("NULL FROM ", r.o, " o WHERE ")
+		r.eq(b, "o."+r.no, aNo)
+		conds(b, "o.", r.where)
+	}
+	q.orderSeats = b.done(d)
+	q.deleteSeats = r.release()
+	if d == MySQL && r.claims && r.cReleased == nil {
+		// MariaDB: the claims deleted and read in one statement, the
+		// order's columns in scalar subqueries (MariaDB's DELETE RETURNING
+		// takes no join); used only when the server says it is MariaDB.
+		b := (&sb{}).w("DELETE FROM ", r.c, " WHERE ")
+		r.eq(b, r.cNo, aNo)
+		conds(b, "", r.cWhere)
+		sub := func(expr string) {
+			b.w("(SELECT ", expr, " FROM ", r.o, " o WHERE ")
+			r.eq(b, "o."+r.no, aNo)
+			conds(b, "o.", r.where)
+			b.w(")")
+		}
+		b.w(" RETURNING ")
+		sub("o." + r.user)
+		b.w(", ")
+		sub("o." + r.show)
+		b.w(", ")
+		sub(r.expireMS("o."))
+		b.w(", ", nowMS[d], ", ", r.cSeat)
+		q.deleteReturning = b.done(d)
+	}
+	q.sellSeats = r.sell()
+
+	if d == Postgres {
+		q.cancelOne = r.oneOrPlain(r.reason, aReason, false, false, false)
+		q.cancelOwnerOne = r.oneOrPlain(r.reason, aReason, true, false, false)
+		q.cancelDueOne = r.oneOrPlain(r.reason, aReason, false, true, false)
+		q.payOne = r.oneOrPlain(r.payment, aPayment, false, false, true)
+		q.payOwnerOne = r.oneOrPlain(r.payment, aPayment, true, false, true)
+	}
+
+	// Place.
+	b = (&sb{}).w("INSERT INTO ", r.o, " (", r.no, ", ", r.user, ", ", r.show, ", ", r.status)
+	if r.deadline.Column != "" {
+		b.w(", ", r.deadline.Column)
+		if r.created.Column != "" {
+			b.w(", ", r.created.Column)
+		}
+	} else {
+		b.w(", ", r.created.Column)
+	}
+	if r.updated != "" {
+		b.w(", ", r.updated)
+	}
+	if r.defaultSchema {
+		b.w(", seats") // the seats a late payment reinstates (late.go)
+	}
+	for _, c := range r.where {
+		b.w(", ", c.col)
+	}
+	b.w(") VALUES (").p(aNo).w(", ").p(aUser).w(", ").p(aShow).w(", ", r.pending.sql, ", ")
+	if r.deadline.Column != "" {
+		fromArg(d, r.deadline.Type, b, aDeadline)
+		if r.created.Column != "" {
+			b.w(", ", nowAs(d, r.created.Type, 0))
+		}
+	} else {
+		fromArg(d, r.created.Type, b, aDeadline)
+	}
+	if r.updated != "" {
+		b.w(", ", nowAs(d, r.updatedType, 0))
+	}
+	if r.defaultSchema {
+		b.w(", ").p(aSeats)
+	}
+	for _, c := range r.where {
+		b.w(", ", c.v.sql)
+	}
+	q.insertOrder = b.w(")").done(d)
+	if r.claims {
+		b = (&sb{}).w("INSERT INTO ", r.c, " (", r.cShow, ", ", r.cSeat, ", ", r.cNo)
+		if r.cState != "" {
+			b.w(", ", r.cState)
+		}
+		for _, c := range r.cWhere {
+			b.w(", ", c.col)
+		}
+		b.w(") VALUES (").p(aShow).w(", ").p(aSeat).w(", ").p(aNo)
+		if r.cState != "" {
+			b.w(", ", r.cLocked.sql)
+		}
+		for _, c := range r.cWhere {
+			b.w(", ", c.v.sql)
+		}
+		q.insertSeat = b.w(")").done(d)
+
+		// Claims of pending and paid orders, keyset on (show, seat).
+		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", o.", r.status,
+			" FROM ", r.c, " s JOIN ", r.o, " o ON o.", r.no, " = s.", r.cNo)
+		if r.exactIDs {
+			b.w(" AND CAST(o.", r.no, " AS BINARY) = CAST(s.", r.cNo, " AS BINARY)")
+		}
+		conds(b, "o.", r.where)
+		b.w(" WHERE ")
+		after(b, d, "s."+r.cShow, "s."+r.cSeat, "?", aShowKey, aSeatKey)
+		conds(b, "s.", r.cWhere)
+		if r.cState != "" {
+			b.w(" AND s.", r.cState, " IN (", r.cLocked.sql)
+			if r.cSold != nil {
+				b.w(", ", r.cSold.sql)
+			}
+			b.w(")")
+		}
+		b.w(" ORDER BY s.", r.cShow, ", s.", r.cSeat, " LIMIT ").p(aLimit)
+		q.claims = b.done(d)
+	}
+
+	// The expiry scan: pending, due, after the cursor, on the index.
+	sc := r.scanCol()
+	b = (&sb{}).w("SELECT ", r.no, ", ", keyOf(d, sc.Type, sc.Column), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
+	conds(b, "", r.where)
+	b.w(" AND ")
+	r.due(b, "", true)
+	b.w(" AND ")
+	after(b, d, sc.Column, r.no, keyArg(d, sc.Type), aKey, aNo)
+	b.w(" ORDER BY ", sc.Column, ", ", r.no, " LIMIT ").p(aLimit)
+	q.expired = b.done(d)
+
+	// Overdue: the same range, counted, and its oldest deadline. On
+	// PostgreSQL the clock is statement_timestamp(), stable, so the planner
+	// sees its value and estimates the range (a clock in a subquery is a
+	// parameter it cannot see: it guesses a third of the table, and scans
+	// the table). A gauge decides nothing, so the statement's start is now
+	// enough; the guard of a cancel keeps clock_timestamp().
+	if d == Postgres {
+		col, t, back := r.deadline.Column, r.deadline.Type, time.Duration(0)
+		if col == "" {
+			col, t, back = r.created.Column, r.created.Type, r.window
+		}
+		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), ", stable(nowMS[d]), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
+		conds(b, "", r.where)
+		b.w(" AND ", col, " <= ", stable(nowAs(d, t, back)))
+	} else {
+		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), (SELECT ", nowMS[d], ") FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
+		conds(b, "", r.where)
+		b.w(" AND ")
+		r.due(b, "", true)
+	}
+	q.overdue = b.done(d)
+
+	q.statusesPre = "SELECT " + r.no + ", " + r.status + " FROM " + r.o + " WHERE " + r.no + " IN ("
+	b = &sb{}
+	conds(b, "", r.where)
+	q.statusesPost = ")" + b.b.String()
+	return q
+}
+
+// oneOrPlain is the single-statement transition on PostgreSQL, with or
+// without a claims table.
+func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
+	if !r.claims {
+		b := &sb{}
+		b.w("WITH cas AS (")
+		r.cas(b, extra, s, owner, due)
+		b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw)")
+		b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, NULL FROM cas")
+		return b.done(r.d)
+	}
+	return r.oneRenamed(extra, s, owner, due, pay)
+}
+
+// after writes the keyset condition "(a, b) > (x, ?)" in the form the
+// dialect's planner turns into an index range that starts at the cursor; x
+// is the SQL of the first argument (a placeholder, or a conversion of one).
+//
+// PostgreSQL and SQLite take the row value as one index condition. On
+// PostgreSQL the OR form is a filter over the index from its start (a page
+// of 200 from the middle of 100k claims read 37701 rows, so a rebuild was
+// quadratic); SQLite scans the whole index with it. MySQL/MariaDB do the
+// opposite: the range optimizer splits the OR form into ranges that start at
+// the cursor, while the row value is a full index scan (MariaDB 10.11: 200
+// rows read against 50700). TestClaimsMiddlePageIsARange checks each.
+func after(b *sb, d Dialect, a, c, x string, sa, sc slot) {
+	xs := func() {
+		pre, post, _ := strings.Cut(x, "?")
+		b.w(pre).p(sa).w(post)
+	}
+	if d == MySQL {
+		b.w("(", a, " > ")
+		xs()
+		b.w(" OR (", a, " = ")
+		xs()
+		b.w(" AND ", c, " > ").p(sc).w("))")
+		return
+	}
+	b.w("(", a, ", ", c, ") > (")
+	xs()
+	b.w(", ").p(sc).w(")")
+}

@@ -1,0 +1,488 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/seatflow/orderexpiry/cancel"
+)
+
+// ErrMapping is wrapped by Check's error when the live tables do not match
+// the store's Mapping: a table, a column or an index is missing, or a
+// column's type cannot hold what the mapping says.
+var ErrMapping = errors.New("sqlstore: the tables do not match the mapping")
+
+// Check verifies the store's Mapping against the live database, so that a
+// host learns at startup, not at the first expiry: every mapped table and
+// column exists with a usable type (ids strings, statuses and conditions of
+// their values' kind, time columns of their TimeType, epoch milliseconds in
+// 64 bits), the expiry scan has its index (status, then the deadline or
+// creation column, then the order number; the Where columns may lead, and
+// InnoDB's implicit primary-key suffix counts), the order number is unique
+// (alone or with the Where columns), and the claims table has an index
+// leading with its order number and a unique key on (show, seat) (with the
+// Where columns; with a State column any unique key holding them, partial
+// or with a generated column, is accepted: live claims must be unique, old
+// ones may repeat). It also checks that the library's own table
+// oe_payment_discrepancy exists (Migrate creates it). The error wraps
+// ErrMapping and names every problem found, one per line.
+func (s *Store) Check(ctx context.Context) error {
+	r := s.m
+	o := r.raw.Orders
+	var problems []string
+	bad := func(format string, a ...any) { problems = append(problems, fmt.Errorf(format, a...).Error()) }
+
+	ocols, oidx, err := s.describe(ctx, o.Table)
+	if err != nil {
+		return fmt.Errorf("sqlstore: check: %w", err)
+	}
+	if len(ocols) == 0 {
+		bad("orders table %s does not exist", o.Table)
+	} else {
+		want := func(what, col, class string) {
+			if col == "" {
+				return
+			}
+			t, ok := ocols[col]
+			if !ok {
+				bad("orders table %s has no %s column %s", o.Table, what, col)
+				return
+			}
+			if got := typeClass(s.dialect, t); !classOK(class, got, t) {
+				bad("orders column %s.%s (%s): is %s (%s), the mapping needs %s", o.Table, col, what, t, got, class)
+			}
+		}
+		want("order number", o.OrderNo, "string")
+		if o.NumericUserID {
+			want("user", o.UserID, "integer")
+		} else {
+			want("user", o.UserID, "string")
+		}
+		want("show", o.ShowID, "string")
+		want("status", o.Status, kindClass(r.pending))
+		want("deadline", o.Deadline.Column, timeClass(s.dialect, o.Deadline.Type))
+		want("created-at", o.CreatedAt.Column, timeClass(s.dialect, o.CreatedAt.Type))
+		want("updated-at", o.UpdatedAt.Column, timeClass(s.dialect, o.UpdatedAt.Type))
+		want("cancel reason", o.CancelReason, "string")
+		if n, ok := charLen(ocols[o.CancelReason]); o.CancelReason != "" && ok && n < cancel.MaxReasonLen {
+			bad("orders column %s.%s (cancel reason) holds %d characters: the library writes reasons of up to %d", o.Table, o.CancelReason, n, cancel.MaxReasonLen)
+		}
+		want("payment id", o.PaymentID, "string")
+		want("version", o.Version, "integer")
+		var whereCols []string
+		for _, c := range r.where {
+			want("condition", c.name, kindClass(c.v))
+			whereCols = append(whereCols, c.name)
+		}
+		scan := o.Deadline.Column
+		if scan == "" {
+			scan = o.CreatedAt.Column
+		}
+		exist := func(cols map[string]string, names ...string) bool {
+			for _, n := range names {
+				if _, ok := cols[n]; !ok {
+					return false // named as missing above; no index can hold it
+				}
+			}
+			return true
+		}
+		if exist(ocols, append([]string{o.Status, scan, o.OrderNo}, whereCols...)...) && !hasIndex(oidx, whereCols, []string{o.Status}, []string{scan, o.OrderNo}, false) {
+			bad("orders table %s: no index serves the expiry scan: want one on (%s, %s, %s), the condition columns %v may lead", o.Table, o.Status, scan, o.OrderNo, whereCols)
+		}
+		if exist(ocols, append([]string{o.OrderNo}, whereCols...)...) && !hasUnique(oidx, []string{o.OrderNo}, whereCols) {
+			bad("orders table %s: the order number %s is not unique: want a unique key on (%s) (the condition columns %v may join it)", o.Table, o.OrderNo, o.OrderNo, whereCols)
+		}
+	}
+
+	if c := r.raw.Claims; c != nil {
+		ccols, cidx, err := s.describe(ctx, c.Table)
+		if err != nil {
+			return fmt.Errorf("sqlstore: check: %w", err)
+		}
+		if len(ccols) == 0 {
+			bad("claims table %s does not exist", c.Table)
+		} else {
+			want := func(what, col, class string) {
+				if col == "" {
+					return
+				}
+				t, ok := ccols[col]
+				if !ok {
+					bad("claims table %s has no %s column %s", c.Table, what, col)
+					return
+				}
+				if got := typeClass(s.dialect, t); !classOK(class, got, t) {
+					bad("claims column %s.%s (%s): is %s (%s), the mapping needs %s", c.Table, col, what, t, got, class)
+				}
+			}
+			want("show", c.ShowID, "string")
+			want("seat", c.SeatID, "string")
+			want("order number", c.OrderNo, "string")
+			if r.cLocked != nil {
+				want("state", c.State, kindClass(*r.cLocked))
+			}
+			var whereCols []string
+			for _, w := range r.cWhere {
+				want("condition", w.name, kindClass(w.v))
+				whereCols = append(whereCols, w.name)
+			}
+			_, hasNo := ccols[c.OrderNo]
+			if hasNo && !hasIndex(cidx, whereCols, nil, []string{c.OrderNo}, true) {
+				bad("claims table %s: no index leads with the order number %s (a cancel reads and frees an order's claims by it)", c.Table, c.OrderNo)
+			}
+			ok := false
+			for _, ix := range cidx {
+				if !ix.unique || !slices.Contains(ix.cols, c.ShowID) || !slices.Contains(ix.cols, c.SeatID) {
+					continue
+				}
+				if c.State != "" || subset(ix.cols, append([]string{c.ShowID, c.SeatID}, whereCols...)) {
+					ok = true
+				}
+			}
+			_, hasShow := ccols[c.ShowID]
+			_, hasSeat := ccols[c.SeatID]
+			if !ok && hasShow && hasSeat {
+				bad("claims table %s: no unique key on (%s, %s): one live claim per seat is the last defence against a double sale", c.Table, c.ShowID, c.SeatID)
+			}
+		}
+	}
+	dcols, _, err := s.describe(ctx, "oe_payment_discrepancy")
+	if err != nil {
+		return fmt.Errorf("sqlstore: check: %w", err)
+	}
+	if _, ok := dcols["payment_id"]; !ok {
+		bad("the library's table oe_payment_discrepancy does not exist: run Migrate (it creates only that table) or apply its statements from Schema")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w:\n  %s", ErrMapping, strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// charLen is the length n of a declared type "…(n)" of MySQL or PostgreSQL.
+func charLen(t string) (int, bool) {
+	_, rest, ok := strings.Cut(t, "(")
+	if !ok {
+		return 0, false
+	}
+	num, _, _ := strings.Cut(rest, ")")
+	n, err := strconv.Atoi(num)
+	return n, err == nil
+}
+
+// index is one index of a table: its columns in order ("" for an
+// expression), whether it is unique, whether it is partial.
+type index struct {
+	name            string
+	unique, partial bool
+	cols            []string
+	suffix          []string // InnoDB's implicit primary-key columns
+}
+
+// describe returns the columns of table (name → declared or data type,
+// lower case) and its indexes; no columns when it does not exist.
+func (s *Store) describe(ctx context.Context, table string) (map[string]string, []index, error) {
+	var schema any // NULL: the connection's own
+	name := table
+	if sch, t, ok := strings.Cut(table, "."); ok {
+		schema, name = sch, t
+	}
+	cols := map[string]string{}
+	var colQ string
+	args := []any{schema, name}
+	switch s.dialect {
+	case MySQL:
+		colQ = "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?"
+	case Postgres:
+		colQ = "SELECT column_name, data_type || COALESCE('(' || character_maximum_length || ')', '') FROM information_schema.columns WHERE table_schema = COALESCE(CAST($1 AS TEXT), current_schema()) AND table_name = $2"
+	default:
+		colQ, args = "SELECT name, type FROM pragma_table_info(?)", []any{name}
+	}
+	rows, err := s.db.QueryContext(ctx, colQ, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	for rows.Next() {
+		var c, t string
+		if err := rows.Scan(&c, &t); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		cols[c] = strings.ToLower(t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(cols) == 0 {
+		return cols, nil, nil
+	}
+	idx, err := s.indexes(ctx, schema, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("indexes of %s: %w", table, err)
+	}
+	return cols, idx, nil
+}
+
+// indexes lists the indexes of table name in schema (nil: the
+// connection's).
+func (s *Store) indexes(ctx context.Context, schema any, name string) ([]index, error) {
+	var out []index
+	add := func(ixName string, unique, partial bool, col sql.NullString) {
+		if len(out) == 0 || out[len(out)-1].name != ixName {
+			out = append(out, index{name: ixName, unique: unique, partial: partial})
+		}
+		out[len(out)-1].cols = append(out[len(out)-1].cols, col.String)
+	}
+	switch s.dialect {
+	case MySQL:
+		rows, err := s.db.QueryContext(ctx, "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? ORDER BY INDEX_NAME, SEQ_IN_INDEX", schema, name)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ix string
+			var nonUnique int
+			var col sql.NullString
+			if err := rows.Scan(&ix, &nonUnique, &col); err != nil {
+				return nil, err
+			}
+			add(ix, nonUnique == 0, false, col)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		// InnoDB appends the primary key's columns to every secondary index.
+		var pk []string
+		for _, ix := range out {
+			if ix.name == "PRIMARY" {
+				pk = ix.cols
+			}
+		}
+		for i := range out {
+			if out[i].name != "PRIMARY" {
+				out[i].suffix = pk
+			}
+		}
+		return out, nil
+	case Postgres:
+		rows, err := s.db.QueryContext(ctx, `SELECT c.relname, ix.indisunique, ix.indpred IS NOT NULL, a.attname
+FROM pg_index ix
+JOIN pg_class c ON c.oid = ix.indexrelid
+JOIN pg_class t ON t.oid = ix.indrelid
+JOIN pg_namespace n ON n.oid = t.relnamespace
+CROSS JOIN LATERAL unnest(ix.indkey) WITH ORDINALITY AS k(attnum, ord)
+LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum AND k.attnum > 0
+WHERE n.nspname = COALESCE(CAST($1 AS TEXT), current_schema()) AND t.relname = $2
+ORDER BY c.relname, k.ord`, schema, name)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ix string
+			var unique, partial bool
+			var col sql.NullString
+			if err := rows.Scan(&ix, &unique, &partial, &col); err != nil {
+				return nil, err
+			}
+			add(ix, unique, partial, col)
+		}
+		return out, rows.Err()
+	default:
+		rows, err := s.db.QueryContext(ctx, `SELECT name, "unique", partial FROM pragma_index_list(?)`, name)
+		if err != nil {
+			return nil, err
+		}
+		var list []index
+		for rows.Next() {
+			var ix index
+			if err := rows.Scan(&ix.name, &ix.unique, &ix.partial); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			list = append(list, ix)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		for _, ix := range list {
+			cr, err := s.db.QueryContext(ctx, "SELECT name FROM pragma_index_info(?) ORDER BY seqno", ix.name)
+			if err != nil {
+				return nil, err
+			}
+			for cr.Next() {
+				var col sql.NullString
+				if err := cr.Scan(&col); err != nil {
+					cr.Close()
+					return nil, err
+				}
+				ix.cols = append(ix.cols, col.String)
+			}
+			cr.Close()
+			if err := cr.Err(); err != nil {
+				return nil, err
+			}
+			out = append(out, ix)
+		}
+		return out, nil
+	}
+}
+
+// hasIndex reports a non-partial index whose columns are: some of lead (in
+// any order), then must (in any order, all of it), then tail in order (all
+// of it, or with prefixOnly just its first column).
+func hasIndex(idx []index, lead, must, tail []string, prefixOnly bool) bool {
+	for _, ix := range idx {
+		if ix.partial {
+			continue
+		}
+		cols := append(slices.Clone(ix.cols), ix.suffix...)
+		need := slices.Clone(must)
+		i := 0
+		for ; i < len(cols); i++ {
+			if j := slices.Index(need, cols[i]); j >= 0 {
+				need = slices.Delete(need, j, j+1)
+				continue
+			}
+			if len(need) == 0 && cols[i] == tail[0] {
+				break
+			}
+			if !slices.Contains(lead, cols[i]) {
+				break
+			}
+		}
+		if len(need) > 0 {
+			continue
+		}
+		want := tail
+		if prefixOnly {
+			want = tail[:1]
+		}
+		if len(cols)-i >= len(want) && slices.Equal(cols[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasUnique reports a non-partial unique index holding every column of
+// must and nothing beyond must and may.
+func hasUnique(idx []index, must, may []string) bool {
+	for _, ix := range idx {
+		if !ix.unique || ix.partial {
+			continue
+		}
+		ok := true
+		for _, m := range must {
+			ok = ok && slices.Contains(ix.cols, m)
+		}
+		if ok && subset(ix.cols, append(slices.Clone(must), may...)) {
+			return true
+		}
+	}
+	return false
+}
+
+func subset(cols, of []string) bool {
+	for _, c := range cols {
+		if !slices.Contains(of, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// typeClass sorts a declared type into string, integer, bigint (an integer
+// of 64 bits), datetime, timestamp, text-or-datetime (SQLite's text) or
+// other.
+func typeClass(d Dialect, t string) string {
+	switch d {
+	case MySQL:
+		base, _, _ := strings.Cut(t, "(")
+		base, _, _ = strings.Cut(base, " ")
+		switch base {
+		case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
+			return "string"
+		case "bigint":
+			return "bigint"
+		case "tinyint", "smallint", "mediumint", "int", "integer":
+			return "integer"
+		case "datetime":
+			return "datetime"
+		case "timestamp":
+			return "timestamp"
+		}
+	case Postgres:
+		t, _, _ = strings.Cut(t, "(")
+		switch t {
+		case "character varying", "character", "text":
+			return "string"
+		case "bigint":
+			return "bigint"
+		case "smallint", "integer":
+			return "integer"
+		case "timestamp without time zone":
+			return "datetime"
+		case "timestamp with time zone":
+			return "timestamp"
+		}
+	default:
+		// SQLite's affinity rules (datatype3.html, 3.1).
+		switch {
+		case strings.Contains(t, "int"):
+			return "bigint"
+		case strings.Contains(t, "char"), strings.Contains(t, "clob"), strings.Contains(t, "text"):
+			return "string"
+		case strings.Contains(t, "date"), strings.Contains(t, "time"):
+			return "datetime"
+		}
+	}
+	return "other"
+}
+
+// classOK reports whether a column of class got (declared type t) can hold
+// what class want needs.
+func classOK(want, got, t string) bool {
+	switch want {
+	case "integer":
+		return got == "integer" || got == "bigint"
+	case "string":
+		return got == "string"
+	case "text datetime": // SQLite: text or a date-ish declared type
+		return got == "string" || got == "datetime"
+	}
+	return got == want
+}
+
+// kindClass is the class a column holding l's kind needs.
+func kindClass(l lit) string {
+	if l.str {
+		return "string"
+	}
+	return "integer"
+}
+
+// timeClass is the class a time column of type t needs in d.
+func timeClass(d Dialect, t TimeType) string {
+	switch t {
+	case EpochMillis:
+		return "bigint"
+	case EpochSeconds:
+		return "integer"
+	case DateTimeUTC:
+		if d == SQLite {
+			return "text datetime"
+		}
+		return "datetime"
+	default:
+		return "timestamp"
+	}
+}

@@ -1,0 +1,485 @@
+package sqlstore
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+)
+
+// Mapping says where the library's notions live in the host's own tables:
+// which table holds the orders and which columns their number, user, show,
+// status and deadline; the values the host uses for each status; the type of
+// the deadline column; the seat-claims table and what a cancel and a payment
+// do to a claim; and a constant condition every statement must carry. It is
+// declared once, given to New, and turned into SQL text there: nothing a
+// caller passes at run time ever becomes SQL text, only arguments.
+//
+// The zero Mapping is the library's own schema (Schema, Migrate), the same as
+// DefaultMapping. With any other mapping the store creates only its own
+// table (oe_payment_discrepancy, in Migrate) and never alters the host's:
+// call Check at startup, which reads the live database and names every
+// missing or unusable table, column and index.
+type Mapping struct {
+	// Orders is the host's orders table.
+	Orders Orders
+	// Claims is the host's seat-claims table; nil: the host keeps no claims
+	// in SQL (Claims then returns none, so the reconciler cannot rebuild a
+	// seat store that lost its data from SQL).
+	Claims *Claims
+}
+
+// Orders maps the orders table. Table, OrderNo, UserID, ShowID, Status and
+// Statuses are required, and either Deadline or CreatedAt with Window.
+type Orders struct {
+	// Table is the table's name (optionally schema.table).
+	Table string
+	// OrderNo is the order number's column: unique (alone or with the
+	// Where columns), string typed. It may sit beside a numeric primary key.
+	OrderNo string
+	// UserID is the user's column, string typed unless NumericUserID.
+	UserID string
+	// NumericUserID says UserID is an integer column. User ids are then the
+	// canonical decimal form of an int64 ("42", never "042" or "+42"); any
+	// other user id owns no order, and Place refuses it.
+	NumericUserID bool
+	// ShowID is the show's column (string typed).
+	ShowID string
+	// Status is the status column, integer or string typed as the values in
+	// Statuses are.
+	Status string
+	// Statuses are the values of Status.
+	Statuses Statuses
+	// Deadline is the column holding the time the order expires. The guard
+	// of a timeout compares it with the database's clock converted to its
+	// type, so an index on (Status, Deadline) serves the reconciler's scan.
+	Deadline Time
+	// CreatedAt is the creation time. Without Deadline it is the deadline's
+	// base: an order is due at CreatedAt + Window (the guard and the scan
+	// then compare CreatedAt with now − Window, and the index must be on
+	// (Status, CreatedAt)); Place then writes the placement's ExpireAt −
+	// Window. With Deadline, Place writes the database's now into it.
+	// Optional with Deadline.
+	CreatedAt Time
+	// Window is the payment window, with CreatedAt and no Deadline; whole
+	// seconds unless CreatedAt is in epoch milliseconds.
+	Window time.Duration
+	// CancelReason, optional, receives the cancel's reason (up to
+	// cancel.MaxReasonLen bytes).
+	CancelReason string
+	// UpdatedAt, optional, receives the database's now on every write.
+	UpdatedAt Time
+	// PaymentID, optional, receives the payment id that paid the order.
+	// Without it a paid order reports no payment id (Result.PaymentID ""),
+	// so a repeated callback cannot be told from a second payment.
+	PaymentID string
+	// Version, optional, is an integer column the host's ORM uses for
+	// optimistic locking: every write of the library increments it.
+	Version string
+	// Where are conditions every statement on the table carries and every
+	// insert writes: a tenant column equal to a constant, a soft-delete flag
+	// that must be 0. A row that fails them is invisible to the library.
+	Where []Condition
+}
+
+// Statuses are the values the host's status column takes. All are integers
+// (int, int64, …) or all strings (1-32 bytes of A-Z a-z 0-9 _ . -), each
+// used once.
+type Statuses struct {
+	// Pending is the one value of an order waiting for its payment.
+	Pending any
+	// Paid are the values that mean paid (paid, used, refunded …): the
+	// order is decided and its seats are sold. A payment writes the first.
+	Paid []any
+	// Cancelled are the values that mean cancelled (by the user, by a
+	// timeout, closed …). A cancel writes the first, unless CancelledBy
+	// names its reason.
+	Cancelled []any
+	// CancelledBy is the value a cancel writes for a reason
+	// (cancel.ReasonTimeout, cancel.ReasonUser, …); each value must be one
+	// of Cancelled.
+	CancelledBy map[cancel.Reason]any
+}
+
+// TimeType is how a time column stores its value.
+type TimeType int
+
+// The time column types. The library writes deadlines in EpochMillis
+// truncated to the millisecond, in the others rounded up to the second (a
+// deadline is never moved earlier: I4).
+const (
+	// EpochMillis: an integer of milliseconds since 1970-01-01 UTC.
+	EpochMillis TimeType = iota
+	// EpochSeconds: an integer of seconds since 1970-01-01 UTC.
+	EpochSeconds
+	// DateTimeUTC: a date and time without a zone holding UTC: MySQL/MariaDB
+	// DATETIME(n), PostgreSQL timestamp, SQLite text "YYYY-MM-DD HH:MM:SS"
+	// (with optional ".fff").
+	DateTimeUTC
+	// Timestamp: an instant: MySQL/MariaDB TIMESTAMP(n) (shown in the
+	// session's time zone; the comparison stays an instant), PostgreSQL
+	// timestamptz. Not on SQLite.
+	Timestamp
+)
+
+// String names the type for messages.
+func (t TimeType) String() string {
+	switch t {
+	case EpochMillis:
+		return "epoch milliseconds"
+	case EpochSeconds:
+		return "epoch seconds"
+	case DateTimeUTC:
+		return "datetime (UTC)"
+	case Timestamp:
+		return "timestamp"
+	}
+	return "TimeType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Time is a time column and its type.
+type Time struct {
+	// Column is the column's name; "" leaves the time unmapped.
+	Column string
+	// Type is how the column stores a time.
+	Type TimeType
+}
+
+// Condition is a column that must equal a constant (an integer or a string
+// of 1-64 bytes of A-Z a-z 0-9 _ . -) in every statement on its table.
+type Condition struct {
+	// Column is the column's name.
+	Column string
+	// Value is the constant it must equal.
+	Value any
+}
+
+// Claims maps the seat-claims table: one row per seat an order claims.
+// Table, ShowID, SeatID and OrderNo are required. The table must let at most
+// one live claim per (ShowID, SeatID) exist (a unique key, partial or not):
+// the last line of defence against a double sale.
+type Claims struct {
+	// Table is the table's name (optionally schema.table).
+	Table string
+	// ShowID is the show's column (string typed).
+	ShowID string
+	// SeatID is the seat's column (string typed).
+	SeatID string
+	// OrderNo is the column of the claiming order's number (string typed),
+	// leading an index: a cancel reads and frees the order's claims by it.
+	OrderNo string
+	// State, optional, is a column holding the claim's state. Without it a
+	// cancel deletes the order's claims and a payment leaves them. With it,
+	// Place writes Locked, a cancel writes Released (nil: deletes the rows
+	// instead) and a payment writes Sold (nil: leaves them). Values are
+	// integers or strings, as in Statuses.
+	State string
+	// Locked is the state of a live claim of a pending order.
+	Locked any
+	// Sold is the state a payment writes (nil: a payment leaves the claims).
+	Sold any
+	// Released is the state a cancel writes (nil: a cancel deletes them).
+	Released any
+	// Where are conditions every statement on the table carries and every
+	// insert writes, as Orders.Where.
+	Where []Condition
+}
+
+// DefaultMapping is the library's own schema (schema/*.sql) as a Mapping:
+// what the zero Mapping means. Given to New, it is the zero Mapping
+// (Migrate creates and upgrades the whole schema); edited, it is a host's.
+func DefaultMapping() Mapping {
+	return Mapping{
+		Orders: Orders{
+			Table: "oe_order", OrderNo: "order_no", UserID: "user_id", ShowID: "show_id", Status: "status",
+			Statuses:     Statuses{Pending: 0, Paid: []any{1}, Cancelled: []any{2}},
+			Deadline:     Time{Column: "expire_at_ms", Type: EpochMillis},
+			CreatedAt:    Time{Column: "created_at_ms", Type: EpochMillis},
+			UpdatedAt:    Time{Column: "updated_at_ms", Type: EpochMillis},
+			CancelReason: "cancel_reason", PaymentID: "payment_id",
+		},
+		Claims: &Claims{Table: "oe_order_seat", ShowID: "show_id", SeatID: "seat_id", OrderNo: "order_no", State: "state", Locked: 1, Sold: 2},
+	}
+}
+
+// isZero reports the zero Mapping.
+func (m Mapping) isZero() bool {
+	return m.Claims == nil && m.Orders.Table == "" && m.Orders.OrderNo == "" && m.Orders.Status == "" && m.Orders.Deadline.Column == ""
+}
+
+var (
+	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	valueRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+)
+
+// lit is a validated constant: its SQL text (a decimal integer or a quoted
+// string of safe bytes), its key as the database returns it scanned into a
+// string, and the Go value to bind as an argument.
+type lit struct {
+	sql, key string
+	arg      any
+	str      bool
+}
+
+// literal validates v (an integer or a safe string) for what.
+func literal(what string, v any) (lit, error) {
+	var n int64
+	switch x := v.(type) {
+	case int:
+		n = int64(x)
+	case int8:
+		n = int64(x)
+	case int16:
+		n = int64(x)
+	case int32:
+		n = int64(x)
+	case int64:
+		n = x
+	case uint8:
+		n = int64(x)
+	case uint16:
+		n = int64(x)
+	case uint32:
+		n = int64(x)
+	case string:
+		if !valueRE.MatchString(x) {
+			return lit{}, fmt.Errorf("sqlstore: mapping: %s %q: a string value is 1-64 bytes of A-Z a-z 0-9 _ . -", what, x)
+		}
+		return lit{sql: "'" + x + "'", key: x, arg: x, str: true}, nil
+	case nil:
+		return lit{}, fmt.Errorf("sqlstore: mapping: %s is missing", what)
+	default:
+		return lit{}, fmt.Errorf("sqlstore: mapping: %s %v: values are integers or strings, not %T", what, v, v)
+	}
+	s := strconv.FormatInt(n, 10)
+	return lit{sql: s, key: s, arg: n}, nil
+}
+
+// dialectQuote returns the quoting of an identifier in d.
+func quoteIdent(d Dialect, name string) string {
+	if d == MySQL {
+		return "`" + name + "`"
+	}
+	return `"` + name + `"`
+}
+
+// ident validates a column or table name (a table may be schema.table) and
+// returns it quoted for d.
+func ident(d Dialect, what, name string, table bool) (string, error) {
+	parts := []string{name}
+	if table {
+		parts = strings.Split(name, ".")
+	}
+	if len(parts) > 2 {
+		return "", fmt.Errorf("sqlstore: mapping: %s %q: at most schema.table", what, name)
+	}
+	for i, p := range parts {
+		if !identRE.MatchString(p) {
+			return "", fmt.Errorf("sqlstore: mapping: %s %q: a name is 1-64 bytes of A-Z a-z 0-9 _, not starting with a digit", what, name)
+		}
+		parts[i] = quoteIdent(d, p)
+	}
+	return strings.Join(parts, "."), nil
+}
+
+// cond is a validated Condition.
+type cond struct {
+	name, col string // the raw name (for Check) and the quoted column
+	v         lit
+}
+
+// resolved is a Mapping validated and quoted for one dialect: what the
+// statements are built from.
+type resolved struct {
+	d   Dialect
+	raw Mapping // as given (names unquoted), for Check
+
+	defaultSchema bool // the library's own: ascii_bin ids on MySQL
+	exactIDs      bool // MySQL: compare ids a second time as bytes
+
+	o, no, user, show, status string
+	deadline                  Time // Column quoted; "" with CreatedAt+Window
+	created                   Time
+	window                    time.Duration
+	reason, updated           string
+	updatedType               TimeType
+	payment, version          string
+	where                     []cond
+
+	pending   lit
+	paid      []lit
+	cancelled []lit
+	by        map[cancel.Reason]lit
+	statusOf  map[string]int // key → 0 pending, 1 paid, 2 cancelled
+
+	claims                       bool
+	c, cShow, cSeat, cNo, cState string
+	cLocked, cSold, cReleased    *lit
+	cWhere                       []cond
+}
+
+// resolve validates m for d.
+func resolve(d Dialect, m Mapping) (*resolved, error) {
+	r := &resolved{d: d}
+	if m.isZero() || reflect.DeepEqual(m, DefaultMapping()) {
+		m = DefaultMapping()
+		r.defaultSchema = true
+	}
+	r.raw = m
+	r.exactIDs = d == MySQL && !r.defaultSchema
+	var errs []error
+	id := func(what, name string, table bool) string {
+		q, err := ident(d, what, name, table)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return q
+	}
+	o := m.Orders
+	r.o = id("orders table", o.Table, true)
+	r.no = id("order number column", o.OrderNo, false)
+	r.user = id("user column", o.UserID, false)
+	r.show = id("show column", o.ShowID, false)
+	r.status = id("status column", o.Status, false)
+	timeCol := func(what string, t Time) Time {
+		if t.Column == "" {
+			return Time{}
+		}
+		if t.Type < EpochMillis || t.Type > Timestamp {
+			errs = append(errs, fmt.Errorf("sqlstore: mapping: %s %s: unknown type %v", what, t.Column, t.Type))
+		}
+		if t.Type == Timestamp && d == SQLite {
+			errs = append(errs, fmt.Errorf("sqlstore: mapping: %s %s: SQLite has no timestamp type: use DateTimeUTC (text) or an epoch", what, t.Column))
+		}
+		return Time{Column: id(what, t.Column, false), Type: t.Type}
+	}
+	r.deadline = timeCol("deadline column", o.Deadline)
+	r.created = timeCol("created-at column", o.CreatedAt)
+	r.window = o.Window
+	switch {
+	case r.deadline.Column != "" && o.Window != 0:
+		errs = append(errs, errors.New("sqlstore: mapping: a Window is for a table without a Deadline column"))
+	case r.deadline.Column == "" && (r.created.Column == "" || o.Window <= 0):
+		errs = append(errs, errors.New("sqlstore: mapping: the orders need a Deadline column, or CreatedAt and a positive Window"))
+	case r.deadline.Column == "" && r.created.Type != EpochMillis && o.Window%time.Second != 0:
+		errs = append(errs, fmt.Errorf("sqlstore: mapping: Window %v: whole seconds unless CreatedAt is in epoch milliseconds", o.Window))
+	case r.deadline.Column == "" && o.Window%time.Millisecond != 0:
+		errs = append(errs, fmt.Errorf("sqlstore: mapping: Window %v: whole milliseconds", o.Window))
+	}
+	if o.CancelReason != "" {
+		r.reason = id("cancel reason column", o.CancelReason, false)
+	}
+	if o.UpdatedAt.Column != "" {
+		u := timeCol("updated-at column", o.UpdatedAt)
+		r.updated, r.updatedType = u.Column, u.Type
+	}
+	if o.PaymentID != "" {
+		r.payment = id("payment id column", o.PaymentID, false)
+	}
+	if o.Version != "" {
+		r.version = id("version column", o.Version, false)
+	}
+	conds := func(what string, cs []Condition) []cond {
+		var out []cond
+		for _, c := range cs {
+			v, err := literal(what+" condition on "+c.Column, c.Value)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			out = append(out, cond{name: c.Column, col: id(what+" condition column", c.Column, false), v: v})
+		}
+		return out
+	}
+	r.where = conds("orders", o.Where)
+
+	// Statuses.
+	r.statusOf = map[string]int{}
+	var kindStr *bool
+	status := func(what string, v any, kind int) lit {
+		l, err := literal(what, v)
+		if err != nil {
+			errs = append(errs, err)
+			return l
+		}
+		if kindStr == nil {
+			kindStr = &l.str
+		} else if *kindStr != l.str {
+			errs = append(errs, fmt.Errorf("sqlstore: mapping: %s %v: statuses are all integers or all strings", what, v))
+		}
+		if prev, dup := r.statusOf[l.key]; dup && prev != kind {
+			errs = append(errs, fmt.Errorf("sqlstore: mapping: %s %v means two statuses", what, v))
+		}
+		r.statusOf[l.key] = kind
+		return l
+	}
+	st := o.Statuses
+	r.pending = status("pending status", st.Pending, 0)
+	if len(st.Paid) == 0 || len(st.Cancelled) == 0 {
+		errs = append(errs, errors.New("sqlstore: mapping: Statuses need at least one paid and one cancelled value"))
+	}
+	for _, v := range st.Paid {
+		r.paid = append(r.paid, status("paid status", v, 1))
+	}
+	for _, v := range st.Cancelled {
+		r.cancelled = append(r.cancelled, status("cancelled status", v, 2))
+	}
+	r.by = map[cancel.Reason]lit{}
+	for reason, v := range st.CancelledBy {
+		l, err := literal("cancelled status for "+string(reason), v)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if k, ok := r.statusOf[l.key]; !ok || k != 2 {
+			errs = append(errs, fmt.Errorf("sqlstore: mapping: cancelled status %v for %q is not one of Cancelled", v, reason))
+		}
+		r.by[reason] = l
+	}
+
+	if c := m.Claims; c != nil {
+		r.claims = true
+		r.c = id("claims table", c.Table, true)
+		r.cShow = id("claims show column", c.ShowID, false)
+		r.cSeat = id("claims seat column", c.SeatID, false)
+		r.cNo = id("claims order number column", c.OrderNo, false)
+		state := func(what string, v any) *lit {
+			if v == nil {
+				return nil
+			}
+			l, err := literal(what, v)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			return &l
+		}
+		if c.State != "" {
+			r.cState = id("claims state column", c.State, false)
+			r.cLocked = state("claims locked state", c.Locked)
+			if r.cLocked == nil {
+				errs = append(errs, errors.New("sqlstore: mapping: a claims State column needs its Locked value"))
+			}
+			r.cSold = state("claims sold state", c.Sold)
+			r.cReleased = state("claims released state", c.Released)
+		} else if c.Locked != nil || c.Sold != nil || c.Released != nil {
+			errs = append(errs, errors.New("sqlstore: mapping: claim states without a claims State column"))
+		}
+		r.cWhere = conds("claims", c.Where)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// cancelStatus is the value a cancel for reason writes.
+func (r *resolved) cancelStatus(reason cancel.Reason) any {
+	if l, ok := r.by[reason]; ok {
+		return l.arg
+	}
+	return r.cancelled[0].arg
+}
