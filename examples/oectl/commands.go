@@ -115,6 +115,15 @@ const overduePage = 500
 // listOverdue prints up to n pending orders past their deadline, oldest
 // first, paging through the reconciler's own index-backed scan.
 func listOverdue(ctx context.Context, e *env, n int, w, progress io.Writer) error {
+	total, oldest, err := e.store.Overdue(ctx)
+	if err != nil {
+		return fmt.Errorf("overdue: %w", err)
+	}
+	if total == 0 {
+		fmt.Fprintln(w, "no pending order is past its deadline")
+		return nil
+	}
+	fmt.Fprintf(w, "%d pending order(s) past their deadline, the oldest by %v (the database's clock)\n\n", total, oldest.Round(time.Millisecond))
 	var rows []expiry.Order
 	cursor, pages := "", 0
 	for len(rows) < n {
@@ -142,8 +151,8 @@ func listOverdue(ctx context.Context, e *env, n int, w, progress io.Writer) erro
 		}
 		cursor = next
 	}
-	if len(rows) == 0 {
-		fmt.Fprintln(w, "no pending order is past its deadline")
+	if len(rows) == 0 { // all decided since Overdue counted them
+		fmt.Fprintln(w, "none left: decided while listed")
 		return nil
 	}
 	t := table(w)
@@ -154,11 +163,9 @@ func listOverdue(ctx context.Context, e *env, n int, w, progress io.Writer) erro
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	more := ""
-	if len(rows) == n {
-		more = fmt.Sprintf(" (the first %d; -n for more)", n)
+	if len(rows) == n && total > n {
+		fmt.Fprintf(w, "the oldest %d of %d; -n for more\n", n, total)
 	}
-	fmt.Fprintf(w, "%d overdue pending order(s)%s\n", len(rows), more)
 	return nil
 }
 
