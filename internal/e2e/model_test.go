@@ -814,6 +814,16 @@ func (s *mSeats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
 		return injected("Lock")
 	}
 	err := s.inner.Lock(ctx, h, limit)
+	// A seat this order locks again (a late payment's reinstatement, whose
+	// lock may be left behind when the reinstatement fails) may be released
+	// again: "released twice" counts releases per lock. Checked even when
+	// the ack is lost: the lock is in the store all the same.
+	after := s.show(ctx, h.ShowID)
+	for _, seat := range h.Seats {
+		if st, ok := after[seat]; ok && st.Status == expiry.StatusPending && st.OrderNo == h.OrderNo {
+			delete(s.m.freed, [3]string{h.OrderNo, h.ShowID, seat})
+		}
+	}
 	if hit {
 		return injected("Lock")
 	}
