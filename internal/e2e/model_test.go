@@ -403,9 +403,11 @@ type machine struct {
 	refundDown bool
 	skew       time.Duration // how far the placing host's clock is off
 	brokerDown bool          // every send fails (a broker outage: Backlog)
-	// repairPasses: complete claims passes still needed before a lost show
-	// counts as repaired.
-	repairPasses int
+	// repairPasses: complete claims passes each reconciler still needs
+	// before a lost show counts as repaired. Per reconciler: each keeps its
+	// own cursor, so a pass one host began before the loss (and that may
+	// have passed the show already) says nothing of another's.
+	repairPasses map[*reconcile.Reconciler]int
 	outage       int      // actions left during which every seat operation fails
 	hits         []string // operations that failed in the current action
 	bad          []string // violations seen inside decorators
@@ -1368,7 +1370,13 @@ func (m *machine) WipeShow(t *rapid.T) {
 	for _, o := range m.orders {
 		o.lagBehind = o.lagBehind || o.placed && o.p.ShowID == show
 	}
-	m.repairPasses = 2 // the pass under way may have passed the show already
+	// For each reconciler, the pass under way may have passed the show
+	// already; the next one began after the loss. A fresh reconciler (the
+	// final rounds') starts its first pass after it.
+	m.repairPasses = map[*reconcile.Reconciler]int{}
+	for _, h := range m.hosts {
+		m.repairPasses[h] = 2
+	}
 	m.freed = map[[3]string]bool{}
 }
 
@@ -1755,8 +1763,13 @@ func (m *machine) rounds(r *reconcile.Reconciler) (int, error) {
 			m.lost = false
 			m.stats.kinds["rebuilt"]++
 		}
-		if rep.ClaimsComplete && !m.lost && m.repairPasses > 0 {
-			if m.repairPasses--; m.repairPasses == 0 {
+		left, ok := m.repairPasses[r]
+		if !ok && len(m.repairPasses) > 0 {
+			left = 1 // a reconciler that began after the loss
+		}
+		if rep.ClaimsComplete && !m.lost && left > 0 {
+			if m.repairPasses[r] = left - 1; left == 1 { // that pass began after the loss
+				m.repairPasses = nil
 				m.lostShows = map[string]bool{}
 				m.stats.kinds["show_repaired"]++
 			}
