@@ -14,7 +14,12 @@
 //   - seat locks (scan #4): seats locked in Redis whose order is no longer
 //     pending are fixed: released when the order is cancelled, or missing
 //     for longer than Config.Grace by the seat store's clock (a crash between
-//     the lock and the SQL commit); marked sold when the order is paid;
+//     the lock and the SQL commit); marked sold when the order is paid. An
+//     order decided less than Config.Settle ago by the database's clock is
+//     left to the host that decided it, which releases or sells its seats
+//     right after its commit: so one host frees an order's seats, not two
+//     racing each other seat by seat, and only a decider that crashed (or
+//     whose seat store call failed) leaves anything to repair;
 //   - claims (scan #2): SQL's seat claims of pending and paid orders are
 //     given to the seat store, which fills the seats it lacks (a lost lock,
 //     a show evicted or lost in a partial failure). When the seat store says
@@ -57,13 +62,28 @@ type ExpiredFinder interface {
 	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
 }
 
-// StatusReader reads the status of many orders at once.
+// StatusReader reads the state of many orders at once.
 //
-// Statuses returns the status of every order among nos that exists; orders
+// Statuses returns the state of every order among nos that exists; orders
 // that do not exist are absent from the map. Safe for concurrent use.
 type StatusReader interface {
-	Statuses(ctx context.Context, nos []string) (map[string]expiry.Status, error)
+	Statuses(ctx context.Context, nos []string) (map[string]OrderState, error)
 }
+
+// OrderState is what a StatusReader reads of one order.
+type OrderState struct {
+	Status expiry.Status
+	// Age is how long ago the order was last written (placed, decided,
+	// reinstated, its deadline moved), by the store's clock: for a decided
+	// order, how long it has been decided. AgeUnknown when the store does
+	// not record it (a host's table mapped without an updated-at column).
+	Age time.Duration
+}
+
+// AgeUnknown is the OrderState.Age of an order whose store does not record
+// when it was last written. Scan #4 then fixes the order's locks at once
+// (see Config.Settle).
+const AgeUnknown time.Duration = -1
 
 // LockScanner lists seat locks in the seat store, a bounded batch at a time.
 //
@@ -147,6 +167,7 @@ const (
 	MaxPerRoundDefault  = 5000
 	GraceDefault        = time.Minute
 	OrderTimeoutDefault = 10 * time.Second
+	SettleDefault       = 5 * time.Second
 	// BackoffMin and BackoffMax bound the wait before a skipped order is
 	// tried again: it starts at BackoffMin and doubles with every failure.
 	BackoffMin = 10 * time.Second
@@ -174,6 +195,13 @@ type Config struct {
 	// OrderTimeout bounds the cancel of one expired order; one that takes
 	// longer (a row held by a stuck transaction) is skipped for now.
 	OrderTimeout time.Duration
+	// Settle is how long after an order is decided (OrderState.Age, by the
+	// store's clock) scan #4 leaves its locks to the host that decided it:
+	// longer than that host takes from its commit to the seat store's reply
+	// (one round trip; a cancel.Service call). A decider that crashed in
+	// between is repaired by the first pass after Settle. Scan #2's re-check
+	// of the locks it restored itself does not wait.
+	Settle time.Duration
 	// Runtime: the logger, the observer, and the Clock that paces Run and
 	// the retries of skipped orders. The Clock never decides anything about
 	// an order: every such "now" is the database's or the seat store's
@@ -194,7 +222,7 @@ func (c *Config) validate() error {
 		name string
 		v    int64
 	}{{"Batch", int64(c.Batch)}, {"Workers", int64(c.Workers)}, {"MaxPerRound", int64(c.MaxPerRound)},
-		{"Grace", int64(c.Grace)}, {"OrderTimeout", int64(c.OrderTimeout)}} {
+		{"Grace", int64(c.Grace)}, {"OrderTimeout", int64(c.OrderTimeout)}, {"Settle", int64(c.Settle)}} {
 		if f.v < 0 {
 			return fmt.Errorf("reconcile: Config.%s is negative (%d)", f.name, f.v)
 		}
@@ -212,6 +240,9 @@ func (c *Config) validate() error {
 	}
 	if c.OrderTimeout == 0 {
 		c.OrderTimeout = OrderTimeoutDefault
+	}
+	if c.Settle == 0 {
+		c.Settle = SettleDefault
 	}
 	c.Runtime = c.Runtime.WithDefaults()
 	return nil
@@ -261,6 +292,9 @@ type Report struct {
 	Locks    int // seat locks found by scan #4
 	Released int // seats released by scan #4 (or by scan #2's re-check)
 	Sold     int // seats marked sold by scan #4 (or by scan #2's re-check)
+	// Settling counts the seat locks scan #4 left to the host that decided
+	// their order less than Config.Settle ago.
+	Settling int
 	Restored int // seats given back their state from SQL by scan #2
 	Refunds  int // refund hooks that succeeded on a retry
 	// More is true when scan #1 stopped at MaxPerRound with more orders
@@ -363,8 +397,8 @@ func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Rep
 	}
 	live := missing[:0]
 	for _, c := range missing {
-		if st, ok := statuses[c.OrderNo]; ok && (st == expiry.StatusPending || st == expiry.StatusPaid) {
-			c.Status = st // paid since the claims were read: restore the sale
+		if st, ok := statuses[c.OrderNo]; ok && (st.Status == expiry.StatusPending || st.Status == expiry.StatusPaid) {
+			c.Status = st.Status // paid since the claims were read: restore the sale
 			live = append(live, c)
 		}
 	}
@@ -561,9 +595,10 @@ type orderLocks struct {
 	youngest   time.Duration
 }
 
-// fixLocks releases or sells the locks whose order is decided (or, past the
-// grace period, missing; at once when fromSQL). A failing order is counted
-// in the error and does not stop the others.
+// fixLocks releases or sells the locks whose order is decided (past the
+// settle time) or, past the grace period, missing; when fromSQL (locks
+// scan #2 restored itself, which no decider will come back for), at once.
+// A failing order is counted in the error and does not stop the others.
 func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, fromSQL bool, rep *Report) error {
 	if len(locks) == 0 {
 		return nil
@@ -590,9 +625,12 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		hold := cancel.Hold{ShowID: ol.show, OrderNo: no, UserID: ol.user, Seats: ol.seats}
 		st, exists := statuses[no]
 		switch {
-		case exists && st == expiry.StatusPending:
+		case exists && st.Status == expiry.StatusPending:
 			continue // the message path or scan #1 will decide it
-		case exists && st == expiry.StatusPaid:
+		case exists && !fromSQL && st.Age != AgeUnknown && st.Age < r.c.Settle:
+			rep.Settling += len(ol.seats) // its decider is releasing or selling them
+			continue
+		case exists && st.Status == expiry.StatusPaid:
 			n, err := r.c.Seats.Sell(ctx, hold)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("reconcile: sell seats of %s: %w", no, err))

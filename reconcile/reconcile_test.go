@@ -137,10 +137,16 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 	rep, err := r.Round(ctx)
 	require.NoError(t, err)
 	assert.True(t, rep.Complete)
-	assert.Equal(t, 2, rep.Released, "the cancelled order's seats; the ghost is within its grace period")
-	// The paid order's locks become sales in scan #2 (its claims say paid)
-	// or, had that pass not reached them yet, in scan #4.
-	assert.Equal(t, 2, rep.Sold+rep.Restored)
+	assert.Zero(t, rep.Released, "decided moments ago: left to their decider; the ghost is within its grace period")
+	assert.Equal(t, 4, rep.Settling, "the cancelled and the paid order's locks")
+	// The paid order's locks become sales in scan #2: its claims say paid.
+	assert.Equal(t, 2, rep.Restored)
+
+	e.advance(reconcile.SettleDefault)
+	rep, err = r.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, rep.Released, "the cancelled order's seats, its canceller's release lost")
+	assert.Zero(t, rep.Settling)
 
 	e.advance(2 * time.Minute)
 	rep, err = r.Round(ctx)
@@ -182,10 +188,29 @@ func (c *countingReleaser) Release(ctx context.Context, h cancel.Hold) (int, err
 	return n, err
 }
 
-// Several reconcilers at once release each seat once (I2) and keep the
-// counter right (I8). Which path frees a seat (the cancel of one host, or
-// another host's lock scan that sees the order cancelled first) is a race;
-// that it is freed exactly once is not.
+// instanceReleaser records which instance freed which order's seats.
+type instanceReleaser struct {
+	*countingReleaser
+	name string
+	by   *sync.Map // order number → map[instance]seats, under mu
+	mu   *sync.Mutex
+}
+
+func (r instanceReleaser) Release(ctx context.Context, h cancel.Hold) (int, error) {
+	n, err := r.countingReleaser.Release(ctx, h)
+	if n > 0 {
+		r.mu.Lock()
+		m, _ := r.by.LoadOrStore(h.OrderNo, map[string]int{})
+		m.(map[string]int)[r.name] += n
+		r.mu.Unlock()
+	}
+	return n, err
+}
+
+// Several instances' reconcilers at once release each seat once (I2), keep
+// the counter right (I8), and free each order's seats from one instance:
+// the one whose cancel decided it. Another instance's lock scan that sees
+// the order cancelled moments ago leaves its locks to that cancel.
 func TestConcurrentReconcilers(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -194,13 +219,16 @@ func TestConcurrentReconcilers(t *testing.T) {
 	}
 	e.advance(time.Minute)
 	counting := &countingReleaser{Seats: e.seats}
-	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: counting})
-	require.NoError(t, err)
+	var by sync.Map
+	var byMu sync.Mutex
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	expired := 0
 	for i := 0; i < 8; i++ {
-		r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: counting, Service: svc, Batch: 5, Grace: time.Minute})
+		seats := instanceReleaser{countingReleaser: counting, name: fmt.Sprintf("instance-%d", i), by: &by, mu: &byMu}
+		svc, err := cancel.New(cancel.Config{Store: e.store, Seats: seats})
+		require.NoError(t, err)
+		r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: seats, Service: svc, Batch: 5, Grace: time.Minute})
 		require.NoError(t, err)
 		wg.Add(1)
 		go func() {
@@ -215,6 +243,13 @@ func TestConcurrentReconcilers(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, 50, expired, "each order cancelled by exactly one reconciler")
 	assert.Equal(t, 100, counting.freed, "I2: each of the 100 seats freed exactly once")
+	orders := 0
+	by.Range(func(no, m any) bool {
+		orders++
+		assert.Len(t, m, 1, "order %s's seats freed by one instance: %v", no, m)
+		return true
+	})
+	assert.Equal(t, 50, orders)
 	n, _ := e.seats.Held(ctx, "s", "u1")
 	assert.Zero(t, n)
 	show, _ := e.seats.Show(ctx, "s")
@@ -448,6 +483,7 @@ func TestConfigNonsenseIsRejected(t *testing.T) {
 		"Workers":      func(c *reconcile.Config) { c.Workers = -2 },
 		"MaxPerRound":  func(c *reconcile.Config) { c.MaxPerRound = -5 },
 		"Grace":        func(c *reconcile.Config) { c.Grace = -time.Second },
+		"Settle":       func(c *reconcile.Config) { c.Settle = -time.Second },
 		"OrderTimeout": func(c *reconcile.Config) { c.OrderTimeout = -time.Second },
 	} {
 		c := base
@@ -507,4 +543,124 @@ func TestManySkippedOrdersDoNotHideTheRest(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		assert.Equal(t, expiry.StatusCancelled, e.status(t, fmt.Sprintf("b%d", i)))
 	}
+}
+
+// gatedReleaser holds the release of one order until its gate opens: the
+// instance that cancelled it, between its commit and its seat store call.
+type gatedReleaser struct {
+	*memstore.Seats
+	order         string
+	entered, gate chan struct{}
+}
+
+func (g *gatedReleaser) Release(ctx context.Context, h cancel.Hold) (int, error) {
+	if h.OrderNo == g.order {
+		close(g.entered)
+		<-g.gate
+	}
+	return g.Seats.Release(ctx, h)
+}
+
+// The hostile interleaving of two instances: A's cancel has committed and
+// not yet released, and B's reconciler scans the seat locks right then. B
+// must leave the order to A: A frees both seats, B none. (Before
+// Config.Settle, B released the seats it scanned and A the rest: each seat
+// once, but one order freed seat by seat from two instances.)
+func TestLockScanLeavesAJustCancelledOrderToItsCanceller(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	p := e.place(t, "o1", time.Hour)
+	gated := &gatedReleaser{Seats: e.seats, order: "o1", entered: make(chan struct{}), gate: make(chan struct{})}
+	svcA, err := cancel.New(cancel.Config{Store: e.store, Seats: gated})
+	require.NoError(t, err)
+	done := make(chan cancel.Result)
+	go func() {
+		res, err := svcA.UserCancel(ctx, "o1", "u1")
+		assert.NoError(t, err)
+		done <- res
+	}()
+	<-gated.entered // A committed; its release waits
+
+	b := &countingReleaser{Seats: e.seats}
+	svcB, err := cancel.New(cancel.Config{Store: e.store, Seats: b})
+	require.NoError(t, err)
+	rB, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: b, Service: svcB, Grace: time.Minute})
+	require.NoError(t, err)
+	e.advance(reconcile.SettleDefault - time.Millisecond) // B's round, however slow, within the settle time
+	rep, err := rB.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, rep.Locks, "B's scan saw both locks")
+	assert.Equal(t, 2, rep.Settling, "and left them to the order's canceller")
+	assert.Zero(t, b.freed, "B freed nothing")
+
+	close(gated.gate)
+	res := <-done
+	assert.Equal(t, 2, res.Released, "A frees both seats")
+	show, err := e.seats.Show(ctx, "s")
+	require.NoError(t, err)
+	for _, seat := range p.Seats {
+		assert.NotContains(t, show, seat)
+	}
+	e.advance(time.Hour)
+	rep, err = rB.Round(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Released+rep.Settling+b.freed, "I5: nothing left")
+}
+
+// A canceller that crashed after its commit (its release never ran) is
+// repaired by the first pass after the settle time, by the store's clock:
+// one release frees both seats.
+func TestLockScanRepairsACrashedCancellerAfterTheSettleTime(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.place(t, "o1", time.Hour)
+	res, err := e.store.CancelPending(ctx, cancel.Request{OrderNo: "o1", Reason: cancel.ReasonUser})
+	require.NoError(t, err)
+	require.True(t, res.Changed) // committed; the process dies here
+
+	counting := &countingReleaser{Seats: e.seats}
+	const settle = 3 * time.Second
+	r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: counting, Service: e.svc, Grace: time.Minute, Settle: settle})
+	require.NoError(t, err)
+	e.advance(settle - time.Millisecond)
+	rep, err := r.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, rep.Settling)
+	assert.Zero(t, counting.freed, "within the settle time")
+	e.advance(time.Millisecond)
+	rep, err = r.Round(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Settling)
+	assert.Equal(t, 2, rep.Released, "at the settle time both seats, in one release")
+	n, err := e.seats.Held(ctx, "s", "u1")
+	require.NoError(t, err)
+	assert.Zero(t, n, "I8")
+}
+
+// unknownAges is an order store that does not record when an order was last
+// written (a host's table mapped without an updated-at column).
+type unknownAges struct{ *memstore.Store }
+
+func (u unknownAges) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+	st, err := u.Store.Statuses(ctx, nos)
+	for no, s := range st {
+		s.Age = reconcile.AgeUnknown
+		st[no] = s
+	}
+	return st, err
+}
+
+// Without ages scan #4 cannot wait for the decider: it releases at once.
+func TestLockScanWithoutAgesReleasesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.place(t, "o1", time.Hour)
+	_, err := e.store.CancelPending(ctx, cancel.Request{OrderNo: "o1", Reason: cancel.ReasonUser})
+	require.NoError(t, err)
+	r, err := reconcile.New(reconcile.Config{Orders: unknownAges{e.store}, Seats: e.seats, Service: e.svc, Grace: time.Minute})
+	require.NoError(t, err)
+	rep, err := r.Round(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Settling)
+	assert.Equal(t, 2, rep.Released)
 }

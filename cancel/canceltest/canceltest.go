@@ -40,6 +40,7 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // Store is what the suite tests: the cancel.OrderStore, the
@@ -48,7 +49,7 @@ type Store interface {
 	cancel.OrderStore
 	cancel.DiscrepancyStore
 	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	Statuses(ctx context.Context, nos []string) (map[string]expiry.Status, error)
+	Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error)
 	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 }
 
@@ -70,6 +71,12 @@ type StoreHarness struct {
 	// millisecond). A store that rounds to a coarser one must round up,
 	// never down (I4).
 	Resolution time.Duration
+	// WriteResolution is how finely it keeps an order's last write (the
+	// age Statuses answers; 0: a millisecond).
+	WriteResolution time.Duration
+	// NoWriteTime says the store does not record an order's last write
+	// (a Mapping without UpdatedAt): every age is reconcile.AgeUnknown.
+	NoWriteTime bool
 }
 
 var seq atomic.Uint64
@@ -613,7 +620,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		require.NoError(t, err)
 		st, err := h.Store.Statuses(ctx, []string{a.OrderNo, b.OrderNo, "missing"})
 		require.NoError(t, err)
-		assert.Equal(t, map[string]expiry.Status{a.OrderNo: expiry.StatusPending, b.OrderNo: expiry.StatusPaid}, st)
+		assert.Equal(t, map[string]expiry.Status{a.OrderNo: expiry.StatusPending, b.OrderNo: expiry.StatusPaid}, statusesOf(st))
 		many := make([]string, 1200) // more than one IN list
 		for i := range many {
 			many[i] = id("m")
@@ -621,7 +628,44 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		many[1100] = a.OrderNo
 		st, err = h.Store.Statuses(ctx, many)
 		require.NoError(t, err)
-		assert.Equal(t, map[string]expiry.Status{a.OrderNo: expiry.StatusPending}, st)
+		assert.Equal(t, map[string]expiry.Status{a.OrderNo: expiry.StatusPending}, statusesOf(st))
+	})
+
+	// The age is the time since the order's last write by the store's
+	// clock: the reconciler leaves the locks of an order decided moments
+	// ago to the host that decided it (reconcile.Config.Settle).
+	t.Run("StatusesAge", func(t *testing.T) {
+		h, now := setup(t)
+		res := max(h.WriteResolution, time.Millisecond)
+		slack := res + 500*time.Millisecond // a loaded machine's statements
+		placedA := time.Now()
+		a := place(t, h, "u1", now.Add(time.Hour))
+		if h.NoWriteTime {
+			st, err := h.Store.Statuses(ctx, []string{a.OrderNo})
+			require.NoError(t, err)
+			assert.Equal(t, reconcile.AgeUnknown, st[a.OrderNo].Age, "a store without a write time answers AgeUnknown")
+			return
+		}
+		wait := res + 400*time.Millisecond
+		time.Sleep(wait)
+		b := place(t, h, "u1", now.Add(time.Hour))
+		_, err := h.Store.PayPending(ctx, pay(b.OrderNo, ""))
+		require.NoError(t, err)
+		st, err := h.Store.Statuses(ctx, []string{a.OrderNo, b.OrderNo})
+		require.NoError(t, err)
+		ageA, ageB := st[a.OrderNo].Age, st[b.OrderNo].Age
+		assert.GreaterOrEqual(t, ageA, wait-res, "pending since it was placed")
+		assert.LessOrEqual(t, ageA, time.Since(placedA)+res)
+		assert.GreaterOrEqual(t, ageB, time.Duration(0), "never negative")
+		assert.Less(t, ageB, slack, "paid just now")
+		assert.Greater(t, ageA, ageB)
+
+		_, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: a.OrderNo, Reason: cancel.ReasonUser})
+		require.NoError(t, err)
+		st, err = h.Store.Statuses(ctx, []string{a.OrderNo})
+		require.NoError(t, err)
+		assert.Equal(t, expiry.StatusCancelled, st[a.OrderNo].Status)
+		assert.Less(t, st[a.OrderNo].Age, slack, "a decision is a write: the age starts again")
 	})
 
 	t.Run("Claims", func(t *testing.T) {
@@ -708,4 +752,13 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 	})
 
 	runLifecycle(t, setup, place)
+}
+
+// statusesOf drops the ages of a Statuses answer.
+func statusesOf(st map[string]reconcile.OrderState) map[string]expiry.Status {
+	out := make(map[string]expiry.Status, len(st))
+	for no, s := range st {
+		out[no] = s.Status
+	}
+	return out
 }

@@ -132,7 +132,7 @@ func runLifecycle(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Tim
 		assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "a reinstated order's seat is claimed")
 		st, err := h.Store.Statuses(ctx, []string{p.OrderNo})
 		require.NoError(t, err)
-		assert.Equal(t, expiry.StatusPaid, st[p.OrderNo])
+		assert.Equal(t, expiry.StatusPaid, st[p.OrderNo].Status)
 	})
 
 	t.Run("LateAfterReconcile", func(t *testing.T) {

@@ -53,7 +53,7 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 		s.claims[[2]string{o.o.ShowID, seat}] = o.o.No
 	}
 	o.seats = slices.Clone(o.placed)
-	o.o.Status, o.paymentID = expiry.StatusPaid, p.PaymentID
+	o.o.Status, o.paymentID, o.written = expiry.StatusPaid, p.PaymentID, s.now()
 	cur.Status = expiry.StatusPaid
 	return cancel.Result{Changed: true, Order: cur, Seats: slices.Clone(o.placed), PaymentID: p.PaymentID}, nil
 }
@@ -93,7 +93,7 @@ func (s *Store) SetDeadline(_ context.Context, c cancel.DeadlineChange) (cancel.
 		return cancel.DeadlineResult{Order: cur}, nil
 	}
 	prev := o.o.ExpireAt
-	o.o.ExpireAt = to
+	o.o.ExpireAt, o.written = to, s.now()
 	cur.ExpireAt = to
 	return cancel.DeadlineResult{Changed: true, Order: cur, Previous: prev}, nil
 }

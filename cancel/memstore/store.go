@@ -21,6 +21,7 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 type order struct {
@@ -32,6 +33,9 @@ type order struct {
 	// oe_order.seats), so that a late payment can reinstate it.
 	placed []string
 	warned bool // its expiry warning fired (sqlstore's warned_at_ms)
+	// written is its last write by the store's clock (sqlstore's
+	// updated_at_ms): Statuses answers its age.
+	written time.Time
 }
 
 // discrepancy is one row of sqlstore's oe_payment_discrepancy; times are
@@ -106,7 +110,7 @@ func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	}
 	seats := slices.Clone(p.Seats)
 	sort.Strings(seats)
-	s.orders[p.OrderNo] = &order{o: expiry.Order{No: p.OrderNo, UserID: p.UserID, ShowID: p.ShowID, ExpireAt: p.ExpireAt.Truncate(time.Millisecond)}, seats: seats, placed: slices.Clone(seats)}
+	s.orders[p.OrderNo] = &order{o: expiry.Order{No: p.OrderNo, UserID: p.UserID, ShowID: p.ShowID, ExpireAt: p.ExpireAt.Truncate(time.Millisecond)}, seats: seats, placed: slices.Clone(seats), written: s.now()}
 	return nil
 }
 
@@ -240,7 +244,7 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 	if o.o.Status != expiry.StatusPending || !guard(o) {
 		return cancel.Result{Order: cur, PaymentID: o.paymentID}, nil
 	}
-	o.o.Status, o.reason, o.paymentID = to, reason, paymentID
+	o.o.Status, o.reason, o.paymentID, o.written = to, reason, paymentID, s.now()
 	cur.Status = to
 	seats := slices.Clone(o.seats)
 	if to == expiry.StatusCancelled {
@@ -321,17 +325,20 @@ func (s *Store) Overdue(context.Context) (n int, oldest time.Duration, err error
 	return n, oldest, nil
 }
 
-// Statuses implements reconcile.StatusReader.
-func (s *Store) Statuses(_ context.Context, nos []string) (map[string]expiry.Status, error) {
+// Statuses implements reconcile.StatusReader: each order's age is the time
+// since its last write by the store's clock, in whole milliseconds (as
+// sqlstore's), never negative.
+func (s *Store) Statuses(_ context.Context, nos []string) (map[string]reconcile.OrderState, error) {
 	if err := s.fail("Statuses"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]expiry.Status, len(nos))
+	now := s.now()
+	out := make(map[string]reconcile.OrderState, len(nos))
 	for _, no := range nos {
 		if o, ok := s.orders[no]; ok {
-			out[no] = o.o.Status
+			out[no] = reconcile.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond)}
 		}
 	}
 	return out, nil

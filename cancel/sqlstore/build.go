@@ -622,7 +622,13 @@ func (r *resolved) build() queries {
 	}
 	q.overdue = b.done(d)
 
-	q.statusesPre = "SELECT " + r.no + ", " + r.status + " FROM " + r.o + " WHERE " + r.no + " IN ("
+	// Statuses: each order's status and, with an updated-at column, the
+	// milliseconds since its last write by the database's clock.
+	age := "NULL"
+	if r.updated != "" {
+		age = "(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"
+	}
+	q.statusesPre = "SELECT " + r.no + ", " + r.status + ", " + age + " FROM " + r.o + " WHERE " + r.no + " IN ("
 	b = &sb{}
 	conds(b, "", r.where)
 	q.statusesPost = ")" + b.b.String()

@@ -97,7 +97,8 @@ func TestTenantsShareOrderNumbers(t *testing.T) {
 			assert.Equal(t, "EXPIRED", state, "a timeout writes the host's timeout code")
 			st, err := s.Statuses(ctx, []string{"o-1"})
 			require.NoError(t, err)
-			assert.Equal(t, map[string]expiry.Status{"o-1": expiry.StatusCancelled}, st)
+			require.Len(t, st, 1)
+			assert.Equal(t, expiry.StatusCancelled, st["o-1"].Status)
 		})
 	}
 }

@@ -72,7 +72,11 @@ type Orders struct {
 	// CancelReason, optional, receives the cancel's reason (up to
 	// cancel.MaxReasonLen bytes).
 	CancelReason string
-	// UpdatedAt, optional, receives the database's now on every write.
+	// UpdatedAt, optional, receives the database's now on every write. It
+	// is the age Statuses answers: the reconciler's lock pass leaves an
+	// order decided less than reconcile.Config.Settle ago to the instance
+	// that decided it. Without it every age is reconcile.AgeUnknown and the
+	// pass does not wait.
 	UpdatedAt Time
 	// PaymentID, optional, receives the payment id that paid the order.
 	// Without it a paid order reports no payment id (Result.PaymentID ""),

@@ -280,6 +280,10 @@ func hostHarness(t *testing.T, db *sql.DB, d sqlstore.Dialect, hs hostSchema) ca
 		},
 		CaseFoldingKeys: hs.caseFolding && d == sqlstore.MySQL,
 		Resolution:      hs.resolution,
+		// The host schemas' updated-at columns keep seconds (DATETIME,
+		// TIMESTAMP, epoch seconds) or finer.
+		WriteResolution: time.Second,
+		NoWriteTime:     hs.mapping.Orders.UpdatedAt.Column == "",
 	}
 }
 

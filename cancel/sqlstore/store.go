@@ -80,6 +80,7 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // Dialect names the SQL flavour of the database behind a Store.
@@ -936,13 +937,15 @@ func (s *Store) Overdue(ctx context.Context) (n int, oldest time.Duration, err e
 // maxIn bounds the IN list of one Statuses query.
 const maxIn = 500
 
-// Statuses returns the status of each existing order among nos (missing ones
-// are absent from the map). Only rows whose number equals a requested one
-// byte for byte are kept, so a case-insensitive collation of the host's
-// table cannot answer for a case variant (I10). It implements
-// reconcile.StatusReader.
-func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]expiry.Status, error) {
-	out := make(map[string]expiry.Status, len(nos))
+// Statuses returns the state of each existing order among nos (missing ones
+// are absent from the map): its status and the time since its last write
+// by the database's clock (whole milliseconds, never negative; the
+// resolution of the Mapping's UpdatedAt column, and reconcile.AgeUnknown
+// without one). Only rows whose number equals a requested one byte for byte
+// are kept, so a case-insensitive collation of the host's table cannot
+// answer for a case variant (I10). It implements reconcile.StatusReader.
+func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+	out := make(map[string]reconcile.OrderState, len(nos))
 	want := make(map[string]bool, len(nos))
 	for _, no := range nos {
 		want[no] = true
@@ -961,7 +964,8 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]expiry.S
 		}
 		for rows.Next() {
 			var no, key string
-			if err := rows.Scan(&no, &key); err != nil {
+			var ageMS sql.NullInt64
+			if err := rows.Scan(&no, &key, &ageMS); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 			}
@@ -970,8 +974,12 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]expiry.S
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: order %s: %w", no, err)
 			}
+			age := reconcile.AgeUnknown
+			if ageMS.Valid {
+				age = time.Duration(max(0, ageMS.Int64)) * time.Millisecond
+			}
 			if want[no] {
-				out[no] = st
+				out[no] = reconcile.OrderState{Status: st, Age: age}
 			}
 		}
 		err = rows.Err()

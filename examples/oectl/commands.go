@@ -198,6 +198,7 @@ func reconcileOnce(ctx context.Context, e *env, dry bool, w, logs io.Writer) err
 		{"orders skipped (their cancel failed)", rep.Skipped},
 		{"seat locks scanned (scan #4)", rep.Locks},
 		{"seats released", rep.Released},
+		{"seats left to the instance that just decided their order", rep.Settling},
 		{"seats marked sold", rep.Sold},
 		{"seats restored from SQL (scan #2)", rep.Restored},
 		{"refund hooks retried", rep.Refunds},

@@ -61,10 +61,13 @@ func newWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, dbFlag string) world
 	place("due-1", now.Add(-time.Hour), "A1", "A2")
 	place("live-1", now.Add(time.Hour), "B1")
 	place("gone-1", now.Add(time.Hour), "C1", "C2")
-	// Cancelled in SQL only, as after a crash between the two boundaries.
+	// Cancelled in SQL only, as after a crash between the two boundaries,
+	// a minute ago: past the reconciler's settle time.
 	res, err := store.CancelPending(ctx, cancel.Request{OrderNo: "gone-1", Reason: cancel.ReasonUser})
 	require.NoError(t, err)
 	require.True(t, res.Changed)
+	_, err = db.ExecContext(ctx, "UPDATE oe_order SET updated_at_ms = updated_at_ms - 60000 WHERE order_no = 'gone-1'")
+	require.NoError(t, err)
 	return world{flags: []string{dbFlag, "-redis", os.Getenv(testenv.EnvRedis), "-namespace", ns}, store: store, seats: seats}
 }
 

@@ -120,6 +120,7 @@ func (d *demo) Observe(_ context.Context, e expiry.Event) {
 func (d *demo) decide(orderNo, what string) {
 	d.mu.Lock()
 	d.decided[orderNo] = append(d.decided[orderNo], what)
+	d.lastDecided = time.Now()
 	d.mu.Unlock()
 }
 

@@ -114,7 +114,7 @@ func mRunSeatFlow(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect, che
 				}
 				return tx.Commit()
 			},
-			grace: 100 * time.Millisecond,
+			grace: 100 * time.Millisecond, settle: 300 * time.Millisecond,
 			lease: 20 * time.Millisecond,
 			// Whole seconds: a DATETIME deadline. Expiries a bit longer than
 			// mRunSQL's, so that some are still ahead after the rounding up.

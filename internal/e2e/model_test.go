@@ -74,6 +74,7 @@ func TestModelFake(t *testing.T) {
 			place:    store.Place,
 			clock:    clock,
 			grace:    time.Minute,
+			settle:   reconcile.SettleDefault,
 			lease:    time.Minute,
 			wipe:     seats.Wipe,
 			wipeShow: seats.WipeShow,
@@ -132,6 +133,7 @@ func mRunSQL(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect, checks, 
 				return tx.Commit()
 			},
 			grace:     100 * time.Millisecond,
+			settle:    300 * time.Millisecond,
 			lease:     20 * time.Millisecond,
 			expiryMin: -800 * time.Millisecond, expiryMax: 2500 * time.Millisecond,
 		}
@@ -217,8 +219,11 @@ type mEnv struct {
 	seats  canceltest.SeatStore
 	place  func(ctx context.Context, p cancel.Placement) error
 	// clock is the FakeClock of the fake variant; nil means real time.
-	clock                *expirytest.FakeClock
-	grace                time.Duration
+	clock *expirytest.FakeClock
+	grace time.Duration
+	// settle is reconcile.Config.Settle: how long the lock scan leaves a
+	// decided order to the host that decided it.
+	settle               time.Duration
 	lease                time.Duration // of a discrepancy whose refund hook failed
 	expiryMin, expiryMax time.Duration
 	// resolution, when set, is how finely the store keeps a deadline (a
@@ -302,6 +307,9 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"ExpireNow":     m.ExpireNow,
 			"Shorten":       m.Shorten,
 			"WarnRedeliver": m.WarnRedeliver,
+			// Several instances (issue 13): another host's scan between a
+			// cancel's commit and its release.
+			"CancelUnderScan": m.CancelUnderScan,
 		}
 		if env.orderStoreOnly {
 			for _, k := range []string{"PayLate", "PayLateResold", "Extend", "Shorten", "WarnRedeliver"} {
@@ -412,7 +420,10 @@ type machine struct {
 	hits         []string // operations that failed in the current action
 	bad          []string // violations seen inside decorators
 	freed        map[[3]string]bool
-	lead         time.Duration // the warning's lead (SchedulerConfig.WarnBefore)
+	// midRelease, when set, runs inside the next release of its order,
+	// before the seat store sees it (CancelUnderScan).
+	midRelease *mMid
+	lead       time.Duration // the warning's lead (SchedulerConfig.WarnBefore)
 
 	obs   *mObserver
 	fo    *mOrders
@@ -472,7 +483,7 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	}
 	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Runtime: expiry.Runtime{Clock: clock, Observer: m.obs, Logger: quiet},
 		// Small batches and rounds, so a backlog spans rounds (Report.More).
-		Batch: 4, MaxPerRound: 12, Grace: env.grace,
+		Batch: 4, MaxPerRound: 12, Grace: env.grace, Settle: env.settle,
 		// One cancel at a time: the model attributes each seat change to the
 		// call that made it, which concurrent workers within a round would
 		// blur (concurrency is the race and storm tests' job).
@@ -776,7 +787,7 @@ func (s *mOrders) SettleDiscrepancy(ctx context.Context, paymentID string) error
 	return s.inner.SettleDiscrepancy(ctx, paymentID)
 }
 
-func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]expiry.Status, error) {
+func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
 	if _, hit := s.m.fault("Statuses", ""); hit {
 		return nil, injected("Statuses")
 	}
@@ -870,6 +881,10 @@ func (s *mSeats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 	mode, hit := s.m.fault("Release", h.OrderNo)
 	if mode == mBefore {
 		return 0, injected("Release")
+	}
+	if mid := s.m.midRelease; mid != nil && mid.order == h.OrderNo {
+		s.m.midRelease = nil
+		mid.run()
 	}
 	before := s.show(ctx, h.ShowID)
 	n, err := s.inner.Release(ctx, h)
@@ -1411,6 +1426,76 @@ func (m *machine) UserCancel(t *rapid.T) {
 	}
 }
 
+// mMid is what runs between a cancel's commit and its release.
+type mMid struct {
+	order string
+	run   func()
+}
+
+// CancelUnderScan is the hostile interleaving of two instances: a user's
+// cancel commits, and before its release reaches the seat store the other
+// host's reconciler runs a round. The order was decided moments ago, so
+// that round must leave its locks to the canceller (reconcile.Config.Settle),
+// which then frees every seat itself: one instance frees an order's seats,
+// never two racing each other seat by seat. Checked when the round surely
+// ran within the settle time: on the fake clock always, in real time when
+// the time since the cancel began, plus the store's resolution of its
+// write time, is shorter.
+func (m *machine) CancelUnderScan(t *rapid.T) {
+	var pending []string
+	for _, no := range m.nos {
+		if o := m.orders[no]; o.placed && o.status == expiry.StatusPending {
+			pending = append(pending, no)
+		}
+	}
+	if len(pending) == 0 {
+		m.stats.kinds["cancel_under_scan_none_pending"]++
+		return
+	}
+	no := rapid.SampledFrom(pending).Draw(t, "pending_order")
+	o := m.orders[no]
+	host := rapid.IntRange(0, 1).Draw(t, "host")
+	// Seats lost (and maybe restored by that round) or a lock an earlier
+	// failure left: the counts say nothing.
+	unsure := o.lag || m.lost || m.lostShows[o.p.ShowID]
+	start := m.appNow()
+	var byScan []string
+	within := false
+	m.midRelease = &mMid{order: no, run: func() {
+		_, _ = m.rounds(m.hosts[host]) // an armed fault may fail it: it frees less, never more
+		for _, seat := range o.p.Seats {
+			if m.freed[[3]string{no, o.p.ShowID, seat}] {
+				byScan = append(byScan, seat)
+			}
+		}
+		within = m.appNow().Sub(start)+m.env.resolution < m.env.settle
+	}}
+	res, err := m.svc.UserCancel(m.ctx, no, o.p.UserID)
+	ran := m.midRelease == nil
+	m.midRelease = nil
+	if m.hit("CancelPending") {
+		return
+	}
+	if err != nil || !res.Changed {
+		m.violate("cancel under scan of pending %s: changed=%v err=%v", no, res.Changed, err)
+		return
+	}
+	switch {
+	case !ran: // the release failed before the seat store
+		m.stats.kinds["cancel_under_scan_release_failed"]++
+	case !within || unsure:
+		m.stats.kinds["cancel_under_scan_unchecked"]++
+	default:
+		m.stats.kinds["cancel_under_scan"]++
+		if len(byScan) > 0 {
+			m.violate("the other host's scan released seats %v of %s between its cancel's commit and the canceller's release", byScan, no)
+		}
+		if !m.hit("Release") && res.Released != len(o.p.Seats) {
+			m.violate("cancel under scan of %s: the canceller released %d seats, want %d", no, res.Released, len(o.p.Seats))
+		}
+	}
+}
+
 func (m *machine) expectErr(what string, err, want error) {
 	if !errors.Is(err, want) {
 		m.violate("%s: err %v, want %v", what, err, want)
@@ -1845,7 +1930,10 @@ func (m *machine) snapshot(t *rapid.T) *mSnap {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &mSnap{Statuses: st, Seats: map[string]map[string]cancel.SeatState{}, Held: map[string]int{}}
+	s := &mSnap{Statuses: map[string]expiry.Status{}, Seats: map[string]map[string]cancel.SeatState{}, Held: map[string]int{}}
+	for no, o := range st {
+		s.Statuses[no] = o.Status
+	}
 	for _, show := range m.shows {
 		s.Seats[show] = m.fs.show(m.ctx, show)
 		for _, u := range m.users {
@@ -1994,9 +2082,9 @@ func (m *machine) settle(t *rapid.T) {
 				latest = o.p.ExpireAt
 			}
 		}
-		m.pass(latest.Sub(m.appNow()) + m.env.grace + time.Second)
+		m.pass(latest.Sub(m.appNow()) + max(m.env.grace, m.env.settle) + time.Second)
 	} else {
-		m.pass(m.env.grace + 10*time.Millisecond)
+		m.pass(max(m.env.grace, m.env.settle) + 10*time.Millisecond)
 	}
 	// A fresh host with the default bounds: one round covers every store of
 	// a run (the model's hosts use small ones, so passes span rounds).

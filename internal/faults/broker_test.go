@@ -147,7 +147,7 @@ func TestBrokerFaults(t *testing.T) {
 			return false
 		}
 		for _, s := range st {
-			if s == expiry.StatusPending {
+			if s.Status == expiry.StatusPending {
 				return false
 			}
 		}
@@ -164,7 +164,7 @@ func TestBrokerFaults(t *testing.T) {
 		require.NoError(t, err)
 		pending := 0
 		for _, s := range st {
-			if s == expiry.StatusPending {
+			if s.Status == expiry.StatusPending {
 				pending++
 			}
 		}
