@@ -335,24 +335,58 @@ func selfCPU() time.Duration {
 
 var clkTck = 100.0 // USER_HZ on Linux
 
-// procCPU is the user+system CPU time of process pid (all its threads).
+// procCPU is the user+system CPU time of process pid (all its threads) and
+// of its children: those still running, and those it has waited for
+// (cutime, cstime). PostgreSQL serves each connection from a child process
+// of the postmaster, so the postmaster alone shows almost nothing.
 func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := procStat(pid)
 	if err != nil {
 		return 0, err
+	}
+	total := statTicks(f, 11, 12, 13, 14)
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		child, err := strconv.Atoi(strings.Split(path, "/")[2])
+		if err != nil || child == pid {
+			continue
+		}
+		cf, err := procStat(child)
+		if err != nil || cf[1] != strconv.Itoa(pid) {
+			continue
+		}
+		total += statTicks(cf, 11, 12, 13, 14)
+	}
+	return time.Duration(total / clkTck * float64(time.Second)), nil
+}
+
+// procStat is the fields of /proc/<pid>/stat after the command name (the
+// state first, then the parent's pid, ...).
+func procStat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, errors.New("bad stat")
+		return nil, errors.New("bad stat")
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, errors.New("bad stat")
+	if len(f) < 15 {
+		return nil, errors.New("bad stat")
 	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return time.Duration((ut + st) / clkTck * float64(time.Second)), nil
+	return f, nil
+}
+
+// statTicks sums the clock-tick fields at the given indexes of procStat.
+func statTicks(f []string, idx ...int) float64 {
+	sum := 0.0
+	for _, i := range idx {
+		v, _ := strconv.ParseFloat(f[i], 64)
+		sum += v
+	}
+	return sum
 }
 
 // pidByPort finds the process listening on TCP port (loopback or any), by
