@@ -362,9 +362,13 @@ func (r *rig) refund(_ context.Context, d cancel.Discrepancy) error {
 }
 
 // reconciler returns a new reconciler (one per simulated host).
+// stormSettle is the reconcilers' Settle: the storm's hosts decide orders
+// until its end, and the drain waits this long for the last of them.
+const stormSettle = time.Second
+
 func (r *rig) reconciler() *reconcile.Reconciler {
 	rec, err := reconcile.New(reconcile.Config{Orders: r.w.Store, Seats: r.rel, Service: recordingService{r},
-		Batch: 100, Grace: time.Minute, Runtime: expiry.Runtime{Observer: r.w.Ledger, Logger: slog.New(logCounter{r.logs})}})
+		Batch: 100, Grace: time.Minute, Settle: stormSettle, Runtime: expiry.Runtime{Observer: r.w.Ledger, Logger: slog.New(logCounter{r.logs})}})
 	require.NoError(r.t, err)
 	return rec
 }
@@ -696,6 +700,10 @@ func runStorm(t *testing.T, d sqlstore.Dialect, cfg config) outcome {
 		if r.errs.Err("drain_round", err) != "" || rep.Skipped > 0 {
 			rec = r.reconciler() // a skipped order would wait out its backoff
 			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if rep.Settling > 0 { // an order decided moments ago: its decider's, until the settle time
+			time.Sleep(stormSettle / 4)
 			continue
 		}
 		quiet = rep.Complete && !rep.More && rep.Expired+rep.LostRaces+rep.Released+rep.Sold+rep.Restored+rep.Refunds == 0
