@@ -152,17 +152,25 @@ func awaitElection(ctx context.Context, t *testing.T, o *foOutage) []string {
 	// The election itself: the replica asks for votes, a majority grant them.
 	var authSent, acks int64
 	require.NoError(t, waitUntil(ctx, time.Until(o.killTime.Add(30*time.Second)), func() error {
-		authSent = clusterStat(ctx, o.rc, "cluster_stats_messages_auth-req_sent") - authBefore
-		acks = clusterStat(ctx, o.rc, "cluster_stats_messages_auth-ack_received") - acksBefore
 		if info, err := o.rc.Info(ctx, "replication").Result(); err != nil || !strings.Contains(info, "role:master") {
-			return fmt.Errorf("not elected yet (%d vote requests sent): %v", authSent, err)
+			return fmt.Errorf("not elected yet: %v", err)
 		}
 		return nil
 	}), "the replica is elected")
+	electedTime := time.Now()
+	// The votes it won by: the counters are read after the win, and a vote
+	// read a moment before it may be the one that decided.
+	_ = waitUntil(ctx, 2*time.Second, func() error {
+		authSent = clusterStat(ctx, o.rc, "cluster_stats_messages_auth-req_sent") - authBefore
+		if acks = clusterStat(ctx, o.rc, "cluster_stats_messages_auth-ack_received") - acksBefore; acks < 2 {
+			return fmt.Errorf("%d votes", acks)
+		}
+		return nil
+	})
 	assert.Positive(t, authSent, "the replica was elected: it asked the masters for their votes")
 	assert.GreaterOrEqual(t, acks, int64(2), "a majority of the three masters voted for it")
-	return []string{fmt.Sprintf("the replica resumed %.2f s after the kill; %s flagged the master FAIL %.2f s after the kill (cluster-node-timeout 5 s); the replica then sent %d vote-request messages (one per other node for an election) and was granted %d votes of the 2 surviving masters",
-		resumed.Seconds(), flaggedBy, failTime.Sub(o.killTime).Seconds(), authSent, acks)}
+	return []string{fmt.Sprintf("the replica resumed %.2f s after the kill; %s flagged the master FAIL %.2f s after the kill (cluster-node-timeout 5 s); the replica then sent %d vote-request messages (one per other node for an election), was granted %d votes of the 2 surviving masters and was master %.2f s after the kill",
+		resumed.Seconds(), flaggedBy, failTime.Sub(o.killTime).Seconds(), authSent, acks, electedTime.Sub(o.killTime).Seconds())}
 }
 
 // runClusterFailover is the failover tests' scenario, sc.promote making the
@@ -177,7 +185,8 @@ func runClusterFailover(t *testing.T, sc foScenario) {
 	require.Len(t, replicas, len(masters))
 	ctx, cancelAll := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancelAll()
-	require.NoError(t, clusterAsStarted(ctx, masters, replicas), "the cluster must start as services.sh made it")
+	require.NoError(t, waitUntil(ctx, 15*time.Second, func() error { return clusterAsStarted(ctx, masters, replicas) }),
+		"the cluster must start as services.sh made it")
 
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: masters, DialTimeout: time.Second,
 		ReadTimeout: time.Second, WriteTimeout: time.Second})
@@ -897,16 +906,21 @@ func waitUntil(ctx context.Context, d time.Duration, cond func() error) error {
 }
 
 // clusterAsStarted reports nil when every node says cluster_state:ok, each
-// of masters is a master and replicas[i] follows masters[i] with its link up.
+// of masters is a master and replicas[i] follows masters[i] with its link up,
+// and every node's CLUSTER NODES says so too (gossip lags a failover).
 func clusterAsStarted(ctx context.Context, masters, replicas []string) error {
 	for i, m := range masters {
 		for _, a := range []string{m, replicas[i]} {
 			c := redis.NewClient(&redis.Options{Addr: a, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 			ci, err := c.ClusterInfo(ctx).Result()
 			info, err2 := c.Info(ctx, "replication").Result()
+			nodes, err3 := c.ClusterNodes(ctx).Result()
 			_ = c.Close()
-			if err != nil || err2 != nil {
-				return fmt.Errorf("%s: %v %v", a, err, err2)
+			if err != nil || err2 != nil || err3 != nil {
+				return fmt.Errorf("%s: %v %v %v", a, err, err2, err3)
+			}
+			if err := viewAsStarted(nodes, masters, replicas); err != nil {
+				return fmt.Errorf("%s sees %w", a, err)
 			}
 			if !strings.Contains(ci, "cluster_state:ok") {
 				return fmt.Errorf("%s: cluster state not ok", a)
@@ -917,6 +931,37 @@ func clusterAsStarted(ctx context.Context, masters, replicas []string) error {
 			if a != m && (!strings.Contains(info, "role:slave") || !strings.Contains(info, "master_port:"+port(m)+"\r") || !strings.Contains(info, "master_link_status:up")) {
 				return fmt.Errorf("%s does not follow %s with its link up", a, m)
 			}
+		}
+	}
+	return nil
+}
+
+// viewAsStarted reports nil when the CLUSTER NODES text lists each of
+// masters as a master, replicas[i] as the replica of masters[i], none
+// flagged failing.
+func viewAsStarted(nodes string, masters, replicas []string) error {
+	type node struct {
+		id, master string
+		flags      []string
+	}
+	byAddr := map[string]node{}
+	for _, line := range strings.Split(nodes, "\n") {
+		if f := strings.Fields(line); len(f) > 3 {
+			addr, _, _ := strings.Cut(f[1], "@")
+			byAddr[addr] = node{id: f[0], master: f[3], flags: strings.Split(f[2], ",")}
+		}
+	}
+	for i, m := range masters {
+		mn, rn := byAddr[m], byAddr[replicas[i]]
+		switch {
+		case mn.id == "" || rn.id == "":
+			return fmt.Errorf("no node %s or %s", m, replicas[i])
+		case slices.Contains(mn.flags, "fail") || slices.Contains(mn.flags, "fail?") || slices.Contains(rn.flags, "fail") || slices.Contains(rn.flags, "fail?"):
+			return fmt.Errorf("%s %v, %s %v", m, mn.flags, replicas[i], rn.flags)
+		case !slices.Contains(mn.flags, "master"):
+			return fmt.Errorf("%s as %v", m, mn.flags)
+		case !slices.Contains(rn.flags, "slave") || rn.master != mn.id:
+			return fmt.Errorf("%s as %v of %s", replicas[i], rn.flags, rn.master)
 		}
 	}
 	return nil
