@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,134 @@ import (
 // while it is down every placement fails (the seat store lists the show
 // before it locks), and the promoted replica lacks the list's last writes too.
 func TestClusterFailover(t *testing.T) {
+	runClusterFailover(t, foScenario{figure: "cluster failover", how: "CLUSTER FAILOVER TAKEOVER", promote: promoteByTakeover})
+}
+
+// TestClusterAutomaticFailover is TestClusterFailover's scenario (the same
+// load, the same replica cut off before the kill, so that it lacks the
+// master's acknowledged last writes, the same checks) with the promotion
+// left to the cluster: nobody sends CLUSTER FAILOVER. The replica runs again
+// as soon as the master is dead; the two surviving masters (a majority of
+// the three) flag the master FAIL after cluster-node-timeout (5 s here), the
+// replica then starts an election and they vote it master of the slots. The
+// replica was stopped for well under a second before the kill and its link
+// went down at the kill, far inside cluster-replica-validity-factor (10 node
+// timeouts), so it may stand. Between the FAIL flag and the promotion the
+// cluster is down as a whole (cluster-require-full-coverage), so calls on
+// every master may fail for that while; each is counted and left to the
+// reconciler like the outage's.
+func TestClusterAutomaticFailover(t *testing.T) {
+	runClusterFailover(t, foScenario{figure: "cluster automatic failover", how: "elected by the surviving masters, no CLUSTER FAILOVER sent", promote: awaitElection})
+}
+
+// foScenario is what differs between the failover tests: how the replica of
+// the killed master becomes master.
+type foScenario struct {
+	figure string // the subject of the FIGURE lines
+	how    string // how the replica was promoted, for the figures
+	// promote runs right after the kill, with the replica still SIGSTOPped:
+	// it resumes the replica (foOutage.resume), then has it promoted or
+	// waits for the cluster to; it returns figures of its own to log.
+	promote func(ctx context.Context, t *testing.T, o *foOutage) []string
+}
+
+// foOutage is what a promotion step has at hand: the killed master, its
+// replica (stopped at the kill) and the nodes that survive.
+type foOutage struct {
+	masters, replicas []string
+	victim            int
+	rc                *redis.Client // the replica
+	replicaPid        int
+	killTime          time.Time
+	replicaAt         int64 // the replica's offset once resumed: all it has of the master's stream
+}
+
+// resume lets the replica run again and waits until it has read whatever
+// reached it before the cut and has seen its master go.
+func (o *foOutage) resume(ctx context.Context, t *testing.T) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(o.replicaPid, syscall.SIGCONT))
+	require.NoError(t, waitUntil(ctx, 10*time.Second, func() error {
+		info, err := o.rc.Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "master_link_status:down") {
+			return fmt.Errorf("the replica has not seen its master go: %v", err)
+		}
+		if off := replOffset(ctx, o.rc); off != o.replicaAt {
+			o.replicaAt = off
+			return errors.New("the replica is still reading")
+		}
+		return nil
+	}))
+}
+
+// promoteByTakeover: nothing serves the victim's slots for 1.5 s, then the
+// replica is resumed and takes them over (CLUSTER FAILOVER TAKEOVER, no
+// election). The replica stays stopped for less than the node timeout in all.
+func promoteByTakeover(ctx context.Context, t *testing.T, o *foOutage) []string {
+	time.Sleep(1500 * time.Millisecond)
+	o.resume(ctx, t)
+	require.NoError(t, o.rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err())
+	return nil
+}
+
+// awaitElection resumes the replica as soon as the killed master's port is
+// closed (the replica cannot reconnect and resync the lost window), then
+// only watches: it waits, with a deadline, until a surviving master flags
+// the victim FAIL, and counts the replica's election messages.
+func awaitElection(ctx context.Context, t *testing.T, o *foOutage) []string {
+	require.NoError(t, waitUntil(ctx, 5*time.Second, func() error {
+		c, err := net.DialTimeout("tcp", o.masters[o.victim], 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return errors.New("the killed master's port still accepts")
+		}
+		return nil
+	}))
+	o.resume(ctx, t)
+	resumed := time.Since(o.killTime)
+	authBefore := clusterStat(ctx, o.rc, "cluster_stats_messages_auth-req_sent")
+	acksBefore := clusterStat(ctx, o.rc, "cluster_stats_messages_auth-ack_received")
+	var failTime time.Time
+	var flaggedBy string
+	require.NoError(t, waitUntil(ctx, time.Until(o.killTime.Add(30*time.Second)), func() error {
+		for i, m := range o.masters {
+			if i == o.victim {
+				continue
+			}
+			if flags, err := nodeFlags(ctx, m, o.masters[o.victim]); err == nil && slices.Contains(flags, "fail") {
+				failTime, flaggedBy = time.Now(), m
+				return nil
+			}
+		}
+		return errors.New("no surviving master flags the victim FAIL yet")
+	}), "the surviving masters flag the killed master FAIL after cluster-node-timeout")
+	// The election itself: the replica asks for votes, a majority grant them.
+	var authSent, acks int64
+	require.NoError(t, waitUntil(ctx, time.Until(o.killTime.Add(30*time.Second)), func() error {
+		if info, err := o.rc.Info(ctx, "replication").Result(); err != nil || !strings.Contains(info, "role:master") {
+			return fmt.Errorf("not elected yet: %v", err)
+		}
+		return nil
+	}), "the replica is elected")
+	electedTime := time.Now()
+	// The votes it won by: the counters are read after the win, and a vote
+	// read a moment before it may be the one that decided.
+	_ = waitUntil(ctx, 2*time.Second, func() error {
+		authSent = clusterStat(ctx, o.rc, "cluster_stats_messages_auth-req_sent") - authBefore
+		if acks = clusterStat(ctx, o.rc, "cluster_stats_messages_auth-ack_received") - acksBefore; acks < 2 {
+			return fmt.Errorf("%d votes", acks)
+		}
+		return nil
+	})
+	assert.Positive(t, authSent, "the replica was elected: it asked the masters for their votes")
+	assert.GreaterOrEqual(t, acks, int64(2), "a majority of the three masters voted for it")
+	return []string{fmt.Sprintf("the replica resumed %.2f s after the kill; %s flagged the master FAIL %.2f s after the kill (cluster-node-timeout 5 s); the replica then sent %d vote-request messages (one per other node for an election), was granted %d votes of the 2 surviving masters and was master %.2f s after the kill",
+		resumed.Seconds(), flaggedBy, failTime.Sub(o.killTime).Seconds(), authSent, acks, electedTime.Sub(o.killTime).Seconds())}
+}
+
+// runClusterFailover is the failover tests' scenario, sc.promote making the
+// replica of the killed master a master.
+func runClusterFailover(t *testing.T, sc foScenario) {
 	t0 := time.Now()
 	db := testenv.MySQL(t)
 	testenv.RedisCluster(t) // a healthy cluster, or skip/fail
@@ -56,7 +185,8 @@ func TestClusterFailover(t *testing.T) {
 	require.Len(t, replicas, len(masters))
 	ctx, cancelAll := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancelAll()
-	require.NoError(t, clusterAsStarted(ctx, masters, replicas), "the cluster must start as services.sh made it")
+	require.NoError(t, waitUntil(ctx, 15*time.Second, func() error { return clusterAsStarted(ctx, masters, replicas) }),
+		"the cluster must start as services.sh made it")
 
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: masters, DialTimeout: time.Second,
 		ReadTimeout: time.Second, WriteTimeout: time.Second})
@@ -107,7 +237,7 @@ func TestClusterFailover(t *testing.T) {
 			t.Errorf("the cluster was not put back as it was: %v", err)
 			return
 		}
-		t.Logf("FIGURE cluster failover: the killed master restarted, rejoined as the promoted node's replica, resynced and took its slots back (CLUSTER FAILOVER) in %.1f s; the cluster ok with 3 masters and a replica each", time.Since(t1).Seconds())
+		t.Logf("FIGURE %s: the killed master restarted, rejoined as the promoted node's replica, resynced and took its slots back (CLUSTER FAILOVER) in %.1f s; the cluster ok with 3 masters and a replica each", sc.figure, time.Since(t1).Seconds())
 	})
 
 	// The first round writes the store's marker, before any replica is cut.
@@ -192,30 +322,15 @@ func TestClusterFailover(t *testing.T) {
 	killAt := replOffset(ctx, vc)
 	phase.Store("outage")
 	require.NoError(t, syscall.Kill(victimPid, syscall.SIGKILL))
-	killTime := time.Now()
-	// The outage: nothing serves the victim's slots for 1.5 s (an automatic
-	// failover would take cluster-node-timeout, 5 s here, and an election).
-	// The replica stays stopped for less than the node timeout in all.
-	time.Sleep(1500 * time.Millisecond)
-	require.NoError(t, syscall.Kill(replicaPid, syscall.SIGCONT))
-	var replicaAt int64
-	require.NoError(t, waitUntil(ctx, 10*time.Second, func() error {
-		info, err := rc.Info(ctx, "replication").Result()
-		if err != nil || !strings.Contains(info, "master_link_status:down") {
-			return fmt.Errorf("the replica has not seen its master go: %v", err)
-		}
-		if off := replOffset(ctx, rc); off != replicaAt {
-			replicaAt = off
-			return errors.New("the replica is still reading")
-		}
-		return nil
-	}))
-	require.NoError(t, rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err())
+	out := &foOutage{masters: masters, replicas: replicas, victim: victim, rc: rc, replicaPid: replicaPid, killTime: time.Now()}
+	killTime := out.killTime
+	notes := sc.promote(ctx, t, out)
+	replicaAt := out.replicaAt
 	// The promotion is done when the replica is a master and every live
-	// node routes the victim's slots to it.
+	// node routes the victim's slots to it and sees the cluster ok.
 	slot, err := rc.ClusterKeySlot(ctx, ns+":{"+perMaster[victim][0]+"}:seats").Result()
 	require.NoError(t, err)
-	require.NoError(t, waitUntil(ctx, 30*time.Second, func() error {
+	require.NoError(t, waitUntil(ctx, time.Until(killTime.Add(30*time.Second)), func() error {
 		info, err := rc.Info(ctx, "replication").Result()
 		if err != nil || !strings.Contains(info, "role:master") {
 			return fmt.Errorf("not promoted yet: %v", err)
@@ -229,13 +344,15 @@ func TestClusterFailover(t *testing.T) {
 			}
 		}
 		return nil
-	}))
+	}), "the replica promoted within 30 s of the kill")
 	promoteTime := time.Now()
 	// The seat store follows at once: after at most a call or two that fail
 	// against the killed node, its calls reach the promoted one.
 	var stale []string
+	servedTime := time.Time{}
 	for range 5 {
 		if _, err := seats.Show(ctx, perMaster[victim][0]); err == nil {
+			servedTime = time.Now()
 			break
 		} else {
 			stale = append(stale, err.Error())
@@ -279,6 +396,8 @@ func TestClusterFailover(t *testing.T) {
 	for _, v := range after.violations {
 		t.Error(v)
 	}
+	assert.Zero(t, after.seats, "seats that differ from SQL after one round")
+	assert.Zero(t, after.counters, "counters that differ from SQL after one round")
 	assert.GreaterOrEqual(t, final.Restored, 2*len(lost.placed)+2*len(lost.placedPaid), "scan #2 put back the lost locks and sales of free seats")
 	assert.GreaterOrEqual(t, final.Sold, 2*len(lost.paid), "scan #4 sold the seats of orders paid in the window")
 	assert.GreaterOrEqual(t, final.Released, 2*len(lost.cancelled), "scan #4 released the seats of orders cancelled in the window")
@@ -294,6 +413,12 @@ func TestClusterFailover(t *testing.T) {
 	tally := fmt.Sprint(ld.tally)
 	nOrders := len(ld.orders)
 	errSamples := ld.errs
+	outage := map[string]int{}
+	for what, n := range ld.tally {
+		if rest, ok := strings.CutPrefix(what, "outage "); ok {
+			outage[rest] += n
+		}
+	}
 	ld.mu.Unlock()
 	// Each difference before the round is the promoted replica's loss (an
 	// order of the victim's shows) or a seat-store step that failed during
@@ -327,16 +452,53 @@ func TestClusterFailover(t *testing.T) {
 	for class, e := range errSamples {
 		t.Logf("an error of %s: %s", class, e)
 	}
-	t.Logf("FIGURE cluster failover: %d orders on %d shows over 3 masters; calls by phase and answer %s; %d payments and %d cancels whose seat-store step failed during the outage (counted, left to the reconciler)",
-		nOrders, len(shows), tally, sellFailed, releaseFailed)
-	t.Logf("FIGURE cluster failover: master %s SIGKILLed %.1f s after its replica %s was cut off (%d locked seats on its shard); %d bytes of its stream never reached the replica; promoted (CLUSTER FAILOVER TAKEOVER) %.2f s after the kill",
-		victimAddr, killTime.Sub(cutTime).Seconds(), promotedAddr, victimLocks, killAt-replicaAt, promoteTime.Sub(killTime).Seconds())
-	t.Logf("FIGURE cluster failover: before the round, Redis differed from SQL in %d seats: %d locks of pending orders missing (%d orders), %d sales missing (%d orders), %d locks of ended orders left (%d orders), %d counters off; in the window %d orders placed, %d paid, %d cancelled, %d placed and paid on the victim's shows, all among them",
-		before.seats, before.lockSeats, len(before.lockMissing), before.saleSeats, len(before.saleMissing), before.staleSeats, len(before.staleLock), before.counters,
+	t.Logf("FIGURE %s: %d orders on %d shows over 3 masters; calls by phase and answer %s; %d payments and %d cancels whose seat-store step failed during the outage (counted, left to the reconciler)",
+		sc.figure, nOrders, len(shows), tally, sellFailed, releaseFailed)
+	t.Logf("FIGURE %s: master %s SIGKILLed %.1f s after its replica %s was cut off (%d locked seats on its shard); %d bytes of its stream never reached the replica; promoted (%s) %.2f s after the kill",
+		sc.figure, victimAddr, killTime.Sub(cutTime).Seconds(), promotedAddr, victimLocks, killAt-replicaAt, sc.how, promoteTime.Sub(killTime).Seconds())
+	for _, n := range notes {
+		t.Logf("FIGURE %s: %s", sc.figure, n)
+	}
+	t.Logf("FIGURE %s: from the kill to every live node routing the victim's slots to the promoted replica %.2f s, to the seat store's first call served by it %.2f s; in that outage %d placements failed (%d ok, %d refused), %d payments and %d cancels answered ok",
+		sc.figure, promoteTime.Sub(killTime).Seconds(), servedTime.Sub(killTime).Seconds(), outage["place failed"], outage["place ok"], outage["place refused"], outage["pay ok"], outage["cancel ok"])
+	t.Logf("FIGURE %s: before the round, Redis differed from SQL in %d seats: %d locks of pending orders missing (%d orders), %d sales missing (%d orders), %d locks of ended orders left (%d orders), %d counters off; in the window %d orders placed, %d paid, %d cancelled, %d placed and paid on the victim's shows, all among them",
+		sc.figure, before.seats, before.lockSeats, len(before.lockMissing), before.saleSeats, len(before.saleMissing), before.staleSeats, len(before.staleLock), before.counters,
 		len(lost.placed), len(lost.paid), len(lost.cancelled), len(lost.placedPaid))
-	t.Logf("FIGURE cluster failover: the differing orders by cause: %v", cause)
-	t.Logf("FIGURE cluster failover: one reconcile round %+v; after it %d seats and %d counters differ from SQL; test %.1f s",
-		final, after.seats, after.counters, time.Since(t0).Seconds())
+	t.Logf("FIGURE %s: the differing orders by cause: %v", sc.figure, cause)
+	t.Logf("FIGURE %s: one reconcile round %+v; after it %d seats and %d counters differ from SQL; test %.1f s",
+		sc.figure, final, after.seats, after.counters, time.Since(t0).Seconds())
+}
+
+// clusterStat is the named counter of the node's CLUSTER INFO, 0 if absent.
+func clusterStat(ctx context.Context, c *redis.Client, name string) int64 {
+	ci, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(ci, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// nodeFlags is the flags (myself, master, fail?, fail, ...) the node at addr
+// gives node in its CLUSTER NODES.
+func nodeFlags(ctx context.Context, addr, node string) ([]string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	nodes, err := c.ClusterNodes(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(nodes, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && strings.HasPrefix(f[1], node+"@") {
+			return strings.Split(f[2], ","), nil
+		}
+	}
+	return nil, fmt.Errorf("%s does not know %s", addr, node)
 }
 
 // failObserver counts the cancel service's events by kind.
@@ -683,10 +845,14 @@ func compare(ctx context.Context, store *sqlstore.Store, seats *redisseat.Seats,
 	return d, nil
 }
 
-// slotOwner is the master that the node at addr routes slot to.
+// slotOwner is the master that the node at addr routes slot to; an error
+// while the node sees the cluster down (it would answer CLUSTERDOWN).
 func slotOwner(ctx context.Context, addr string, slot int64) (string, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
+	if ci, err := c.ClusterInfo(ctx).Result(); err != nil || !strings.Contains(ci, "cluster_state:ok") {
+		return "", fmt.Errorf("cluster state not ok (%v)", err)
+	}
 	ranges, err := c.ClusterSlots(ctx).Result()
 	if err != nil {
 		return "", err
@@ -740,16 +906,21 @@ func waitUntil(ctx context.Context, d time.Duration, cond func() error) error {
 }
 
 // clusterAsStarted reports nil when every node says cluster_state:ok, each
-// of masters is a master and replicas[i] follows masters[i] with its link up.
+// of masters is a master and replicas[i] follows masters[i] with its link up,
+// and every node's CLUSTER NODES says so too (gossip lags a failover).
 func clusterAsStarted(ctx context.Context, masters, replicas []string) error {
 	for i, m := range masters {
 		for _, a := range []string{m, replicas[i]} {
 			c := redis.NewClient(&redis.Options{Addr: a, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 			ci, err := c.ClusterInfo(ctx).Result()
 			info, err2 := c.Info(ctx, "replication").Result()
+			nodes, err3 := c.ClusterNodes(ctx).Result()
 			_ = c.Close()
-			if err != nil || err2 != nil {
-				return fmt.Errorf("%s: %v %v", a, err, err2)
+			if err != nil || err2 != nil || err3 != nil {
+				return fmt.Errorf("%s: %v %v %v", a, err, err2, err3)
+			}
+			if err := viewAsStarted(nodes, masters, replicas); err != nil {
+				return fmt.Errorf("%s sees %w", a, err)
 			}
 			if !strings.Contains(ci, "cluster_state:ok") {
 				return fmt.Errorf("%s: cluster state not ok", a)
@@ -760,6 +931,37 @@ func clusterAsStarted(ctx context.Context, masters, replicas []string) error {
 			if a != m && (!strings.Contains(info, "role:slave") || !strings.Contains(info, "master_port:"+port(m)+"\r") || !strings.Contains(info, "master_link_status:up")) {
 				return fmt.Errorf("%s does not follow %s with its link up", a, m)
 			}
+		}
+	}
+	return nil
+}
+
+// viewAsStarted reports nil when the CLUSTER NODES text lists each of
+// masters as a master, replicas[i] as the replica of masters[i], none
+// flagged failing.
+func viewAsStarted(nodes string, masters, replicas []string) error {
+	type node struct {
+		id, master string
+		flags      []string
+	}
+	byAddr := map[string]node{}
+	for _, line := range strings.Split(nodes, "\n") {
+		if f := strings.Fields(line); len(f) > 3 {
+			addr, _, _ := strings.Cut(f[1], "@")
+			byAddr[addr] = node{id: f[0], master: f[3], flags: strings.Split(f[2], ",")}
+		}
+	}
+	for i, m := range masters {
+		mn, rn := byAddr[m], byAddr[replicas[i]]
+		switch {
+		case mn.id == "" || rn.id == "":
+			return fmt.Errorf("no node %s or %s", m, replicas[i])
+		case slices.Contains(mn.flags, "fail") || slices.Contains(mn.flags, "fail?") || slices.Contains(rn.flags, "fail") || slices.Contains(rn.flags, "fail?"):
+			return fmt.Errorf("%s %v, %s %v", m, mn.flags, replicas[i], rn.flags)
+		case !slices.Contains(mn.flags, "master"):
+			return fmt.Errorf("%s as %v", m, mn.flags)
+		case !slices.Contains(rn.flags, "slave") || rn.master != mn.id:
+			return fmt.Errorf("%s as %v of %s", replicas[i], rn.flags, rn.master)
 		}
 	}
 	return nil
