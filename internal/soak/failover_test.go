@@ -203,7 +203,10 @@ func runClusterFailover(t *testing.T, sc foScenario) {
 		PlaceTimeout:  2 * time.Second, Runtime: expiry.Runtime{Observer: obs}})
 	require.NoError(t, err)
 	const grace = 4 * time.Second // above PlaceTimeout: a lock whose order is missing after it is abandoned
-	rec, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Grace: grace,
+	// The round after the failover must find the seat steps the outage failed
+	// past the settle time (orders decided moments ago are their decider's).
+	const settle = 2 * time.Second
+	rec, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Grace: grace, Settle: settle,
 		Runtime: expiry.Runtime{Observer: obs}})
 	require.NoError(t, err)
 
@@ -364,14 +367,17 @@ func runClusterFailover(t *testing.T, sc foScenario) {
 	time.Sleep(1500 * time.Millisecond)
 	close(stopLoad)
 	loadWG.Wait()
+	loadStopped := time.Now()
 	t.Logf("%s cut, %.1f s later killed, promoted %.1f s after the kill; %d bytes of the master's stream never reached the replica",
 		cutTime.Format("15:04:05.000"), killTime.Sub(cutTime).Seconds(), promoteTime.Sub(killTime).Seconds(), killAt-replicaAt)
 	assert.Greater(t, killAt, cutAt, "the master wrote after the cut")
 	assert.Positive(t, killAt-replicaAt, "the promoted replica lacks the master's last writes")
 
 	// Every placement's lock has committed or is older than the grace
-	// period, every short order is due: what Redis lacks now is the loss.
-	time.Sleep(max(time.Until(ld.lastPlace().Add(grace+500*time.Millisecond)), time.Until(ld.lastDue().Add(500*time.Millisecond))))
+	// period, every short order is due, every decision older than the
+	// settle time: what Redis lacks now is the loss.
+	time.Sleep(max(time.Until(ld.lastPlace().Add(grace+500*time.Millisecond)), time.Until(ld.lastDue().Add(500*time.Millisecond)),
+		time.Until(loadStopped.Add(settle+200*time.Millisecond))))
 	before, err := compare(ctx, store, seats, shows, ld.users())
 	require.NoError(t, err)
 	// Each scripted write of the window is missing on the promoted replica.
