@@ -607,16 +607,22 @@ func TestLockScanLeavesAJustCancelledOrderToItsCanceller(t *testing.T) {
 	assert.Zero(t, rep.Released+rep.Settling+b.freed, "I5: nothing left")
 }
 
+// cancelledInSQLOnly places order no and cancels it in the store only: its
+// canceller died after the commit, before the release.
+func (e *env) cancelledInSQLOnly(t *testing.T, no string) {
+	e.place(t, no, time.Hour)
+	res, err := e.store.CancelPending(context.Background(), cancel.Request{OrderNo: no, Reason: cancel.ReasonUser})
+	require.NoError(t, err)
+	require.True(t, res.Changed)
+}
+
 // A canceller that crashed after its commit (its release never ran) is
 // repaired by the first pass after the settle time, by the store's clock:
 // one release frees both seats.
 func TestLockScanRepairsACrashedCancellerAfterTheSettleTime(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.place(t, "o1", time.Hour)
-	res, err := e.store.CancelPending(ctx, cancel.Request{OrderNo: "o1", Reason: cancel.ReasonUser})
-	require.NoError(t, err)
-	require.True(t, res.Changed) // committed; the process dies here
+	e.cancelledInSQLOnly(t, "o1")
 
 	counting := &countingReleaser{Seats: e.seats}
 	const settle = 3 * time.Second
@@ -654,9 +660,7 @@ func (u unknownAges) Statuses(ctx context.Context, nos []string) (map[string]rec
 func TestLockScanWithoutAgesReleasesAtOnce(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.place(t, "o1", time.Hour)
-	_, err := e.store.CancelPending(ctx, cancel.Request{OrderNo: "o1", Reason: cancel.ReasonUser})
-	require.NoError(t, err)
+	e.cancelledInSQLOnly(t, "o1")
 	r, err := reconcile.New(reconcile.Config{Orders: unknownAges{e.store}, Seats: e.seats, Service: e.svc, Grace: time.Minute})
 	require.NoError(t, err)
 	rep, err := r.Round(ctx)
