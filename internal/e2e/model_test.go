@@ -5,7 +5,8 @@ package e2e_test
 // Each rapid run drives one world (an order store, a seat store, the cancel
 // service, the expiry handler and shell, the after-commit scheduler, two
 // reconciler "hosts") through a random sequence of actions: place, pay, user
-// cancel (also by the wrong user), deliveries of the delayed messages (early,
+// cancel (also by the wrong user, and with the other host's reconcile round
+// between its commit and its release), deliveries of the delayed messages (early,
 // on time, late, duplicated, unknown orders, garbage bodies), reconcile rounds,
 // the passage of time, and injected failures. A simple model keeps what each
 // order's state must be; after every action the invariants that hold at any
