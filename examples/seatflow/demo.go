@@ -27,10 +27,10 @@ const (
 	// decided moments ago to the instance that decided it (short here, so
 	// the demo's repairs show within a round or two).
 	settleTime = time.Second
-	minExpiry      = 2 * time.Second
-	maxExpiry      = 8 * time.Second
-	raceDelay      = 5 * time.Millisecond // the racers start this long after expire_at
-	visitor        = "visitor"            // the user of the rejected placements
+	minExpiry  = 2 * time.Second
+	maxExpiry  = 8 * time.Second
+	raceDelay  = 5 * time.Millisecond // the racers start this long after expire_at
+	visitor    = "visitor"            // the user of the rejected placements
 )
 
 // kind is what the scenario does with an order.
