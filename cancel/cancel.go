@@ -208,8 +208,11 @@ func (d Discrepancy) Validate() error {
 type DiscrepancyStore interface {
 	// RecordDiscrepancy inserts d keyed by d.PaymentID, marked as tried now
 	// by the store's clock (the caller runs the hook next). recorded is
-	// false, and nothing changes, when the payment id is recorded already;
-	// of concurrent calls for one id exactly one gets true.
+	// false, and nothing changes, when the payment id was decided already:
+	// recorded as a discrepancy, or honoured by a late payment's
+	// reinstatement (Reinstater records it in the same key space, so one
+	// key decides an id's fate once). Of concurrent calls for one id
+	// exactly one gets true.
 	RecordDiscrepancy(ctx context.Context, d Discrepancy) (recorded bool, err error)
 	// ClaimDiscrepancies returns up to limit unsettled discrepancies last
 	// tried at least lease ago by the store's clock, oldest first, each

@@ -37,8 +37,11 @@ var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order'
 //
 // ReinstateCancelled, in one transaction: compare-and-set an order that was
 // cancelled with ReasonTimeout or ReasonReconcile (p.UserID's only, when
-// set) to paid with p.PaymentID; claim each of its seats again as sold (the
-// unique live claim: a seat another order holds refuses it); then call claim
+// set) to paid with p.PaymentID; record p.PaymentID as decided in the
+// DiscrepancyStore's key space (an id recorded there before, refunded or
+// honoured, refuses the reinstatement: a payment id's fate never flips);
+// claim each of its seats again as sold (the unique live claim: a seat
+// another order holds refuses it); then call claim
 // with the order's seats, inside the transaction, and commit only if claim
 // returned nil. The caller's claim is the seat store's strict Lock, so the
 // seats are taken in both stores or in neither.
@@ -49,7 +52,9 @@ var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order'
 // error means the order is not (or no longer) a cancelled order of those
 // reasons: Result.Order.Status says what it is, and Result.PaymentID names
 // the payment that paid it. Errors: expiry.ErrNotFound, ErrNotOwner,
-// ErrSeatUnavailable (a seat held by another live order), ErrNoSeatRecord,
+// ErrDiscrepancy (p.PaymentID was decided before: it is refunded, never
+// honoured), ErrSeatUnavailable (a seat held by another live order),
+// ErrNoSeatRecord,
 // claim's own error (wrapped); on every error nothing was committed, except
 // one wrapping expiry.ErrCommitUnknown (the outcome is unknown; the
 // reconciler settles the seat store either way).
@@ -120,7 +125,7 @@ func lateReason(r Reason) bool { return r == ReasonTimeout || r == ReasonReconci
 func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, error) {
 	rs, ok := s.store.(Reinstater)
 	if !ok {
-		return res, s.discrepancy(ctx, Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: res.Order.Status})
+		return s.refuse(ctx, p, res, res.Order.Status)
 	}
 	var claimed *Hold
 	rres, err := rs.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold) error {
@@ -145,7 +150,7 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 		if rres.Order.Status == expiry.StatusPaid && rres.PaymentID == p.PaymentID {
 			return rres, nil
 		}
-		return rres, s.discrepancy(ctx, Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: rres.Order.UserID, Status: rres.Order.Status})
+		return s.refuse(ctx, p, rres, rres.Order.Status)
 	}
 	if claimed != nil && !errors.Is(err, expiry.ErrCommitUnknown) {
 		// The lock is ours (Lock is strict) and nothing committed: give it
@@ -157,8 +162,8 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 		}
 	}
 	switch {
-	case errors.Is(err, ErrSeatUnavailable), errors.Is(err, ErrNoSeatRecord), errors.Is(err, ErrLimitExceeded):
-		return res, s.discrepancy(ctx, Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: expiry.StatusCancelled})
+	case errors.Is(err, ErrSeatUnavailable), errors.Is(err, ErrNoSeatRecord), errors.Is(err, ErrLimitExceeded), errors.Is(err, ErrDiscrepancy):
+		return s.refuse(ctx, p, res, expiry.StatusCancelled)
 	default: // transient, ErrNotOwner, ErrNotFound: the provider's retry decides
 		return res, fmt.Errorf("cancel: late payment %s of order %s: %w", p.PaymentID, p.OrderNo, err)
 	}

@@ -248,8 +248,7 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 		return s.payLate(ctx, p, res)
 	case res.Order.Status == expiry.StatusCancelled,
 		res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID:
-		d := Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: res.Order.Status}
-		return res, s.discrepancy(ctx, d)
+		return s.refuse(ctx, p, res, res.Order.Status)
 	}
 	return res, nil // the same payment again, or an order still pending (a store that refused)
 }
@@ -266,18 +265,27 @@ func (s *Service) sell(ctx context.Context, orderNo string, res Result) {
 	}
 }
 
-// discrepancy records d (once per payment id), counts it and runs the hook
-// for a new record. It returns an error wrapping ErrDiscrepancy, or the
-// store's error when d could not be recorded (the provider's retry will
-// record it).
-func (s *Service) discrepancy(ctx context.Context, d Discrepancy) error {
+// refuse is Pay's answer to a payment its order cannot take (res, as the
+// store answered it): the discrepancy is recorded (once per payment id) and
+// handed to the refund hook. A payment id decided before is never decided
+// again: refunded before, it is refunded (the hook is not called again);
+// honoured before (a concurrent late payment of the same id reinstated the
+// order first), Pay answers the order as paid by it, without an error.
+func (s *Service) refuse(ctx context.Context, p Payment, res Result, status expiry.Status) (Result, error) {
+	d := Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: status}
 	if s.discrepancies != nil {
 		recorded, err := s.discrepancies.RecordDiscrepancy(ctx, d)
 		if err != nil {
-			return fmt.Errorf("cancel: order %s: record discrepancy of payment %s: %w", d.OrderNo, d.PaymentID, err)
+			return res, fmt.Errorf("cancel: order %s: record discrepancy of payment %s: %w", d.OrderNo, d.PaymentID, err)
 		}
 		if !recorded {
-			return fmt.Errorf("cancel: order %s: payment %s (recorded before): %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
+			// Decided before: refunded, or it paid the order. PayPending
+			// answers who paid (and pays nothing: the order is not pending).
+			now, err := s.store.PayPending(ctx, Payment{OrderNo: p.OrderNo, PaymentID: p.PaymentID})
+			if err == nil && now.Order.Status == expiry.StatusPaid && now.PaymentID == p.PaymentID {
+				return now, nil
+			}
+			return res, fmt.Errorf("cancel: order %s: payment %s (recorded before): %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
 		}
 	}
 	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDiscrepancy, OrderNo: d.OrderNo, Reason: "paid_after_" + d.Status.String()})
@@ -285,7 +293,7 @@ func (s *Service) discrepancy(ctx context.Context, d Discrepancy) error {
 	if s.onDiscrepancy != nil {
 		s.runHook(ctx, d)
 	}
-	return fmt.Errorf("cancel: order %s: payment %s: %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
+	return res, fmt.Errorf("cancel: order %s: payment %s: %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
 }
 
 // runHook calls the refund hook for d and settles d when it succeeds.

@@ -268,6 +268,73 @@ func runLifecycle(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Tim
 		}
 	})
 
+	// A payment id is decided once (I14): one recorded as a discrepancy
+	// (refunded) never reinstates an order later, and one that reinstated
+	// an order is never recorded as a discrepancy after it.
+	t.Run("LateDecidedOnce", func(t *testing.T) {
+		h, now := setup(t)
+		r := reinstater(t, h)
+		p := place(t, h, "u1", now.Add(-time.Second))
+		timeout(t, h, p.OrderNo)
+		refunded := pay(p.OrderNo, "u1")
+		recorded, err := h.Store.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: refunded.PaymentID, OrderNo: p.OrderNo, UserID: "u1", Status: expiry.StatusCancelled})
+		require.NoError(t, err)
+		require.True(t, recorded)
+		c := newClaimer()
+		_, err = r.ReinstateCancelled(ctx, refunded, c.claim)
+		require.ErrorIs(t, err, cancel.ErrDiscrepancy, "a refunded payment id never pays")
+		assert.Zero(t, c.calls.Load(), "nothing claimed")
+		o, err := h.Store.Order(ctx, p.OrderNo)
+		require.NoError(t, err)
+		assert.Equal(t, expiry.StatusCancelled, o.Status)
+
+		honoured := pay(p.OrderNo, "u1")
+		res, err := r.ReinstateCancelled(ctx, honoured, c.claim)
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		recorded, err = h.Store.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: honoured.PaymentID, OrderNo: p.OrderNo, UserID: "u1", Status: expiry.StatusCancelled})
+		require.NoError(t, err)
+		assert.False(t, recorded, "an honoured payment id is never recorded for a refund")
+		due, err := h.Store.ClaimDiscrepancies(ctx, 0, 100)
+		require.NoError(t, err)
+		for _, d := range due {
+			assert.NotEqual(t, honoured.PaymentID, d.PaymentID, "an honoured payment is never handed to the refund hook")
+		}
+	})
+
+	// The same id raced: a late reinstatement against the record of its own
+	// refusal (two deliveries of one callback on two hosts). Never both.
+	t.Run("LateDecidedOnceRace", func(t *testing.T) {
+		h, now := setup(t)
+		r := reinstater(t, h)
+		for round := 0; round < 6; round++ {
+			p := place(t, h, "u1", now.Add(-time.Second))
+			timeout(t, h, p.OrderNo)
+			pm := pay(p.OrderNo, "u1")
+			var reinstated, recorded bool
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				res, err := r.ReinstateCancelled(ctx, pm, newClaimer().claim)
+				if err != nil && !errors.Is(err, cancel.ErrDiscrepancy) {
+					t.Error(err)
+				}
+				reinstated = err == nil && res.Changed
+			}()
+			go func() {
+				defer wg.Done()
+				ok, err := h.Store.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: pm.PaymentID, OrderNo: p.OrderNo, UserID: "u1", Status: expiry.StatusCancelled})
+				if err != nil {
+					t.Error(err)
+				}
+				recorded = ok
+			}()
+			wg.Wait()
+			require.True(t, reinstated != recorded, "I14: payment %s reinstated %v and recorded for a refund %v", pm.PaymentID, reinstated, recorded)
+		}
+	})
+
 	t.Run("Extend", func(t *testing.T) {
 		h, now := setup(t)
 		d := deadlines(t, h)

@@ -45,10 +45,17 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 			return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: seat %s/%s held by %s: %w", p.OrderNo, o.o.ShowID, seat, other, cancel.ErrSeatUnavailable)
 		}
 	}
+	if _, decided := s.disc[p.PaymentID]; decided {
+		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: payment %s decided before: %w", p.OrderNo, p.PaymentID, cancel.ErrDiscrepancy)
+	}
 	h := cancel.Hold{ShowID: o.o.ShowID, OrderNo: o.o.No, UserID: o.o.UserID, Seats: slices.Clone(o.placed)}
 	if err := claim(ctx, h); err != nil {
 		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: %w", p.OrderNo, err)
 	}
+	// The id is decided: honoured (settled at once, never refunded).
+	nowMS := s.now().UnixMilli()
+	s.disc[p.PaymentID] = &discrepancy{d: cancel.Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: o.o.UserID},
+		recordedMS: nowMS, triedMS: nowMS, settled: true}
 	for _, seat := range o.placed {
 		s.claims[[2]string{o.o.ShowID, seat}] = o.o.No
 	}

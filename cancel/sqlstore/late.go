@@ -105,7 +105,7 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 		time.Sleep(time.Duration(attempt) * time.Millisecond)
 	}
 	if err != nil {
-		if errors.Is(err, cancel.ErrSeatUnavailable) || errors.Is(err, cancel.ErrNoSeatRecord) || errors.Is(err, expiry.ErrCommitUnknown) {
+		if errors.Is(err, cancel.ErrSeatUnavailable) || errors.Is(err, cancel.ErrNoSeatRecord) || errors.Is(err, cancel.ErrDiscrepancy) || errors.Is(err, expiry.ErrCommitUnknown) {
 			return cancel.Result{}, fmt.Errorf("sqlstore: reinstate %s: %w", p.OrderNo, err)
 		}
 		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate %s: %w", p.OrderNo, ctxCause(ctx, err))
@@ -158,6 +158,28 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
 	if !seats.Valid || seats.String == "" {
 		return res, false, false, cancel.ErrNoSeatRecord
+	}
+	// The payment id's fate, decided here once: the primary key of
+	// oe_payment_discrepancy refuses an id recorded before (refunded, or
+	// honoured by another reinstatement), and makes a concurrent
+	// RecordDiscrepancy of this id wait for this transaction and then find
+	// it decided. status 0: honoured, settled at once, never refunded.
+	decide := "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)"
+	if s.dialect != MySQL {
+		decide += " ON CONFLICT (payment_id) DO NOTHING"
+	}
+	r, err = tx.ExecContext(ctx, s.lateSQL(decide), p.PaymentID, p.OrderNo, o.UserID)
+	if err != nil {
+		if isDuplicate(err) {
+			return res, false, false, fmt.Errorf("payment %s decided before: %w", p.PaymentID, cancel.ErrDiscrepancy)
+		}
+		return res, false, false, err
+	}
+	if n, err := r.RowsAffected(); err != nil || n != 1 {
+		if err == nil {
+			err = fmt.Errorf("payment %s decided before: %w", p.PaymentID, cancel.ErrDiscrepancy)
+		}
+		return res, false, false, err
 	}
 	list := strings.Split(seats.String, ",")
 	insert := s.lateSQL("INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES (?, ?, ?, 2)")

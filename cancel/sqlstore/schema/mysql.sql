@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     payment_id     VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     order_no       VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     user_id        VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    status         SMALLINT    NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled
+    status         SMALLINT    NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled, 0 it reinstated the order (honoured, settled at once)
     recorded_at_ms BIGINT      NOT NULL,
     tried_at_ms    BIGINT      NOT NULL, -- the hook's last start: claimed again a lease later
     settled_at_ms  BIGINT      NULL,     -- the hook succeeded

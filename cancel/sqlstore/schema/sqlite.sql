@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     payment_id     TEXT NOT NULL PRIMARY KEY,
     order_no       TEXT NOT NULL,
     user_id        TEXT NOT NULL,
-    status         INTEGER NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled
+    status         INTEGER NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled, 0 it reinstated the order (honoured, settled at once)
     recorded_at_ms INTEGER NOT NULL,
     tried_at_ms    INTEGER NOT NULL, -- the hook's last start: claimed again a lease later
     settled_at_ms  INTEGER           -- the hook succeeded
