@@ -230,6 +230,12 @@ type Hold struct {
 	OrderNo string
 	UserID  string
 	Seats   []string
+	// LockID, when set, restricts a Release or a Sell to the seats of that
+	// very lock (SeatLock.LockID): the reconciler sets it, so that a lock it
+	// judged stale is never confused with a newer lock of the same order
+	// number (a late payment's reinstatement, a rebuild). Empty: any lock
+	// of the order.
+	LockID string
 }
 
 // Validate checks every id of h (expiry.ValidateID), that no seat is listed
@@ -283,7 +289,8 @@ type SeatStore interface {
 
 // SeatReleaser gives seats back in the seat store (Redis).
 //
-// Release frees those of h.Seats that are still locked by h.OrderNo, lowers
+// Release frees those of h.Seats that are still locked by h.OrderNo (by
+// the lock h.LockID only, when it is set), lowers
 // h.UserID's purchase-limit counter by exactly the number freed (never below
 // zero), and returns that number. Seats that are free, sold, or locked by
 // another order are left alone, so Release is idempotent: a second call frees
@@ -296,7 +303,8 @@ type SeatReleaser interface {
 //
 // Sell marks those of h.Seats that are locked by h.OrderNo (or free) as sold
 // to it and returns how many it marked; seats sold or locked by another order
-// are left alone. Idempotent and atomic like Release. Safe for concurrent use.
+// are left alone. With h.LockID set, only the seats of that very lock are
+// sold (not free ones, nor a newer lock of the same order). Idempotent and atomic like Release. Safe for concurrent use.
 type SeatSeller interface {
 	Sell(ctx context.Context, h Hold) (int, error)
 }
@@ -309,6 +317,7 @@ type SeatState struct {
 	OrderNo  string
 	UserID   string
 	LockedAt time.Time // for locked seats
+	LockID   string    // for locked seats: see SeatLock.LockID
 }
 
 // Claim is one seat claimed in SQL (oe_order_seat) by a pending or paid
@@ -333,4 +342,9 @@ type SeatLock struct {
 	// the scan: the reconciler's grace period is measured with it, never by
 	// comparing two hosts' clocks (invariant I11).
 	Age time.Duration
+	// LockID identifies this very lock: every lock the seat store takes
+	// (Lock, a rebuild's Restore) gets an id that no later lock of the same
+	// seat and order number shares. Pass it in Hold.LockID to act on this
+	// lock only.
+	LockID string
 }

@@ -590,9 +590,9 @@ func (r *Reconciler) locks(ctx context.Context, rep *Report) error {
 }
 
 type orderLocks struct {
-	show, user string
-	seats      []string
-	youngest   time.Duration
+	no, show, user, lockID string
+	seats                  []string
+	youngest               time.Duration
 }
 
 // fixLocks releases or sells the locks whose order is decided (past the
@@ -603,14 +603,26 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 	if len(locks) == 0 {
 		return nil
 	}
-	byOrder := make(map[string]*orderLocks)
+	// Grouped by lock, not by order number: the release or sale names the
+	// lock judged (Hold.LockID), so a newer lock of the same order number
+	// taken after the statuses were read (a late payment's reinstatement)
+	// is never freed by this pass.
+	type lockKey struct{ no, lockID string }
+	byLock := make(map[lockKey]*orderLocks)
+	var keys []lockKey
 	var nos []string
+	seen := make(map[string]bool)
 	for _, l := range locks {
-		ol := byOrder[l.OrderNo]
+		k := lockKey{l.OrderNo, l.LockID}
+		ol := byLock[k]
 		if ol == nil { // an order's seats are all in one show
-			nos = append(nos, l.OrderNo)
-			ol = &orderLocks{show: l.ShowID, user: l.UserID, youngest: l.Age}
-			byOrder[l.OrderNo] = ol
+			keys = append(keys, k)
+			ol = &orderLocks{no: l.OrderNo, show: l.ShowID, user: l.UserID, lockID: l.LockID, youngest: l.Age}
+			byLock[k] = ol
+			if !seen[l.OrderNo] {
+				seen[l.OrderNo] = true
+				nos = append(nos, l.OrderNo)
+			}
 		}
 		ol.seats = append(ol.seats, l.SeatID)
 		ol.youngest = min(ol.youngest, l.Age)
@@ -620,9 +632,9 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		return fmt.Errorf("reconcile: read statuses: %w", err)
 	}
 	var errs []error
-	for _, no := range nos {
-		ol := byOrder[no]
-		hold := cancel.Hold{ShowID: ol.show, OrderNo: no, UserID: ol.user, Seats: ol.seats}
+	for _, k := range keys {
+		ol, no := byLock[k], k.no
+		hold := cancel.Hold{ShowID: ol.show, OrderNo: no, UserID: ol.user, Seats: ol.seats, LockID: ol.lockID}
 		st, exists := statuses[no]
 		switch {
 		case exists && st.Status == expiry.StatusPending:

@@ -168,7 +168,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Zero(t, n)
 		show, err = s.Show(ctx, a.ShowID)
 		require.NoError(t, err)
-		assert.Equal(t, cancel.SeatState{Status: expiry.StatusPending, OrderNo: a.OrderNo, UserID: "u1", LockedAt: show["1"].LockedAt}, show["1"])
+		assert.Equal(t, cancel.SeatState{Status: expiry.StatusPending, OrderNo: a.OrderNo, UserID: "u1", LockedAt: show["1"].LockedAt, LockID: show["1"].LockID}, show["1"])
 
 		// The same order number may lock other seats for another user (a
 		// double submit whose insert will fail); releasing the order then
@@ -201,6 +201,56 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Equal(t, other.OrderNo, show["3"].OrderNo, "I2: another order's lock is untouched")
 		assert.Equal(t, 0, held(t, s, a.ShowID, "u1"), "I8: counter down by exactly the number released")
 		assert.Equal(t, 1, held(t, s, a.ShowID, "u2"))
+	})
+
+	// A lock judged stale, freed, then taken again by the same order number
+	// (a late payment's reinstatement, a rebuild): a release or sale that
+	// names the judged lock acts on it only, never on the newer one (I15).
+	t.Run("ReleaseNamesTheJudgedLock", func(t *testing.T) {
+		s := newSeats(t)
+		h := hold("u1", "1", "2")
+		require.NoError(t, s.Lock(ctx, h, 0))
+		locks, _ := scanAll(t, s, 100)
+		var judged string
+		for _, l := range locks {
+			if l.OrderNo == h.OrderNo {
+				require.NotEmpty(t, l.LockID, "every lock has an id")
+				if judged != "" {
+					assert.Equal(t, judged, l.LockID, "one Lock call, one lock id")
+				}
+				judged = l.LockID
+			}
+		}
+		require.NotEmpty(t, judged)
+		old := h
+		old.LockID = judged
+		n, err := s.Release(ctx, old)
+		require.NoError(t, err)
+		require.Equal(t, 2, n, "the judged lock itself is freed")
+		require.NoError(t, s.Lock(ctx, h, 0), "the same order number locks the seats again")
+		for i := 0; i < 2; i++ {
+			n, err = s.Release(ctx, old)
+			require.NoError(t, err)
+			assert.Zero(t, n, "I15: a release naming the older lock never frees the newer one")
+			n, err = s.Sell(ctx, old)
+			require.NoError(t, err)
+			assert.Zero(t, n, "nor does a sale naming it sell it")
+		}
+		show, err := s.Show(ctx, h.ShowID)
+		require.NoError(t, err)
+		for _, seat := range h.Seats {
+			assert.Equal(t, expiry.StatusPending, show[seat].Status)
+			assert.NotEqual(t, judged, show[seat].LockID, "a newer lock has a new id")
+		}
+		assert.Equal(t, 2, held(t, s, h.ShowID, "u1"), "I8")
+		n, err = s.Release(ctx, h)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "a release naming no lock frees the order's lock")
+		// A sale naming a lock never sells a free seat: the judged lock is gone.
+		n, err = s.Sell(ctx, old)
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		assert.Zero(t, held(t, s, h.ShowID, "u1"))
 	})
 
 	t.Run("SoldIsNeverReleased", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,10 @@ type Seats struct {
 	token    string                                 // the current (or completed) rebuild's token
 	restored bool
 	tokens   int
+	// gen numbers the locks of each show, as redisseat's generation key:
+	// a lock's id is "<lockedMs>.<gen>". Kept across Wipe, so an id is
+	// never reused.
+	gen map[string]uint64
 	// Fail, when set, is returned by every call whose name it is given
 	// ("Lock", "Release", "Sell", "ScanLocks", "Lost", "Restore",
 	// "MarkRestored", "RetireShow").
@@ -37,7 +42,7 @@ func NewSeats(now func() time.Time) *Seats {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Seats{now: now}
+	s := &Seats{now: now, gen: map[string]uint64{}}
 	s.reset()
 	return s
 }
@@ -48,6 +53,12 @@ func (s *Seats) reset() {
 	s.listed = map[string]struct{}{}
 	s.held = map[[2]string]int{}
 	s.token, s.restored = "", false
+}
+
+// lockID returns the id of a new lock in show, taken at now.
+func (s *Seats) lockID(show string, now time.Time) string {
+	s.gen[show]++
+	return strconv.FormatInt(now.UnixMilli(), 10) + "." + strconv.FormatUint(s.gen[show], 10)
 }
 
 func (s *Seats) fail(op string) error {
@@ -108,8 +119,9 @@ func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) error {
 	}
 	now := s.now().Truncate(time.Millisecond)
 	show := s.show(h.ShowID)
+	id := s.lockID(h.ShowID, now)
 	for _, seat := range h.Seats {
-		show[seat] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: h.OrderNo, UserID: h.UserID, LockedAt: now}
+		show[seat] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: h.OrderNo, UserID: h.UserID, LockedAt: now, LockID: id}
 		s.index(h.ShowID, seat, true)
 	}
 	s.held[key] += len(h.Seats)
@@ -128,7 +140,7 @@ func (s *Seats) Release(_ context.Context, h cancel.Hold) (int, error) {
 	defer s.mu.Unlock()
 	freed := 0
 	for _, seat := range h.Seats {
-		if st, ok := s.seats[h.ShowID][seat]; ok && st.Status == expiry.StatusPending && st.OrderNo == h.OrderNo {
+		if st, ok := s.seats[h.ShowID][seat]; ok && st.Status == expiry.StatusPending && st.OrderNo == h.OrderNo && (h.LockID == "" || st.LockID == h.LockID) {
 			delete(s.seats[h.ShowID], seat)
 			s.index(h.ShowID, seat, false)
 			key := [2]string{h.ShowID, st.UserID}
@@ -155,6 +167,9 @@ func (s *Seats) Sell(_ context.Context, h cancel.Hold) (int, error) {
 		st, ok := show[seat]
 		if ok && (st.Status != expiry.StatusPending || st.OrderNo != h.OrderNo || st.UserID != h.UserID) {
 			continue
+		}
+		if h.LockID != "" && (!ok || st.LockID != h.LockID) {
+			continue // that very lock only
 		}
 		if !ok {
 			s.held[[2]string{h.ShowID, h.UserID}]++
@@ -245,7 +260,7 @@ func (s *Seats) ScanLocks(_ context.Context, cursor string, count int) ([]cancel
 			}
 			st := s.seats[show][seat]
 			locks = append(locks, cancel.SeatLock{ShowID: show, SeatID: seat, OrderNo: st.OrderNo, UserID: st.UserID,
-				LockedAt: st.LockedAt, Age: max(now.Sub(st.LockedAt), 0)})
+				LockedAt: st.LockedAt, Age: max(now.Sub(st.LockedAt), 0), LockID: st.LockID})
 			examined++
 		}
 		if examined == before {
@@ -336,6 +351,7 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 	defer s.mu.Unlock()
 	changed := 0
 	now := s.now().Truncate(time.Millisecond)
+	ids := map[string]string{} // one lock id per show, as one script call in redisseat
 	for _, c := range claims {
 		if c.Status != expiry.StatusPending && c.Status != expiry.StatusPaid {
 			continue
@@ -346,7 +362,10 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 		case !ok && c.Status == expiry.StatusPaid:
 			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}
 		case !ok:
-			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: now}
+			if ids[c.ShowID] == "" {
+				ids[c.ShowID] = s.lockID(c.ShowID, now)
+			}
+			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: now, LockID: ids[c.ShowID]}
 			s.index(c.ShowID, c.SeatID, true)
 		case c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
 			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}

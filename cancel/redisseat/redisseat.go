@@ -206,10 +206,11 @@ func (s *Seats) markerKey() string            { return s.ns + ":restored" }
 func (s *Seats) seatsKey(show string) string  { return s.ns + ":{" + show + "}:seats" }
 func (s *Seats) limitKey(show string) string  { return s.ns + ":{" + show + "}:limit" }
 func (s *Seats) lockedKey(show string) string { return s.ns + ":{" + show + "}:locked" }
+func (s *Seats) genKey(show string) string    { return s.ns + ":{" + show + "}:gen" }
 
-// keys are the three keys of a show, in the order the scripts take them.
+// keys are the four keys of a show, in the order the scripts take them.
 func (s *Seats) keys(show string) []string {
-	return []string{s.seatsKey(show), s.limitKey(show), s.lockedKey(show)}
+	return []string{s.seatsKey(show), s.limitKey(show), s.lockedKey(show), s.genKey(show)}
 }
 
 func validateHold(h cancel.Hold) error {
@@ -295,10 +296,11 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
 }
 
 // Release implements cancel.SeatReleaser: it frees the seats of h still
-// locked by h.OrderNo (for whichever user: each user's counter goes down by
-// that user's seats freed) and returns how many it freed.
+// locked by h.OrderNo (by the lock h.LockID only, when set; for whichever
+// user: each user's counter goes down by that user's seats freed) and
+// returns how many it freed.
 func (s *Seats) Release(ctx context.Context, h cancel.Hold) (int, error) {
-	return s.run(ctx, "release", releaseScript, h, []any{h.OrderNo})
+	return s.run(ctx, "release", releaseScript, h, []any{h.OrderNo, h.LockID})
 }
 
 // Sell implements cancel.SeatSeller: seats of h locked by h.OrderNo for
@@ -306,7 +308,7 @@ func (s *Seats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 // by the same order number for another user is left alone, like another
 // order's.
 func (s *Seats) Sell(ctx context.Context, h cancel.Hold) (int, error) {
-	return s.run(ctx, "sell", sellScript, h, []any{h.OrderNo, h.UserID})
+	return s.run(ctx, "sell", sellScript, h, []any{h.OrderNo, h.UserID, h.LockID})
 }
 
 func (s *Seats) run(ctx context.Context, op string, script *redis.Script, h cancel.Hold, head []any) (int, error) {
@@ -327,12 +329,19 @@ func (s *Seats) run(ctx context.Context, op string, script *redis.Script, h canc
 func parseValue(v string) (cancel.SeatState, bool) {
 	parts := strings.Split(v, "|")
 	switch {
-	case len(parts) == 4 && parts[0] == "L":
+	case (len(parts) == 4 || len(parts) == 5) && parts[0] == "L":
 		ms, err := strconv.ParseInt(parts[3], 10, 64)
 		if err != nil {
 			return cancel.SeatState{}, false
 		}
-		return cancel.SeatState{Status: expiry.StatusPending, OrderNo: parts[1], UserID: parts[2], LockedAt: time.UnixMilli(ms).UTC()}, true
+		id := parts[3] // a value written before the generation (see scripts.go)
+		if len(parts) == 5 {
+			if _, err := strconv.ParseUint(parts[4], 10, 64); err != nil {
+				return cancel.SeatState{}, false
+			}
+			id += "." + parts[4]
+		}
+		return cancel.SeatState{Status: expiry.StatusPending, OrderNo: parts[1], UserID: parts[2], LockedAt: time.UnixMilli(ms).UTC(), LockID: id}, true
 	case len(parts) == 3 && parts[0] == "S":
 		return cancel.SeatState{Status: expiry.StatusPaid, OrderNo: parts[1], UserID: parts[2]}, true
 	}
@@ -507,7 +516,7 @@ func (s *Seats) scanBatch(ctx context.Context, show, cursor string, count int) (
 			continue
 		}
 		b.locks = append(b.locks, cancel.SeatLock{ShowID: show, SeatID: seat, OrderNo: st.OrderNo, UserID: st.UserID,
-			LockedAt: st.LockedAt, Age: max(now.Sub(st.LockedAt), 0)})
+			LockedAt: st.LockedAt, Age: max(now.Sub(st.LockedAt), 0), LockID: st.LockID})
 	}
 	return b, nil
 }

@@ -218,7 +218,7 @@ func testReindexAndDrift(t *testing.T, rdb redis.UniversalClient) {
 	require.NoError(t, err)
 	require.Len(t, locks, 1)
 	assert.Equal(t, cancel.SeatLock{ShowID: show, SeatID: "A1", OrderNo: "o1", UserID: "u1",
-		LockedAt: time.UnixMilli(1700000000000).UTC(), Age: locks[0].Age}, locks[0])
+		LockedAt: time.UnixMilli(1700000000000).UTC(), Age: locks[0].Age, LockID: "1700000000000"}, locks[0], "a value of the version before lock generations: its id is its time")
 	assert.Greater(t, locks[0].Age, 24*time.Hour)
 
 	// Drift: the index names a seat that is not locked (its hash field was

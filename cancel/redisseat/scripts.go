@@ -5,12 +5,18 @@ import "github.com/redis/go-redis/v9"
 // Seat values in the show's hash (field = seat id):
 //
 //	absent                        free
-//	"L|<order>|<user>|<lockedMs>" locked by <order> for <user> since <lockedMs>
+//	"L|<order>|<user>|<lockedMs>|<gen>" locked by <order> for <user> since <lockedMs>
 //	"S|<order>|<user>"            sold to <order>
 //
 // <lockedMs> is the Redis server's clock (TIME, epoch milliseconds), read
 // inside the script that writes the value: no host's clock is ever stored
-// or compared (invariant I11).
+// or compared (invariant I11). <gen> numbers the show's locks (INCR of the
+// show's generation key, one per script call that locks): "<lockedMs>.<gen>"
+// is the lock's id (cancel.SeatLock.LockID), which no later lock of the same
+// seat and order number shares, so a release or sale that names it acts on
+// that very lock and never on a newer one (a late payment's reinstatement,
+// a rebuild). A value written before the generation existed has no "|<gen>"
+// and its id is "<lockedMs>".
 //
 // Beside the hash, the show's set of locked seats (the lock index, field =
 // seat id) holds exactly the seats whose value starts with "L|": every
@@ -35,11 +41,22 @@ local function nowms()
 end
 `
 
+// lockIDLua reads the id of a lock value ('' for anything but a lock).
+const lockIDLua = `
+local function lockid(v)
+  local ms, gen = string.match(v, '^L|[^|]*|[^|]*|(%d+)|?(%d*)$')
+  if not ms then return '' end
+  if gen == '' then return ms end
+  return ms .. '.' .. gen
+end
+`
+
 // lockScript claims seats for an order, all or nothing, at the server's time.
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show
 // (field = user id, value = seats the user holds in pending and paid orders);
-// KEYS[3] lock index of the show (set of locked seat ids).
+// KEYS[3] lock index of the show (set of locked seat ids); KEYS[4] the
+// show's lock generation (a counter).
 // ARGV[1] order number; ARGV[2] user id; ARGV[3] the user's limit (0: none);
 // ARGV[4..] seat ids.
 // Every listed seat must be free: one locked by anything (this order number
@@ -47,7 +64,7 @@ end
 // is refused too (Hold.Validate refuses it before the script runs; the script
 // checks again so that a caller bypassing Validate cannot count one seat
 // twice against the limit).
-// Returns {1, first}: every seat is now "L|<order>|<user>|<now>" and in the
+// Returns {1, first}: every seat is now "L|<order>|<user>|<now>|<gen>" and in the
 // index, and the user's counter went up by their number; first is 1 when the
 // index was empty before (the caller then lists the show again, see
 // Seats.ScanLocks). {0, seat}: that seat is not free. {-1, held}: the user
@@ -67,7 +84,7 @@ local limit = tonumber(ARGV[3])
 if limit > 0 and held + n > limit then return {-1, held} end
 local first = 0
 if redis.call('SCARD', KEYS[3]) == 0 then first = 1 end
-local value = 'L|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. nowms()
+local value = 'L|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. nowms() .. '|' .. redis.call('INCR', KEYS[4])
 for i = 4, #ARGV do
   redis.call('HSET', KEYS[1], ARGV[i], value)
   redis.call('SADD', KEYS[3], ARGV[i])
@@ -80,19 +97,22 @@ return {1, first}
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show;
 // KEYS[3] lock index of the show.
-// ARGV[1] order number; ARGV[2..] seat ids.
+// ARGV[1] order number; ARGV[2] a lock id ('' any lock of the order);
+// ARGV[3..] seat ids.
 // Frees each listed seat whose value is "L|<order>|…" (for whichever user)
-// and leaves every other seat alone (free, sold, or locked by another order).
+// and, when ARGV[2] is set, whose lock id is ARGV[2]; it leaves every other
+// seat alone (free, sold, locked by another order, or by a newer lock of
+// the same order).
 // The counter of each user recorded in the freed values goes down by exactly
 // the number of that user's seats freed, never below zero (the field is
 // deleted at zero). A seat listed twice is freed once.
 // Returns the number of seats freed.
-var releaseScript = redis.NewScript(`
+var releaseScript = redis.NewScript(lockIDLua + `
 local mine = 'L|' .. ARGV[1] .. '|'
 local freed, per = 0, {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local v = redis.call('HGET', KEYS[1], ARGV[i])
-  if v and string.sub(v, 1, #mine) == mine then
+  if v and string.sub(v, 1, #mine) == mine and (ARGV[2] == '' or lockid(v) == ARGV[2]) then
     redis.call('HDEL', KEYS[1], ARGV[i])
     redis.call('SREM', KEYS[3], ARGV[i])
     freed = freed + 1
@@ -111,21 +131,23 @@ return freed
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show;
 // KEYS[3] lock index of the show.
-// ARGV[1] order number; ARGV[2] user id; ARGV[3..] seat ids.
+// ARGV[1] order number; ARGV[2] user id; ARGV[3] a lock id ('' any);
+// ARGV[4..] seat ids.
 // Each listed seat locked by the order for that user ("L|<order>|<user>|…")
 // becomes "S|<order>|<user>" and leaves the index; a free one too (its lock
 // was lost, say by a Redis restart: SQL, where the order is paid, is the
 // truth), and then the user's counter goes up by one so it still counts the
-// seat. Seats sold, locked by another order, or locked by the same order
+// seat. With a lock id, only seats of that very lock are sold (free ones are
+// left to the caller that judged no lock). Seats sold, locked by another order, or locked by the same order
 // number for another user are left alone. A seat listed twice is sold once.
 // Returns the number of seats marked sold.
-var sellScript = redis.NewScript(`
+var sellScript = redis.NewScript(lockIDLua + `
 local mine = 'L|' .. ARGV[1] .. '|' .. ARGV[2] .. '|'
 local value = 'S|' .. ARGV[1] .. '|' .. ARGV[2]
 local sold, revived = 0, 0
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local v = redis.call('HGET', KEYS[1], ARGV[i])
-  if not v or string.sub(v, 1, #mine) == mine then
+  if (not v and ARGV[3] == '') or (v and string.sub(v, 1, #mine) == mine and (ARGV[3] == '' or lockid(v) == ARGV[3])) then
     redis.call('HSET', KEYS[1], ARGV[i], value)
     sold = sold + 1
     if v then redis.call('SREM', KEYS[3], ARGV[i]) else revived = revived + 1 end
@@ -138,10 +160,10 @@ return sold
 // restoreScript rebuilds seat state from SQL claims after Redis lost it.
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show;
-// KEYS[3] lock index of the show.
+// KEYS[3] lock index of the show; KEYS[4] the show's lock generation.
 // ARGV, per claim, four values: seat id, order number, user id, and "L" (the
 // order is pending) or "S" (paid).
-// A free seat gets the claim's state ("L|<order>|<user>|<now>", added to the
+// A free seat gets the claim's state ("L|<order>|<user>|<now>|<gen>", added to the
 // index, or "S|<order>|<user>") and the user's counter goes up by one; a seat
 // locked by the claim's order and user becomes sold on a paid claim (it
 // leaves the index, the counter is unchanged); anything else (the same state
@@ -153,6 +175,7 @@ return sold
 var restoreScript = redis.NewScript(timeLua + `
 local changed, added = 0, 0
 local now = nowms()
+local gen = nil
 for i = 1, #ARGV, 4 do
   local seat, order, user, kind = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local v = redis.call('HGET', KEYS[1], seat)
@@ -161,7 +184,8 @@ for i = 1, #ARGV, 4 do
     if kind == 'S' then
       redis.call('HSET', KEYS[1], seat, 'S|' .. order .. '|' .. user)
     else
-      redis.call('HSET', KEYS[1], seat, mine .. now)
+      if not gen then gen = redis.call('INCR', KEYS[4]) end
+      redis.call('HSET', KEYS[1], seat, mine .. now .. '|' .. gen)
       redis.call('SADD', KEYS[3], seat)
       added = added + 1
     end
@@ -225,13 +249,14 @@ return {added, 0}
 
 // retireScript deletes a finished show's keys, unless it still holds locks.
 //
-// KEYS[1] seats hash; KEYS[2] purchase-limit hash; KEYS[3] lock index.
-// Returns the number of locks the show holds: 0 means its three keys were
+// KEYS[1] seats hash; KEYS[2] purchase-limit hash; KEYS[3] lock index;
+// KEYS[4] lock generation.
+// Returns the number of locks the show holds: 0 means its four keys were
 // deleted; more means nothing changed.
 var retireScript = redis.NewScript(`
 local n = redis.call('SCARD', KEYS[3])
 if n > 0 then return n end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return 0
 `)
 
