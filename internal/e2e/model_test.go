@@ -1214,7 +1214,12 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 			}
 		}
 	}
+	// An id answered as a discrepancy before is decided: refunded (I14).
+	_, decided := m.owed[pid]
 	res, err := m.svc.Pay(m.ctx, cancel.Payment{OrderNo: no, UserID: user, PaymentID: pid})
+	if decided && res.Changed {
+		m.violate("I14: payment %s of %s was refused and refunded before, now it paid the order", pid, no)
+	}
 	if errors.Is(err, cancel.ErrDiscrepancy) {
 		m.owed[pid] = no
 	}
@@ -1222,11 +1227,13 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 		return
 	}
 	switch {
-	case late && rightful && free:
+	case late && rightful && free && !decided:
 		if err != nil || !res.Changed {
 			m.violate("late payment %s of %s (cancelled by %s, its seats free): changed=%v err=%v, want reinstated", pid, no, o.reason, res.Changed, err)
 		}
 		m.stats.kinds["pay_late_reinstated"]++
+	case late && rightful && decided:
+		m.expectErr("late payment "+pid+" of "+no+", refunded before", err, cancel.ErrDiscrepancy)
 	case late && rightful && res.Changed:
 		if m.lost || m.lostShows[o.p.ShowID] {
 			m.stats.kinds["pay_late_reinstated_after_loss"]++
@@ -1983,6 +1990,13 @@ func (m *machine) Check(t *rapid.T) {
 		}
 		if (m.obs.cancelled[no] > 0 && o.status != expiry.StatusCancelled && !o.reinstated) || (m.obs.paid[no] > 0 && o.status != expiry.StatusPaid) {
 			fail("I1: %s is %s but was reported cancelled %d, paid %d times", no, m.state(o), m.obs.cancelled[no], m.obs.paid[no])
+		}
+	}
+
+	// I14: no payment id both paid an order and was refunded.
+	for _, no := range m.nos {
+		if pid := m.orders[no].paidBy; pid != "" && m.refunded[pid] > 0 {
+			fail("I14: payment %s paid %s and was refunded %d times", pid, no, m.refunded[pid])
 		}
 	}
 
