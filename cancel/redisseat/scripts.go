@@ -41,7 +41,7 @@ local function nowms()
 end
 `
 
-// lockIDLua reads the id of a lock value ('' for anything but a lock).
+// lockIDLua reads the id of a lock value (” for anything but a lock).
 const lockIDLua = `
 local function lockid(v)
   local ms, gen = string.match(v, '^L|[^|]*|[^|]*|(%d+)|?(%d*)$')
@@ -97,7 +97,7 @@ return {1, first}
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show;
 // KEYS[3] lock index of the show.
-// ARGV[1] order number; ARGV[2] a lock id ('' any lock of the order);
+// ARGV[1] order number; ARGV[2] a lock id (” any lock of the order);
 // ARGV[3..] seat ids.
 // Frees each listed seat whose value is "L|<order>|…" (for whichever user)
 // and, when ARGV[2] is set, whose lock id is ARGV[2]; it leaves every other
@@ -131,7 +131,7 @@ return freed
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show;
 // KEYS[3] lock index of the show.
-// ARGV[1] order number; ARGV[2] user id; ARGV[3] a lock id ('' any);
+// ARGV[1] order number; ARGV[2] user id; ARGV[3] a lock id (” any);
 // ARGV[4..] seat ids.
 // Each listed seat locked by the order for that user ("L|<order>|<user>|…")
 // becomes "S|<order>|<user>" and leaves the index; a free one too (its lock
