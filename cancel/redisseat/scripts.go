@@ -41,7 +41,7 @@ local function nowms()
 end
 `
 
-// lockIDLua reads the id of a lock value (” for anything but a lock).
+// lockIDLua reads the id of a lock value (empty for anything but a lock).
 const lockIDLua = `
 local function lockid(v)
   local ms, gen = string.match(v, '^L|[^|]*|[^|]*|(%d+)|?(%d*)$')
