@@ -85,13 +85,22 @@ type Placement struct {
 	ShowID   string
 	Seats    []string
 	ExpireAt time.Time
+	// Limit is the purchase limit: the most seats UserID may hold in ShowID,
+	// in pending and paid orders, counting this one (0: no limit). The
+	// store keeps it with the order, so that a late payment reinstating the
+	// order later is held to the same limit (invariant I17).
+	Limit int
 }
 
-// Validate checks every id of p (expiry.ValidateID) and that it has 1 to
-// MaxSeats seats, none twice. Errors wrap expiry.ErrInvalidID.
+// Validate checks every id of p (expiry.ValidateID), that it has 1 to
+// MaxSeats seats, none twice, and a Limit of 0 or more. Errors wrap
+// expiry.ErrInvalidID.
 func (p Placement) Validate() error {
 	if len(p.Seats) == 0 {
 		return fmt.Errorf("%w: order %s has no seats", expiry.ErrInvalidID, p.OrderNo)
+	}
+	if p.Limit < 0 {
+		return fmt.Errorf("%w: order %s has a negative purchase limit %d", expiry.ErrInvalidID, p.OrderNo, p.Limit)
 	}
 	return p.Hold().Validate()
 }

@@ -41,10 +41,11 @@ var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order'
 // DiscrepancyStore's key space (an id recorded there before, refunded or
 // honoured, refuses the reinstatement: a payment id's fate never flips);
 // claim each of its seats again as sold (the unique live claim: a seat
-// another order holds refuses it); then call claim
-// with the order's seats, inside the transaction, and commit only if claim
-// returned nil. The caller's claim is the seat store's strict Lock, so the
-// seats are taken in both stores or in neither.
+// another order holds refuses it); then call claim with the order's seats
+// and the purchase limit it was placed with (Placement.Limit), inside the
+// transaction, and commit only if claim returned nil. The caller's claim is
+// the seat store's strict Lock, so the seats are taken in both stores or in
+// neither, and the limit holds on this path too (I17).
 //
 // Result.Changed is true when this call reinstated the order (Seats are its
 // seats). Of concurrent calls for one order at most one is ever true: the
@@ -59,7 +60,7 @@ var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order'
 // one wrapping expiry.ErrCommitUnknown (the outcome is unknown; the
 // reconciler settles the seat store either way).
 type Reinstater interface {
-	ReinstateCancelled(ctx context.Context, p Payment, claim func(ctx context.Context, h Hold) error) (Result, error)
+	ReinstateCancelled(ctx context.Context, p Payment, claim func(ctx context.Context, h Hold, limit int) error) (Result, error)
 }
 
 // DeadlineChange asks to move a pending order's deadline to In from now by
@@ -74,6 +75,11 @@ type DeadlineChange struct {
 	// Shorten selects the direction: false moves the deadline later only
 	// (an extension; never of an order already due), true earlier only.
 	Shorten bool
+	// MaxHold, when positive, caps an extension: the new deadline is at
+	// most the order's placement plus MaxHold, by the store's clock
+	// (Config.MaxHold). An order whose deadline is there already is not
+	// extended (Changed false).
+	MaxHold time.Duration
 }
 
 // DeadlineResult is what a deadline change did.
@@ -92,7 +98,9 @@ type DeadlineResult struct {
 // use.
 //
 // SetDeadline compare-and-sets the deadline of c.OrderNo to now+c.In by the
-// store's clock, on a pending order only, and only in c.Shorten's direction:
+// store's clock (for an extension with c.MaxHold, to the earlier of that and
+// the order's placement plus c.MaxHold), on a pending order only, and only
+// in c.Shorten's direction:
 // an extension only if the order is not due yet and its deadline is before
 // now+In (so repeating an extension by the same In changes nothing but what
 // the passing time asks: "at least In from now"); a shortening only if the
@@ -128,10 +136,11 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 		return s.refuse(ctx, p, res, res.Order.Status)
 	}
 	var claimed *Hold
-	rres, err := rs.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold) error {
-		// Strict, as Place locks: only free seats; no purchase limit, the
-		// buyer has paid for them already.
-		if err := s.seats.Lock(ctx, h, 0); err != nil {
+	rres, err := rs.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold, limit int) error {
+		// Strict, as Place locks: only free seats, and within the limit the
+		// order was placed with (a buyer who placed another order since
+		// may not hold more; the payment is refunded then).
+		if err := s.seats.Lock(ctx, h, limit); err != nil {
 			return err
 		}
 		claimed = &h
@@ -179,12 +188,15 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 // depends on how late a message is. No new message is sent: the expiry
 // message in flight re-arms by the stored deadline when it arrives early,
 // and so does the warning. Counted as expiry.KindDeadlineChanged
-// ("extended"). Errors as DeadlineStore's, and ErrUnsupported.
+// ("extended"). However often it is repeated, the deadline never passes the
+// order's placement plus Config.MaxHold by the store's clock (invariant I17):
+// an extension stops there, and one asked for after it changes nothing.
+// Errors as DeadlineStore's, and ErrUnsupported.
 func (s *Service) Extend(ctx context.Context, orderNo, userID string, atLeast time.Duration) (DeadlineResult, error) {
 	if atLeast <= 0 {
 		return DeadlineResult{}, fmt.Errorf("cancel: extend %s: %w: non-positive duration %v", orderNo, expiry.ErrInvalidID, atLeast)
 	}
-	return s.setDeadline(ctx, DeadlineChange{OrderNo: orderNo, UserID: userID, In: atLeast}, "extended")
+	return s.setDeadline(ctx, DeadlineChange{OrderNo: orderNo, UserID: userID, In: atLeast, MaxHold: s.maxHold}, "extended")
 }
 
 // Shorten moves a pending order's deadline earlier, to atMost from now by the

@@ -26,6 +26,7 @@ type Service struct {
 	acceptLate    bool
 	onWarning     func(context.Context, expiry.Order) error
 	sender        expiry.DelaySender
+	maxHold       time.Duration
 }
 
 // Defaults of Config.
@@ -40,6 +41,10 @@ const (
 	// running is left to it before the reconciler tries the hook again; each
 	// hook call is bounded by half of it.
 	DiscrepancyLeaseDefault = 2 * time.Minute
+	// MaxHoldDefault is Config.MaxHold's default: an hour from placement,
+	// four times a typical 15-minute payment window, so that a buyer in the
+	// payment flow can be granted time without holding seats for ever.
+	MaxHoldDefault = time.Hour
 )
 
 // Config wires a Service. Store and Seats are required.
@@ -84,6 +89,10 @@ type Config struct {
 	// Sender sends the new expiry message of a shortened deadline (Shorten);
 	// nil: Shorten is refused.
 	Sender expiry.DelaySender
+	// MaxHold is the longest an order may hold its seats, from its placement
+	// by the store's clock: Extend never moves a deadline past placement +
+	// MaxHold (invariant I17). 0: MaxHoldDefault.
+	MaxHold time.Duration
 }
 
 // New returns a Service, or an error naming the field that is missing or
@@ -100,6 +109,8 @@ func New(c Config) (*Service, error) {
 		return nil, fmt.Errorf("cancel: Config.PlaceTimeout is negative (%v)", c.PlaceTimeout)
 	case c.DiscrepancyLease < 0:
 		return nil, fmt.Errorf("cancel: Config.DiscrepancyLease is negative (%v)", c.DiscrepancyLease)
+	case c.MaxHold < 0:
+		return nil, fmt.Errorf("cancel: Config.MaxHold is negative (%v)", c.MaxHold)
 	}
 	rt := c.Runtime.WithDefaults()
 	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: rt.Observer,
@@ -111,11 +122,15 @@ func New(c Config) (*Service, error) {
 	if s.lease == 0 {
 		s.lease = DiscrepancyLeaseDefault
 	}
+	s.maxHold = c.MaxHold
+	if s.maxHold == 0 {
+		s.maxHold = MaxHoldDefault
+	}
 	return s, nil
 }
 
-// Place places an order: it validates p, locks its seats (limit: the most
-// seats the user may hold in the show, 0 none), then runs insert, the host's
+// Place places an order: it validates p, locks its seats (up to p.Limit
+// seats of the show for the user, 0 no limit), then runs insert, the host's
 // transaction, which must insert p (sqlstore's Store.Place does), may insert
 // the host's own rows, and must schedule the expiry message after commit
 // (expiry.Scheduler.InTx, or an after-commit hook of the host's transaction
@@ -130,12 +145,9 @@ func New(c Config) (*Service, error) {
 // number (ErrOrderExists: a retry after an unknown commit, a double submit).
 // The error wraps insert's, or the lock's (ErrSeatUnavailable,
 // ErrLimitExceeded, expiry.ErrInvalidID).
-func (s *Service) Place(ctx context.Context, p Placement, limit int, insert func(ctx context.Context) error) error {
+func (s *Service) Place(ctx context.Context, p Placement, insert func(ctx context.Context) error) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("cancel: place: %w", err)
-	}
-	if limit < 0 {
-		return fmt.Errorf("cancel: place %s: negative limit %d", p.OrderNo, limit)
 	}
 	// An order number placed already is refused before anything is locked:
 	// a retry or a double submit then never holds seats, even for a moment.
@@ -149,7 +161,7 @@ func (s *Service) Place(ctx context.Context, p Placement, limit int, insert func
 		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
 	}
 	h := p.Hold()
-	if err := s.seats.Lock(ctx, h, limit); err != nil {
+	if err := s.seats.Lock(ctx, h, p.Limit); err != nil {
 		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
 	}
 	tctx, done := context.WithTimeout(ctx, s.placeTimeout)

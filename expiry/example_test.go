@@ -43,7 +43,7 @@ func Example() {
 		panic(err)
 	}
 
-	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(15 * time.Minute)}
+	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(15 * time.Minute), Limit: 4}
 	// In a host: inside its SQL transaction, and the message after commit.
 	insert := func(ctx context.Context) error {
 		if err := store.Place(ctx, p); err != nil {
@@ -52,7 +52,7 @@ func Example() {
 		sched.Schedule(ctx, p.OrderNo, p.ExpireAt)
 		return nil
 	}
-	if err := svc.Place(ctx, p, 4, insert); err != nil {
+	if err := svc.Place(ctx, p, insert); err != nil {
 		panic(err)
 	}
 

@@ -56,7 +56,7 @@ func (e *env) reconciler(t *testing.T, batch, max int) *reconcile.Reconciler {
 
 func (e *env) place(t *testing.T, no string, ttl time.Duration) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{no + "a", no + "b"}, ExpireAt: e.clock().Add(ttl)}
-	require.NoError(t, e.svc.Place(context.Background(), p, 0, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
+	require.NoError(t, e.svc.Place(context.Background(), p, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
 	return p
 }
 

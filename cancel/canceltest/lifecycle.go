@@ -23,14 +23,16 @@ type claimer struct {
 	held  map[string]string // show/seat → order
 	calls atomic.Int32
 	fail  error // returned instead of claiming, when set
+	limit int   // the purchase limit of the last claim
 }
 
 func newClaimer() *claimer { return &claimer{held: map[string]string{}} }
 
-func (c *claimer) claim(_ context.Context, h cancel.Hold) error {
+func (c *claimer) claim(_ context.Context, h cancel.Hold, limit int) error {
 	c.calls.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.limit = limit
 	if c.fail != nil {
 		return c.fail
 	}
@@ -268,6 +270,21 @@ func runLifecycle(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Tim
 		}
 	})
 
+	// The claim is held to the purchase limit the order was placed with
+	// (I17): a buyer who placed another order since may not pass it.
+	t.Run("LateClaimKeepsThePlacementLimit", func(t *testing.T) {
+		h, now := setup(t)
+		r := reinstater(t, h)
+		p := cancel.Placement{OrderNo: id("o"), UserID: "u1", ShowID: "show-1", Seats: []string{id("seat")}, ExpireAt: now.Add(-time.Second), Limit: 3}
+		require.NoError(t, h.Place(ctx, p))
+		timeout(t, h, p.OrderNo)
+		c := newClaimer()
+		res, err := r.ReinstateCancelled(ctx, pay(p.OrderNo, "u1"), c.claim)
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		assert.Equal(t, 3, c.limit, "the limit the order was placed with")
+	})
+
 	// A payment id is decided once (I14): one recorded as a discrepancy
 	// (refunded) never reinstates an order later, and one that reinstated
 	// an order is never recorded as a discrepancy after it.
@@ -381,6 +398,31 @@ func runLifecycle(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Tim
 		require.NoError(t, err)
 		assert.False(t, res.Changed)
 		assert.Equal(t, expiry.StatusPaid, res.Order.Status)
+	})
+
+	// An extension with a maximum hold stops at the placement plus it, by
+	// the store's clock, however often it is asked for (I17).
+	t.Run("ExtendCapped", func(t *testing.T) {
+		h, now := setup(t)
+		d := deadlines(t, h)
+		p := place(t, h, "u1", now.Add(10*time.Minute))
+		placed, err := h.Now(ctx)
+		require.NoError(t, err)
+		const hold = 30 * time.Minute
+		res, err := d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: p.OrderNo, In: 2 * time.Hour, MaxHold: hold})
+		require.NoError(t, err)
+		require.True(t, res.Changed, "later than 10 minutes: extended, up to the cap")
+		assert.WithinDuration(t, placed.Add(hold), res.Order.ExpireAt, time.Second, "the placement plus the maximum hold")
+		assert.False(t, res.Order.ExpireAt.After(placed.Add(hold)), "I17: never past the maximum hold")
+		for i := 0; i < 3; i++ {
+			again, err := d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: p.OrderNo, In: 3 * time.Hour, MaxHold: hold})
+			require.NoError(t, err)
+			assert.False(t, again.Changed, "at the cap: nothing to extend")
+			assert.Equal(t, res.Order.ExpireAt, again.Order.ExpireAt)
+		}
+		shorter, err := d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: p.OrderNo, In: time.Minute, Shorten: true, MaxHold: hold})
+		require.NoError(t, err)
+		assert.True(t, shorter.Changed, "the cap never stops a shortening")
 	})
 
 	t.Run("Shorten", func(t *testing.T) {

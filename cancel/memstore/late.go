@@ -16,7 +16,7 @@ import (
 // succeeds; claim runs with the store locked, as sqlstore runs it inside the
 // transaction that holds the order's row, so concurrent calls for one order
 // wait for each other.
-func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold) error) (cancel.Result, error) {
+func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) error) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("memstore: reinstate: %w", err)
 	}
@@ -49,7 +49,7 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: payment %s decided before: %w", p.OrderNo, p.PaymentID, cancel.ErrDiscrepancy)
 	}
 	h := cancel.Hold{ShowID: o.o.ShowID, OrderNo: o.o.No, UserID: o.o.UserID, Seats: slices.Clone(o.placed)}
-	if err := claim(ctx, h); err != nil {
+	if err := claim(ctx, h, o.limit); err != nil {
 		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: %w", p.OrderNo, err)
 	}
 	// The id is decided: honoured (settled at once, never refunded).
@@ -88,6 +88,11 @@ func (s *Store) SetDeadline(_ context.Context, c cancel.DeadlineChange) (cancel.
 	}
 	now := s.now().Truncate(time.Millisecond)
 	to := now.Add(c.In.Truncate(time.Millisecond))
+	if c.MaxHold > 0 && !c.Shorten {
+		if most := o.created.Truncate(time.Millisecond).Add(c.MaxHold.Truncate(time.Millisecond)); to.After(most) {
+			to = most
+		}
+	}
 	cur := o.o
 	cur.ReadAt = s.now()
 	match := o.o.Status == expiry.StatusPending

@@ -32,7 +32,11 @@ type order struct {
 	// placed are the seats it was placed with, kept after a cancel (sqlstore's
 	// oe_order.seats), so that a late payment can reinstate it.
 	placed []string
-	warned bool // its expiry warning fired (sqlstore's warned_at_ms)
+	limit  int // the purchase limit it was placed with (sqlstore's seat_limit)
+	// created is its placement by the store's clock (sqlstore's
+	// created_at_ms): the maximum hold is measured from it.
+	created time.Time
+	warned  bool // its expiry warning fired (sqlstore's warned_at_ms)
 	// written is its last write by the store's clock (sqlstore's
 	// updated_at_ms): Statuses answers its age.
 	written time.Time
@@ -110,7 +114,7 @@ func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	}
 	seats := slices.Clone(p.Seats)
 	sort.Strings(seats)
-	s.orders[p.OrderNo] = &order{o: expiry.Order{No: p.OrderNo, UserID: p.UserID, ShowID: p.ShowID, ExpireAt: p.ExpireAt.Truncate(time.Millisecond)}, seats: seats, placed: slices.Clone(seats), written: s.now()}
+	s.orders[p.OrderNo] = &order{o: expiry.Order{No: p.OrderNo, UserID: p.UserID, ShowID: p.ShowID, ExpireAt: p.ExpireAt.Truncate(time.Millisecond)}, seats: seats, placed: slices.Clone(seats), limit: p.Limit, written: s.now(), created: s.now()}
 	return nil
 }
 

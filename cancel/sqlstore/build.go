@@ -15,19 +15,20 @@ import (
 type slot uint8
 
 const (
-	aNo       slot = iota // the order number
-	aUser                 // the user id (int64 with NumericUserID)
-	aShow                 // the show id
-	aSeat                 // a seat id
-	aStatus               // the status written
-	aReason               // the cancel reason
-	aPayment              // the payment id
-	aDeadline             // the deadline (or creation time) written, in the column's unit
-	aKey                  // the Expired cursor's deadline key
-	aShowKey              // the Claims cursor's show
-	aSeatKey              // the Claims cursor's seat
-	aLimit                // a page size
-	aSeats                // the placement's seats as a list (the library's schema: oe_order.seats)
+	aNo        slot = iota // the order number
+	aUser                  // the user id (int64 with NumericUserID)
+	aShow                  // the show id
+	aSeat                  // a seat id
+	aStatus                // the status written
+	aReason                // the cancel reason
+	aPayment               // the payment id
+	aDeadline              // the deadline (or creation time) written, in the column's unit
+	aKey                   // the Expired cursor's deadline key
+	aShowKey               // the Claims cursor's show
+	aSeatKey               // the Claims cursor's seat
+	aLimit                 // a page size
+	aSeats                 // the placement's seats as a list (the library's schema: oe_order.seats)
+	aSeatLimit             // the placement's purchase limit (the library's schema: oe_order.seat_limit)
 )
 
 // vals are the run-time values of one call.
@@ -35,7 +36,7 @@ type vals struct {
 	no, user, show, seat, reason, payment, showKey, seatKey, seats string
 	userNum                                                        int64
 	status, deadline, key                                          any
-	limit                                                          int
+	limit, seatLimit                                               int
 }
 
 // stmt is a statement and the arguments it takes, in order.
@@ -78,6 +79,8 @@ func (st stmt) args(v vals, numericUser bool) []any {
 			out[i] = v.limit
 		case aSeats:
 			out[i] = v.seats
+		case aSeatLimit:
+			out[i] = v.seatLimit
 		}
 	}
 	return out
@@ -527,7 +530,7 @@ func (r *resolved) build() queries {
 		b.w(", ", r.updated)
 	}
 	if r.defaultSchema {
-		b.w(", seats") // the seats a late payment reinstates (late.go)
+		b.w(", seats, seat_limit") // what a late payment reinstates, and its limit (late.go)
 	}
 	for _, c := range r.where {
 		b.w(", ", c.col)
@@ -545,7 +548,7 @@ func (r *resolved) build() queries {
 		b.w(", ", nowAs(d, r.updatedType, 0))
 	}
 	if r.defaultSchema {
-		b.w(", ").p(aSeats)
+		b.w(", ").p(aSeats).w(", ").p(aSeatLimit)
 	}
 	for _, c := range r.where {
 		b.w(", ", c.v.sql)

@@ -3,10 +3,12 @@ package sqlstore
 // The store side of issue 12's transitions: a late payment reinstating a
 // cancelled order (cancel.Reinstater), a pending order's deadline moved
 // (cancel.DeadlineStore), the expiry warning's flag (cancel.WarnStore).
-// They use two columns of oe_order that Migrate adds to older tables:
+// They use three columns of oe_order that Migrate adds to older tables:
 // seats, the seat ids the order was placed with (comma-separated, sorted;
 // ids never contain a comma, see expiry.ValidateID), kept after a cancel
-// deletes the claims, and warned_at_ms, when its warning fired.
+// deletes the claims; seat_limit, the purchase limit it was placed with
+// (cancel.Placement.Limit), which a reinstatement keeps; and warned_at_ms,
+// when its warning fired.
 
 import (
 	"context"
@@ -14,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +37,11 @@ var lateColumns = []struct {
 		MySQL:    "ALTER TABLE oe_order ADD COLUMN seats VARCHAR(3300) CHARACTER SET ascii COLLATE ascii_bin NULL",
 		Postgres: "ALTER TABLE oe_order ADD COLUMN seats TEXT",
 		SQLite:   "ALTER TABLE oe_order ADD COLUMN seats TEXT",
+	}},
+	{"seat_limit", map[Dialect]string{
+		MySQL:    "ALTER TABLE oe_order ADD COLUMN seat_limit INT NULL",
+		Postgres: "ALTER TABLE oe_order ADD COLUMN seat_limit INTEGER",
+		SQLite:   "ALTER TABLE oe_order ADD COLUMN seat_limit INTEGER",
 	}},
 	{"warned_at_ms", map[Dialect]string{
 		MySQL:    "ALTER TABLE oe_order ADD COLUMN warned_at_ms BIGINT NULL",
@@ -81,7 +89,7 @@ func (s *Store) lateSQL(q string) string {
 // placed before the seats column existed gives cancel.ErrNoSeatRecord, and
 // so does every order of a store with a Mapping: the host's tables keep no
 // record of a cancelled order's seats, so its late payment is refunded.
-func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold) error) (cancel.Result, error) {
+func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) error) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate: %w", err)
 	}
@@ -129,7 +137,7 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 
 // reinstateTx is one attempt of ReinstateCancelled; claimed reports that
 // claim ran and succeeded (the attempt must not be repeated then).
-func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, args []any, claim func(ctx context.Context, h cancel.Hold) error) (res cancel.Result, changed, claimed bool, err error) {
+func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, args []any, claim func(ctx context.Context, h cancel.Hold, limit int) error) (res cancel.Result, changed, claimed bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return res, false, false, err
@@ -148,10 +156,11 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 		return res, false, false, err
 	}
 	var seats sql.NullString
+	var limit sql.NullInt64 // NULL: placed before the column existed, no limit known
 	var expireMS, nowMS int64
 	o := expiry.Order{No: p.OrderNo, Status: expiry.StatusPaid}
-	err = tx.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, expire_at_ms, NOW_MS, seats FROM oe_order WHERE order_no = ?"), p.OrderNo).
-		Scan(&o.UserID, &o.ShowID, &expireMS, &nowMS, &seats)
+	err = tx.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, expire_at_ms, NOW_MS, seats, seat_limit FROM oe_order WHERE order_no = ?"), p.OrderNo).
+		Scan(&o.UserID, &o.ShowID, &expireMS, &nowMS, &seats, &limit)
 	if err != nil {
 		return res, false, false, err
 	}
@@ -191,7 +200,7 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 			return res, false, false, err
 		}
 	}
-	if err := claim(ctx, cancel.Hold{ShowID: o.ShowID, OrderNo: p.OrderNo, UserID: o.UserID, Seats: list}); err != nil {
+	if err := claim(ctx, cancel.Hold{ShowID: o.ShowID, OrderNo: p.OrderNo, UserID: o.UserID, Seats: list}, int(limit.Int64)); err != nil {
 		return res, false, false, fmt.Errorf("claim: %w", err)
 	}
 	committed = true
@@ -217,11 +226,24 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 	if c.In < 0 || c.In > maxDeadlineIn {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w: duration %v outside 0..%v", c.OrderNo, expiry.ErrInvalidID, c.In, maxDeadlineIn)
 	}
-	q := "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < NOW_MS + ?"
-	if c.Shorten {
-		q = "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS + ?"
+	if c.MaxHold < 0 || c.MaxHold > maxDeadlineIn {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: maximum hold %v outside 0..%v", c.OrderNo, c.MaxHold, maxDeadlineIn)
 	}
-	st, err := s.prepared(ctx, s.lateSQL(q))
+	// TO is the new deadline: now+In, for an extension with a maximum hold
+	// no later than the placement (created_at_ms) plus it.
+	to := "(NOW_MS + ?)"
+	if c.MaxHold > 0 && !c.Shorten {
+		least := "LEAST"
+		if s.dialect == SQLite {
+			least = "MIN" // SQLite's scalar MIN of several arguments
+		}
+		to = least + "(NOW_MS + ?, created_at_ms + " + strconv.FormatInt(c.MaxHold.Milliseconds(), 10) + ")"
+	}
+	q := "UPDATE oe_order SET expire_at_ms = TO, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < TO"
+	if c.Shorten {
+		q = "UPDATE oe_order SET expire_at_ms = TO, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > TO"
+	}
+	st, err := s.prepared(ctx, s.lateSQL(strings.ReplaceAll(q, "TO", to)))
 	if err != nil {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
 	}

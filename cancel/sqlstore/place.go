@@ -17,7 +17,7 @@ import (
 // the seats locked. With another transaction manager, write the same
 // function with its transaction and its after-commit hook.
 //
-//	err := svc.Place(ctx, p, limit, store.Insert(db, sched, p, func(ctx context.Context, tx *sql.Tx) error {
+//	err := svc.Place(ctx, p, store.Insert(db, sched, p, func(ctx context.Context, tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, "INSERT INTO my_order_extra …", p.OrderNo)
 //		return err
 //	}))

@@ -51,7 +51,7 @@ func TestTenantReconcilerLeavesOtherTenantsSeats(t *testing.T) {
 		return
 	}
 	p := cancel.Placement{OrderNo: "o9", UserID: "u8", ShowID: "ev", Seats: []string{"x1"}, ExpireAt: clock.Now().Add(time.Hour)}
-	require.NoError(t, svc8.Place(ctx, p, 0, func(ctx context.Context) error { return stores[8].Insert(db, nil, p, nil)(ctx) }))
+	require.NoError(t, svc8.Place(ctx, p, func(ctx context.Context) error { return stores[8].Insert(db, nil, p, nil)(ctx) }))
 
 	svc7, err := cancel.New(cancel.Config{Store: stores[7], Seats: seats})
 	require.NoError(t, err)

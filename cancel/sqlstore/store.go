@@ -417,7 +417,7 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 	if !ok {
 		return fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
 	}
-	v.deadline, v.seats = s.timeArg(p.ExpireAt), seatList(p.Seats)
+	v.deadline, v.seats, v.seatLimit = s.timeArg(p.ExpireAt), seatList(p.Seats), p.Limit
 	if _, err := tx.ExecContext(ctx, s.q.insertOrder.sql, s.args(s.q.insertOrder, v)...); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)

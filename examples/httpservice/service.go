@@ -236,7 +236,8 @@ func (s scanOverdue) Overdue(ctx context.Context) (int, time.Duration, error) {
 // insert with store.Place, collect with an expiry.AfterCommit inside the
 // transaction and Flush it from the manager's after-commit hook.
 func (a *App) Place(ctx context.Context, p cancel.Placement) error {
-	return a.svc.Place(ctx, p, a.limit, a.store.Insert(a.db, a.sched, p, func(ctx context.Context, tx *sql.Tx) error {
+	p.Limit = a.limit
+	return a.svc.Place(ctx, p, a.store.Insert(a.db, a.sched, p, func(ctx context.Context, tx *sql.Tx) error {
 		return nil // the service's own rows go here, in the same transaction
 	}))
 }

@@ -374,7 +374,8 @@ func (d *demo) take(show string, count int) []string {
 // it would had the process died). Only a commit whose outcome is unknown
 // keeps them: the order may exist, and the reconciler decides.
 func (d *demo) place(ctx context.Context, p cancel.Placement, check func(ctx context.Context, tx *sql.Tx) error) error {
-	return d.svc.Place(ctx, p, purchaseLimit, d.store.Insert(d.env.db, d.sched, p, check))
+	p.Limit = purchaseLimit
+	return d.svc.Place(ctx, p, d.store.Insert(d.env.db, d.sched, p, check))
 }
 
 // scenario places the batch, acts on it, waits until no order is pending and

@@ -46,7 +46,9 @@ func wire(ctx context.Context, db *sql.DB, rdb redis.UniversalClient, rt expiry.
 	sender.Attach(expiry.NewShell(handler))
 	go rec.Run(ctx, 5*time.Minute) // on every instance
 	place = func(ctx context.Context, p cancel.Placement) error {
-		return svc.Place(ctx, p, 4, store.Insert(db, sched, p, nil)) // nil: no rows of the host's own
+		// At most 4 seats of a show per user, late payments included.
+		p.Limit = 4
+		return svc.Place(ctx, p, store.Insert(db, sched, p, nil)) // nil: no rows of the host's own
 	}
 	pay = func(ctx context.Context, p cancel.Payment) error {
 		_, err := svc.Pay(ctx, p)

@@ -83,7 +83,7 @@ func (w *world) place(t *testing.T, no string, ttl time.Duration) trace.SpanCont
 	ctx, span := w.tp.Tracer("host").Start(context.Background(), "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s1", Seats: []string{no + "-a"}, ExpireAt: w.clock.Now().Add(ttl)}
-	require.NoError(t, w.svc.Place(ctx, p, 0, func(ctx context.Context) error {
+	require.NoError(t, w.svc.Place(ctx, p, func(ctx context.Context) error {
 		if err := w.store.Place(ctx, p); err != nil {
 			return err
 		}

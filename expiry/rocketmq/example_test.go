@@ -60,8 +60,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p := cancel.Placement{OrderNo: "A1001", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(15 * time.Minute)}
-	err = svc.Place(ctx, p, 6, func(ctx context.Context) error {
+	p := cancel.Placement{OrderNo: "A1001", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(15 * time.Minute), Limit: 6}
+	err = svc.Place(ctx, p, func(ctx context.Context) error {
 		return sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
 			// INSERT the order and its seats here (sqlstore.Store.Place).
 			after.Add(p.OrderNo, p.ExpireAt)

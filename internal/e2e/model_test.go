@@ -709,7 +709,7 @@ func (s *mOrders) PayPending(ctx context.Context, p cancel.Payment) (cancel.Resu
 
 // ReinstateCancelled is the late-payment side of the store. A lost
 // acknowledgement is a commit whose answer was lost (expiry.ErrCommitUnknown).
-func (s *mOrders) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold) error) (cancel.Result, error) {
+func (s *mOrders) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) error) (cancel.Result, error) {
 	mode, hit := s.m.fault("ReinstateCancelled", p.OrderNo)
 	if mode == mBefore {
 		return cancel.Result{}, injected("ReinstateCancelled")
@@ -1078,7 +1078,8 @@ func (m *machine) place(t *rapid.T, no, user, show string, seats []string, expir
 	if again {
 		want = cancel.ErrOrderExists // refused before any lock
 	}
-	err = m.svc.Place(m.ctx, p, m.limit, func(ctx context.Context) error {
+	p.Limit = m.limit
+	err = m.svc.Place(m.ctx, p, func(ctx context.Context) error {
 		if err := m.fo.Place(ctx, p); err != nil {
 			return err
 		}
@@ -1110,7 +1111,8 @@ func (m *machine) PlaceDupSeat(t *rapid.T) {
 	m.next++
 	no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
 	p := cancel.Placement{OrderNo: no, UserID: m.users[0], ShowID: m.shows[0], Seats: []string{seat, seat}, ExpireAt: m.storeNow(t).Add(time.Second)}
-	err := m.svc.Place(m.ctx, p, m.limit, func(ctx context.Context) error {
+	p.Limit = m.limit
+	err := m.svc.Place(m.ctx, p, func(ctx context.Context) error {
 		m.violate("an order with a seat listed twice reached the store")
 		return nil
 	})

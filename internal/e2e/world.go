@@ -151,5 +151,6 @@ func (w *World) Reconciler(t testing.TB) *reconcile.Reconciler {
 // (cancel.Service.Place with the SQL store's transaction, no message: the
 // tests deliver themselves).
 func (w *World) Place(ctx context.Context, p cancel.Placement) error {
-	return w.Service.Place(ctx, p, w.Limit, w.Store.Insert(w.DB, nil, p, nil))
+	p.Limit = w.Limit
+	return w.Service.Place(ctx, p, w.Store.Insert(w.DB, nil, p, nil))
 }

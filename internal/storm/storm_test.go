@@ -433,7 +433,8 @@ func (r *rig) earlyTimeout(no string) {
 func (r *rig) placeAgain(p cancel.Placement) {
 	ctx, stop := r.opCtx()
 	defer stop()
-	err := r.svc.Place(ctx, p, r.w.Limit, r.w.Store.Insert(r.w.DB, nil, p, nil))
+	p.Limit = r.w.Limit
+	err := r.svc.Place(ctx, p, r.w.Store.Insert(r.w.DB, nil, p, nil))
 	switch {
 	case err == nil:
 		r.misMu.Lock()

@@ -263,8 +263,8 @@ func run(ctx context.Context, c config) error {
 			http.Error(w, "bad json", http.StatusBadRequest)
 			return
 		}
-		pl := cancel.Placement{OrderNo: p.No, UserID: p.User, ShowID: p.Show, Seats: p.Seats, ExpireAt: time.UnixMilli(p.ExpireMs)}
-		err := svc.Place(r.Context(), pl, c.limit, store.Insert(db, sched, pl, nil))
+		pl := cancel.Placement{OrderNo: p.No, UserID: p.User, ShowID: p.Show, Seats: p.Seats, ExpireAt: time.UnixMilli(p.ExpireMs), Limit: c.limit}
+		err := svc.Place(r.Context(), pl, store.Insert(db, sched, pl, nil))
 		answer(w, err)
 	})
 	mux.HandleFunc("POST /pay", func(w http.ResponseWriter, r *http.Request) {
