@@ -200,15 +200,18 @@ func (s *Service) Extend(ctx context.Context, orderNo, userID string, atLeast ti
 }
 
 // Shorten moves a pending order's deadline earlier, to atMost from now by the
-// store's clock (an order due sooner already is left alone), and sends a new
-// expiry message for the new deadline through Config.Sender, so the cancel is
-// not late (the message in flight would re-arm past it). A failed send is
-// counted (KindSendFailed) and left to the reconciler, as after a placement.
-// Counted as expiry.KindDeadlineChanged ("shortened"). Errors as Extend's; a
-// Service without Config.Sender cannot shorten (an error, nothing changed).
+// store's clock (an order due sooner already is left alone), and schedules
+// the order again with Config.Scheduler (Reschedule, by the store's clock):
+// a new expiry message, so the cancel is not late (the message in flight
+// would re-arm past it), and a new warning, so the buyer is warned before
+// the new deadline (at once when less than the lead is left). A failed send
+// is counted (KindSendFailed) and left to the reconciler, as after a
+// placement. Counted as expiry.KindDeadlineChanged ("shortened"). Errors as
+// Extend's; a Service without Config.Scheduler cannot shorten (an error
+// wrapping ErrUnsupported, nothing changed).
 func (s *Service) Shorten(ctx context.Context, orderNo, userID string, atMost time.Duration) (DeadlineResult, error) {
-	if s.sender == nil {
-		return DeadlineResult{}, fmt.Errorf("cancel: shorten %s: Config.Sender is nil: %w", orderNo, ErrUnsupported)
+	if s.sched == nil {
+		return DeadlineResult{}, fmt.Errorf("cancel: shorten %s: Config.Scheduler is nil: %w", orderNo, ErrUnsupported)
 	}
 	if atMost < 0 {
 		return DeadlineResult{}, fmt.Errorf("cancel: shorten %s: %w: negative duration %v", orderNo, expiry.ErrInvalidID, atMost)
@@ -217,11 +220,7 @@ func (s *Service) Shorten(ctx context.Context, orderNo, userID string, atMost ti
 	if err != nil || !res.Changed {
 		return res, err
 	}
-	delay := res.Order.Remaining() // by the store's clock
-	if serr := s.sender.Send(ctx, expiry.Message{OrderNo: orderNo, Hop: 1, TraceID: expiry.TraceID(ctx)}, delay); serr != nil {
-		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSendFailed, OrderNo: orderNo, Hop: 1, Delay: delay, Err: serr})
-		s.log.ErrorContext(ctx, "expiry message for a shortened deadline not sent; the reconciler will cancel the order when due", "order", orderNo, "err", serr)
-	}
+	s.sched.Reschedule(ctx, res.Order) // logs and counts a failed send itself
 	return res, nil
 }
 

@@ -58,8 +58,10 @@ func newLateEnv(t *testing.T, accept bool, skew time.Duration) *lateEnv {
 	e := &lateEnv{env: &env{store: memstore.NewStore(clock.Now), seats: memstore.NewSeats(clock.Now), ev: &events{}},
 		clock: clock, sent: &capture{}, warned: map[string]int{}}
 	var err error
+	e.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: e.sent, Runtime: expiry.Runtime{Clock: skewed{clock, skew}}, WarnBefore: 2 * time.Minute})
+	require.NoError(t, err)
 	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Runtime: expiry.Runtime{Observer: e.ev},
-		AcceptLatePayments: accept, Sender: e.sent,
+		AcceptLatePayments: accept, Scheduler: e.sched,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -74,8 +76,6 @@ func newLateEnv(t *testing.T, accept bool, skew time.Duration) *lateEnv {
 		}})
 	require.NoError(t, err)
 	e.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: e.svc, Warner: e.svc, Sender: e.sent})
-	require.NoError(t, err)
-	e.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: e.sent, Runtime: expiry.Runtime{Clock: skewed{clock, skew}}, WarnBefore: 2 * time.Minute})
 	require.NoError(t, err)
 	return e
 }
@@ -363,15 +363,23 @@ func TestExtendFollowsMessagePath(t *testing.T) {
 	assert.Equal(t, 1, e.warnings("o1"), "a redelivered warning never fires twice")
 	assert.Equal(t, 1, e.ev.n(expiry.KindWarned))
 
-	// Shortened: a new message, due at the new deadline.
+	// Shortened: a new warning (at once: less than the lead is left; this
+	// order was warned already, so it ends) and a new expiry message, due
+	// at the new deadline.
 	res, err := e.svc.Shorten(ctx, "o1", "", 30*time.Second)
 	require.NoError(t, err)
 	require.True(t, res.Changed)
 	short := e.sent.take()
-	require.Len(t, short, 1)
-	assert.Equal(t, 30*time.Second, short[0].delay)
-	e.clock.Advance(30 * time.Second)
+	require.Len(t, short, 2)
+	assert.True(t, short[0].m.Warning)
+	assert.Zero(t, short[0].delay)
 	out, err = e.h.Handle(ctx, short[0].m)
+	require.NoError(t, err)
+	assert.Equal(t, expiry.OutcomeFinal, out, "warned once already")
+	assert.Equal(t, 1, e.warnings("o1"))
+	assert.Equal(t, 30*time.Second, short[1].delay)
+	e.clock.Advance(30 * time.Second)
+	out, err = e.h.Handle(ctx, short[1].m)
 	require.NoError(t, err)
 	assert.Equal(t, expiry.OutcomeCancelled, out)
 	assert.Equal(t, 2, e.ev.n(expiry.KindDeadlineChanged))

@@ -25,7 +25,7 @@ type Service struct {
 	lease         time.Duration
 	acceptLate    bool
 	onWarning     func(context.Context, expiry.Order) error
-	sender        expiry.DelaySender
+	sched         *expiry.Scheduler
 	maxHold       time.Duration
 }
 
@@ -86,9 +86,10 @@ type Config struct {
 	// expiry.SchedulerConfig.WarnBefore), at most once per order, bounded by
 	// half of DiscrepancyLease. Nil: warnings are only counted.
 	OnWarning func(ctx context.Context, o expiry.Order) error
-	// Sender sends the new expiry message of a shortened deadline (Shorten);
-	// nil: Shorten is refused.
-	Sender expiry.DelaySender
+	// Scheduler sends the new messages of a shortened deadline (Shorten):
+	// its expiry message and, with SchedulerConfig.WarnBefore, its warning,
+	// so both follow the new deadline. nil: Shorten is refused.
+	Scheduler *expiry.Scheduler
 	// MaxHold is the longest an order may hold its seats, from its placement
 	// by the store's clock: Extend never moves a deadline past placement +
 	// MaxHold (invariant I17). 0: MaxHoldDefault.
@@ -115,7 +116,7 @@ func New(c Config) (*Service, error) {
 	rt := c.Runtime.WithDefaults()
 	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: rt.Observer,
 		log: rt.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease,
-		acceptLate: c.AcceptLatePayments, onWarning: c.OnWarning, sender: c.Sender}
+		acceptLate: c.AcceptLatePayments, onWarning: c.OnWarning, sched: c.Scheduler}
 	if s.placeTimeout == 0 {
 		s.placeTimeout = PlaceTimeoutDefault
 	}

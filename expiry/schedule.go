@@ -82,9 +82,21 @@ func NewScheduler(c SchedulerConfig) (*Scheduler, error) {
 // error, by design: it logs and counts it, and reports whether the expiry
 // message's send was accepted. Call it only after the order has committed.
 func (s *Scheduler) Schedule(ctx context.Context, orderNo string, expireAt time.Time) bool {
+	return s.schedule(ctx, orderNo, expireAt, expireAt.Sub(s.clock.Now()))
+}
+
+// Reschedule is Schedule for a deadline moved earlier (cancel.Service's
+// Shorten): o as the store read it, the delay measured by the store's clock
+// (o.Remaining()), so the new messages never depend on this host's clock.
+// The messages sent before still arrive; the Handler re-arms or ends them by
+// the stored deadline.
+func (s *Scheduler) Reschedule(ctx context.Context, o Order) bool {
+	return s.schedule(ctx, o.No, o.ExpireAt, o.Remaining())
+}
+
+func (s *Scheduler) schedule(ctx context.Context, orderNo string, expireAt time.Time, delay time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	delay := expireAt.Sub(s.clock.Now())
 	err := ValidateID("order number", orderNo)
 	if err == nil && s.warn > 0 {
 		// An order with less time than the lead is warned at once: the

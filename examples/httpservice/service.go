@@ -134,22 +134,22 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	case warnBefore < 0:
 		warnBefore = 0
 	}
+	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Runtime: expiry.Runtime{Observer: obs, Logger: a.log},
+		WarnBefore: warnBefore.Truncate(time.Millisecond)}); err != nil {
+		return nil, nil, err
+	}
 	// Late payments are accepted (pretix's default): a payment after the
 	// timeout reinstates the order when its seats are still free, and is
-	// refunded otherwise. The sender sends the message of a shortened
-	// deadline.
+	// refunded otherwise. The scheduler sends the messages of a shortened
+	// deadline (its expiry message and its warning).
 	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Discrepancies: a.store,
 		Runtime: expiry.Runtime{Observer: obs, Logger: a.log}, OnDiscrepancy: onDiscrepancy,
-		AcceptLatePayments: true, OnWarning: onWarning, Sender: c.Sender})
+		AcceptLatePayments: true, OnWarning: onWarning, Scheduler: a.sched})
 	if err != nil {
 		return nil, nil, err
 	}
 	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: a.svc, Warner: a.svc, Sender: c.Sender, Runtime: expiry.Runtime{Observer: obs, Logger: a.log}})
 	if err != nil {
-		return nil, nil, err
-	}
-	if a.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.Sender, Runtime: expiry.Runtime{Observer: obs, Logger: a.log},
-		WarnBefore: warnBefore.Truncate(time.Millisecond)}); err != nil {
 		return nil, nil, err
 	}
 	a.rec, err = reconcile.New(reconcile.Config{Orders: a.store, Seats: a.seats, Service: a.svc,

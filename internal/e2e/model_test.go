@@ -456,22 +456,10 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	m.fs = &mSeats{m: m, inner: env.seats}
 	m.snd = &mSender{m: m}
 	var err error
-	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Discrepancies: m.fo, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet},
-		OnDiscrepancy: m.refund, DiscrepancyLease: env.lease,
-		AcceptLatePayments: true, OnWarning: m.onWarning, Sender: m.snd})
-	if err != nil {
-		rt.Fatal(err)
-	}
 	m.lead = (env.expiryMax / 10).Truncate(time.Millisecond)
-	var warner expiry.Warner = m.svc
 	if env.orderStoreOnly {
-		warner, m.lead = nil, 0 // no warning is scheduled
+		m.lead = 0 // no warning is scheduled
 	}
-	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Warner: warner, Sender: m.snd, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet}})
-	if err != nil {
-		rt.Fatal(err)
-	}
-	m.shell = expiry.NewShell(m.h)
 	var clock expiry.Clock = expiry.SystemClock
 	if env.clock != nil {
 		clock = env.clock
@@ -482,6 +470,21 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if err != nil {
 		rt.Fatal(err)
 	}
+	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Discrepancies: m.fo, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet},
+		OnDiscrepancy: m.refund, DiscrepancyLease: env.lease,
+		AcceptLatePayments: true, OnWarning: m.onWarning, Scheduler: m.sched})
+	if err != nil {
+		rt.Fatal(err)
+	}
+	var warner expiry.Warner = m.svc
+	if env.orderStoreOnly {
+		warner = nil
+	}
+	m.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: m.svc, Warner: warner, Sender: m.snd, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet}})
+	if err != nil {
+		rt.Fatal(err)
+	}
+	m.shell = expiry.NewShell(m.h)
 	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Runtime: expiry.Runtime{Clock: clock, Observer: m.obs, Logger: quiet},
 		// Small batches and rounds, so a backlog spans rounds (Report.More).
 		Batch: 4, MaxPerRound: 12, Grace: env.grace, Settle: env.settle,
@@ -1215,6 +1218,11 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 				free = false
 			}
 		}
+		// The purchase limit holds on this path too (I17): a buyer holding
+		// other seats of the show may be refused.
+		if held, err := m.env.seats.Held(m.ctx, o.p.ShowID, o.p.UserID); err != nil || held+len(o.p.Seats) > m.limit {
+			free = false
+		}
 	}
 	// An id answered as a discrepancy before is decided: refunded (I14).
 	_, decided := m.owed[pid]
@@ -1241,7 +1249,7 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 			m.stats.kinds["pay_late_reinstated_after_loss"]++
 			break
 		}
-		m.violate("late payment %s of %s reinstated it, but a seat was held", pid, no)
+		m.violate("late payment %s of %s reinstated it, but a seat was held or the user at the limit", pid, no)
 	case before == "missing":
 		m.expectErr("pay "+no, err, expiry.ErrNotFound)
 	case !rightful:
@@ -2065,6 +2073,9 @@ func (m *machine) Check(t *rapid.T) {
 		}
 		for _, u := range m.users {
 			held := snap.Held[show+"/"+u]
+			if want[u] > m.limit {
+				fail("I17: %s/%s holds %d seats in pending and paid orders, past the limit %d", show, u, want[u], m.limit)
+			}
 			switch {
 			case held < 0:
 				fail("I8: %s/%s counter below zero: %d", show, u, held)
