@@ -1,0 +1,398 @@
+package explore
+
+import (
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	depthFlag   = flag.Int("explore.depth", defaultDepth, "the longest step sequence the exploration enumerates")
+	workersFlag = flag.Int("explore.workers", runtime.GOMAXPROCS(0), "how many sequences are replayed at once")
+)
+
+// explorer is a depth-first search over step sequences, each replayed from
+// a fresh world (stateless model checking), states deduplicated by hash.
+// Subtrees are explored in parallel by up to workers goroutines.
+type explorer struct {
+	pool   *pool
+	kinds  []kind
+	shared bool
+	sem    chan struct{} // a token per extra worker
+
+	mu sync.Mutex
+	// visited holds, per state, the most steps that were left when it was
+	// reached: reached again with more left (by a shorter sequence), it is
+	// explored again.
+	visited map[[16]byte]int
+	// settled holds the findings of each state's settle, so that a
+	// shorter sequence to the same state can claim them.
+	settled map[[16]byte][]record
+	best    map[string]record // finding class → its shortest sequence
+	err     error             // the first failure of the explorer itself
+
+	sequences, steps, settles, violations int
+}
+
+// record is a finding with the sequence that produced it.
+type record struct {
+	f    finding
+	seq  []step
+	at   bool // a settle's finding
+	kill bool // at settle: the stopped operations were killed (else resumed)
+}
+
+// node is a state reached by seq.
+type node struct {
+	seq  []step
+	obs  *observation
+	hist history
+	fp   uint64
+}
+
+func newExplorer(kinds []kind, shared bool, workers int) *explorer {
+	return &explorer{pool: newPool(), kinds: kinds, shared: shared, sem: make(chan struct{}, max(workers-1, 0)),
+		visited: map[[16]byte]int{}, settled: map[[16]byte][]record{}, best: map[string]record{}}
+}
+
+// world returns a fresh world; wireTenants has built one of this wiring
+// already, so an error here is the explorer's own.
+func (x *explorer) world() *world {
+	w, err := newWorld(x.pool, x.shared)
+	if err != nil {
+		panic(err)
+	}
+	return w
+}
+
+// replay builds a fresh world and runs n's sequence in it, checking that it
+// makes the very calls it made the first time (the replay is
+// deterministic). It returns nil after a failure.
+func (x *explorer) replay(n *node) *world {
+	w := x.world()
+	for _, s := range n.seq {
+		w.run(x.kinds, s)
+	}
+	if w.fp != n.fp {
+		w.finish(killAll)
+		x.fail(fmt.Errorf("a replay of\n%smade other calls than before: the world is not deterministic", x.describe(n.seq)))
+		return nil
+	}
+	x.count(func() { x.steps += len(n.seq) })
+	return w
+}
+
+func (x *explorer) count(f func()) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	f()
+}
+
+func (x *explorer) fail(err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.err == nil {
+		x.err = err
+	}
+}
+
+// run explores every sequence of up to depth steps from the empty world.
+func (x *explorer) run(depth int) {
+	w := x.world()
+	root := &node{obs: w.observe(), hist: history{}.clone(), fp: w.fp}
+	h := root.obs.hash(root.hist)
+	x.visited[h] = depth
+	x.settleAll(w, root, h, depth)
+	x.explore(root, depth)
+}
+
+// explore tries every step from n: each enabled kind run to completion,
+// then stopped before each of the gated calls that run met, and for
+// reconcile rounds each of its seat-store writes failing. Each new state is
+// explored on, in this goroutine or, when a worker is free, in another.
+func (x *explorer) explore(n *node, left int) {
+	var wg sync.WaitGroup
+	on := func(c *node) {
+		if c == nil || left <= 1 {
+			return
+		}
+		select {
+		case x.sem <- struct{}{}:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-x.sem }()
+				x.explore(c, left-1)
+			}()
+		default:
+			x.explore(c, left-1)
+		}
+	}
+	for i, k := range x.kinds {
+		parked := n.obs.parkedKind(i)
+		if !parked && (!k.enabled(n.obs) || k.twin >= 0 && !n.obs.parkedKind(k.twin)) {
+			continue
+		}
+		c, log := x.child(n, complete(i), left)
+		on(c)
+		if k.clock != nil || log == nil {
+			continue
+		}
+		first := 1
+		if !parked && log.readsFirst {
+			first = 0
+		}
+		for stop := first; stop < len(log.gates); stop++ {
+			c, _ := x.child(n, step{kind: i, stop: stop, fail: -1}, left)
+			on(c)
+		}
+		if k.faults {
+			for g, at := range log.gates {
+				if isSeatWrite(at) {
+					c, _ := x.child(n, step{kind: i, stop: -1, fail: g}, left)
+					on(c)
+				}
+			}
+		}
+	}
+	wg.Wait()
+}
+
+func isSeatWrite(at string) bool {
+	name, _, _ := strings.Cut(at, "(")
+	switch name {
+	case "Lock", "Release", "Sell", "Restore", "MarkRestored":
+		return true
+	}
+	return false
+}
+
+// child replays n's sequence plus s and judges the step. It returns the
+// state reached when it is to be explored on: new, or reached with more
+// steps left than before, and the step broke no ledger (a sequence that
+// broke one is reported, not extended).
+func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
+	w := x.replay(n)
+	if w == nil {
+		return nil, nil
+	}
+	log := w.run(x.kinds, s)
+	obs := w.observe()
+	fs, hist := judge(n.obs, n.hist, obs, len(n.seq)+1)
+	for _, f := range w.facts.findings {
+		if f.step == len(n.seq)+1 {
+			fs = append(fs, f)
+		}
+	}
+	seq := append(slices.Clone(n.seq), s)
+	h := obs.hash(hist)
+	c := &node{seq: seq, obs: obs, hist: hist, fp: w.fp}
+
+	x.mu.Lock()
+	x.sequences++
+	x.steps++
+	if len(fs) > 0 {
+		x.violations++
+	}
+	for _, f := range fs {
+		f.class += " — by " + x.kinds[s.kind].op
+		x.keep(record{f: f, seq: seq})
+	}
+	was, seen := x.visited[h]
+	explore := !seen || was < left-1
+	if explore {
+		x.visited[h] = left - 1
+	}
+	if seen && explore { // the same state by a shorter sequence: its settle's findings too
+		for _, r := range x.settled[h] {
+			r.seq = seq
+			x.keep(r)
+		}
+	}
+	x.mu.Unlock()
+
+	if !seen {
+		x.settleAll(w, c, h, left-1)
+	} else {
+		w.finish(killAll)
+	}
+	if !explore || len(fs) > 0 {
+		return nil, &log
+	}
+	return c, &log
+}
+
+// settleAll settles n's state and judges the result: with every stopped
+// operation resumed to completion (the settle proper), and with every one
+// killed (a crash: it never resumes). w is a world in that state, consumed
+// here. Resuming a stopped operation is a step, so the resumed settle of a
+// state with steps left for each stopped operation is the killed settle of
+// the state those steps reach, and is not run twice; nor are mixes (some
+// resumed, the others killed) anywhere: they are steps, then kills.
+func (x *explorer) settleAll(w *world, n *node, h [16]byte, left int) {
+	p := len(n.obs.parked)
+	x.settleOne(w, n, h, true)
+	if p > 0 && left < p {
+		if w := x.replay(n); w != nil {
+			x.settleOne(w, n, h, false)
+		}
+	}
+}
+
+// settleOne settles w (in n's state), killing its stopped operations or
+// resuming them, and judges it.
+func (x *explorer) settleOne(w *world, n *node, h [16]byte, kill bool) {
+	w.settle(x.kinds, kill)
+	obs := w.observe()
+	fs, _ := judge(n.obs, n.hist, obs, len(n.seq)+1)
+	fs = append(fs, judgeSettled(w, obs)...)
+	for _, f := range w.facts.findings {
+		if f.step > len(n.seq) {
+			fs = append(fs, f)
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.settles++
+	if len(fs) > 0 {
+		x.violations++
+	}
+	for _, f := range fs {
+		if !strings.Contains(f.class, "after settle") {
+			f.class += " (at settle)"
+		}
+		r := record{f: f, seq: n.seq, at: true, kill: kill}
+		x.settled[h] = append(x.settled[h], r)
+		x.keep(r)
+	}
+}
+
+// keep keeps r if it is the shortest sequence of its class so far (x.mu
+// held).
+func (x *explorer) keep(r record) {
+	if b, ok := x.best[r.f.class]; ok && len(b.seq) <= len(r.seq) {
+		return
+	}
+	x.best[r.f.class] = r
+}
+
+// describe renders a sequence as a readable step list, replaying it to show
+// what each step did.
+func (x *explorer) describe(seq []step) string {
+	var b strings.Builder
+	for i, s := range seq {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, x.stepName(s))
+	}
+	return b.String()
+}
+
+func (x *explorer) stepName(s step) string {
+	name := x.kinds[s.kind].name
+	switch {
+	case s.stop >= 0:
+		name += fmt.Sprintf(", stopped before gated call #%d of the step", s.stop)
+	case s.fail >= 0:
+		name += fmt.Sprintf(", gated call #%d of the step failing", s.fail)
+	}
+	return name
+}
+
+// explain replays r's sequence and renders each step with the calls it made.
+func (x *explorer) explain(r record) string {
+	var b strings.Builder
+	w := x.world()
+	for i, s := range r.seq {
+		log := w.run(x.kinds, s)
+		k := x.kinds[s.kind]
+		var calls []string
+		for _, c := range log.calls {
+			if c.gated || strings.HasPrefix(c.text, "Statuses") || strings.HasPrefix(c.text, "ScanLocks") {
+				calls = append(calls, c.text)
+			}
+		}
+		what := "→ " + log.result
+		switch {
+		case log.stopped != "":
+			what = "→ stopped before " + log.stopped
+		case s.fail >= 0:
+			what = fmt.Sprintf("(%s failing) → %s", log.gates[s.fail], log.result)
+		}
+		fmt.Fprintf(&b, "  %d. %s: %s %s\n", i+1, k.name, strings.Join(calls, ", "), what)
+	}
+	if r.at {
+		for _, line := range w.settle(x.kinds, r.kill) {
+			fmt.Fprintf(&b, "  settle: %s\n", line)
+		}
+	} else {
+		w.finish(killAll)
+	}
+	if r.f.text != "" {
+		fmt.Fprintf(&b, "  finding: %s\n", r.f.text)
+	}
+	return b.String()
+}
+
+// report renders the figures and the shortest sequence of each finding
+// class.
+func (x *explorer) report(name string, depth int, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "explore %q: depth %d, %d kinds of step, tenants on one seat store: %v\n", name, depth, len(x.kinds), x.shared)
+	fmt.Fprintf(&b, "explore %q: %d sequences explored, %d distinct states, %d steps run (replays included), %d settles, %d violations (sequences or settles breaking a ledger), %d classes of finding, %v\n",
+		name, x.sequences, len(x.visited), x.steps, x.settles, x.violations, len(x.best), took.Round(time.Millisecond))
+	classes := slices.Sorted(maps.Keys(x.best))
+	slices.SortStableFunc(classes, func(a, b string) int { return len(x.best[a].seq) - len(x.best[b].seq) })
+	for _, c := range classes {
+		r := x.best[c]
+		then := ""
+		if r.at {
+			then = " then settle"
+		}
+		fmt.Fprintf(&b, "\n%s — shortest sequence, %d steps%s:\n%s", c, len(r.seq), then, x.explain(r))
+	}
+	return b.String()
+}
+
+// TestExplore enumerates, for each scenario, every sequence of up to
+// -explore.depth steps, and fails on any finding of the outcome ledgers,
+// printing the figures and the shortest sequence of each class of finding.
+func TestExplore(t *testing.T) {
+	shared := wireTenants(t)
+	for _, sc := range scenarios {
+		t.Run(strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
+			x := newExplorer(sc.kinds(), shared, *workersFlag)
+			defer x.pool.close()
+			start := time.Now()
+			x.run(*depthFlag)
+			require.NoError(t, x.err)
+			out := x.report(sc.name, *depthFlag, time.Since(start))
+			t.Log(out)
+			fmt.Fprint(os.Stdout, out)
+			require.Empty(t, slices.Sorted(maps.Keys(x.best)), "the outcome ledgers found violations; see the sequences above")
+		})
+	}
+}
+
+// wireTenants wires the two tenants on one seat store, as a host running two
+// tenants on one Redis namespace would. If the library refuses that wiring
+// at startup (a scope check), the test shows the refusal and wires each
+// tenant on a seat store of its own.
+func wireTenants(t *testing.T) bool {
+	_, err := newWorld(nil, true)
+	if err == nil {
+		t.Log("explore: both tenants wired on one seat store (the library accepted it)")
+		return true
+	}
+	t.Logf("explore: the library refused two tenants on one seat store at startup: %v", err)
+	_, err = newWorld(nil, false)
+	require.NoError(t, err, "each tenant on a seat store of its own")
+	return false
+}

@@ -1,0 +1,511 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/reconcile"
+)
+
+// This file is the gate: every call the library (or the host code of an
+// operation) makes to a store goes through a wrapper that lets the explorer
+// decide when it happens. An operation runs in its own goroutine and stops
+// before each gated call (a commit point) until the explorer tells it to
+// go on, to fail that call, or to die there. Reads are not gated: they run
+// right after the gated call before them, so a stopped operation holds the
+// stalest view it can have when it goes on.
+
+// errKilled is what every call of a killed operation returns: its process
+// died, or gave up after a lost reply, and nothing it does after takes
+// effect.
+var errKilled = errors.New("explore: operation killed")
+
+// errInjected is the failure a gated call is told to return (a seat store
+// that did not answer): nothing was changed.
+var errInjected = errors.New("explore: injected failure")
+
+type opKey struct{}
+
+// command is what the explorer tells an operation stopped at a gate.
+type command int
+
+const (
+	cmdExec command = iota // make the call
+	cmdFail                // the call fails without changing anything
+	cmdKill                // the operation dies before the call
+)
+
+// op is one operation in flight: a goroutine running one catalog entry.
+type op struct {
+	id      int
+	kind    int
+	tenant  int
+	started time.Time // the fake clock when it started
+	resume  chan command
+	// trace is every store call the operation made, with its answer: the
+	// operation's local state is a function of it (the code is
+	// deterministic), so it goes into the state hash of a stopped operation.
+	trace []call
+	// at is the gated call it is stopped before, while it is stopped.
+	at   string
+	dead bool
+	auto bool // run to completion without stopping (settle)
+	// atomic is set while the operation is inside ReinstateCancelled.
+	atomic bool
+	// args names what a payment operation pays, for the trace of the
+	// call the Fail hook gates (the hook is not told).
+	args string
+	// active is set by a reconcile round that did something.
+	active bool
+}
+
+// call is one store call of an operation.
+type call struct {
+	gated bool
+	text  string
+}
+
+// event is what an operation tells the explorer: it stopped at a gate, or
+// it finished.
+type event struct {
+	op   *op
+	done bool
+	at   string
+}
+
+// do runs one store call of the operation carried by ctx (if any) through
+// the gate. exec makes the call and summarises its answer (no absolute
+// times: the summary goes into the state hash). Calls outside any operation
+// (the explorer's own observations) run at once.
+func (w *world) do(ctx context.Context, name, args string, gated bool, exec func() (string, error)) error {
+	o, _ := ctx.Value(opKey{}).(*op)
+	if o == nil {
+		_, err := exec()
+		return err
+	}
+	if o.dead {
+		return errKilled
+	}
+	// The seat lock a reinstatement claims runs inside its transaction
+	// (the claim callback): it is part of that gated call, no gate of its
+	// own.
+	inside := o.atomic && name == "Lock"
+	if gated && !inside {
+		o.atomic = false
+		if err := w.stop(o, name+"("+args+")"); err != nil {
+			if err == errInjected {
+				w.note(o, gated, name, args, "injected failure")
+			}
+			return err
+		}
+	}
+	res, err := exec()
+	if err != nil {
+		res = errSummary(err)
+	}
+	w.note(o, gated, name, args, res)
+	return err
+}
+
+// stop stops o before the gated call at until the explorer says what to
+// do: nil to make the call, errKilled (o dies) or errInjected (the call
+// fails) not to. Operations running to completion (auto) do not stop.
+func (w *world) stop(o *op, at string) error {
+	if o.auto {
+		return nil
+	}
+	w.events <- event{op: o, at: at}
+	switch <-o.resume {
+	case cmdKill:
+		o.dead = true
+		return errKilled
+	case cmdFail:
+		return errInjected
+	}
+	return nil
+}
+
+// failHook is every order store's Fail hook: it gates ReinstateCancelled,
+// whose claim callback's signature the gate does not depend on. The hook
+// knows no context, but at most one operation runs at a time: the one
+// being driven. What follows it up to the next gated call (the claim's
+// seat lock) is part of the call.
+func (w *world) failHook(name string) error {
+	o := w.running
+	if name != "ReinstateCancelled" || o == nil {
+		return nil
+	}
+	if o.dead {
+		return errKilled
+	}
+	if err := w.stop(o, name+"("+o.args+")"); err != nil {
+		return err
+	}
+	o.atomic = true
+	w.note(o, true, name, o.args, "called")
+	return nil
+}
+
+func (w *world) note(o *op, gated bool, name, args, res string) {
+	text := name + "(" + args + ")=" + res
+	o.trace = append(o.trace, call{gated: gated, text: text})
+	w.fingerprint(text)
+}
+
+// errSummary names the library's sentinel an error wraps, so that traces
+// do not depend on message wording.
+func errSummary(err error) string {
+	for _, s := range []struct {
+		err  error
+		name string
+	}{
+		{errKilled, "killed"}, {errInjected, "injected"}, {cancel.ErrSeatUnavailable, "ErrSeatUnavailable"},
+		{cancel.ErrLimitExceeded, "ErrLimitExceeded"}, {cancel.ErrOrderExists, "ErrOrderExists"},
+		{cancel.ErrDiscrepancy, "ErrDiscrepancy"}, {cancel.ErrNotOwner, "ErrNotOwner"},
+		{cancel.ErrNoSeatRecord, "ErrNoSeatRecord"}, {cancel.ErrUnsupported, "ErrUnsupported"},
+		{expiry.ErrNotFound, "ErrNotFound"}, {expiry.ErrCommitUnknown, "ErrCommitUnknown"},
+		{expiry.ErrInvalidID, "ErrInvalidID"}, {context.DeadlineExceeded, "DeadlineExceeded"},
+	} {
+		if errors.Is(err, s.err) {
+			return s.name
+		}
+	}
+	return "error"
+}
+
+func holdArgs(h cancel.Hold) string {
+	return h.OrderNo + " " + h.ShowID + ":" + strings.Join(h.Seats, ",")
+}
+
+func resultSummary(r cancel.Result) string {
+	s := r.Order.Status.String()
+	if r.Changed {
+		s = "changed→" + s
+	}
+	if len(r.Seats) > 0 {
+		s += " seats " + strings.Join(r.Seats, ",")
+	}
+	if r.PaymentID != "" {
+		s += " by " + r.PaymentID
+	}
+	return s
+}
+
+// gatedStore is a tenant's order store (memstore.Store standing in for
+// sqlstore) behind the gate. It embeds the store, so it implements every
+// interface the library uses or type-asserts (cancel.OrderStore,
+// DiscrepancyStore, Reinstater, DeadlineStore, WarnStore, reconcile.Orders,
+// and any the library adds), and overrides the calls it gates or records.
+// ReinstateCancelled is gated through the store's Fail hook instead (see
+// world.failHook): its claim callback's signature is the library's to
+// change. TestGatesCoverEveryMethod keeps the lists complete.
+type gatedStore struct {
+	*memstore.Store
+	w *world
+	t *tenant
+}
+
+var (
+	_ cancel.OrderStore       = (*gatedStore)(nil)
+	_ cancel.DiscrepancyStore = (*gatedStore)(nil)
+	_ cancel.Reinstater       = (*gatedStore)(nil)
+	_ cancel.DeadlineStore    = (*gatedStore)(nil)
+	_ cancel.WarnStore        = (*gatedStore)(nil)
+	_ reconcile.Orders        = (*gatedStore)(nil)
+)
+
+func (g *gatedStore) Order(ctx context.Context, no string) (expiry.Order, error) {
+	var o expiry.Order
+	err := g.w.do(ctx, "Order", no, false, func() (string, error) {
+		var err error
+		o, err = g.Store.Order(ctx, no)
+		return o.Status.String(), err
+	})
+	return o, err
+}
+
+func (g *gatedStore) CancelPending(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	var res cancel.Result
+	err := g.w.do(ctx, "CancelPending", req.OrderNo+" "+string(req.Reason), true, func() (string, error) {
+		var err error
+		res, err = g.Store.CancelPending(ctx, req)
+		if err == nil && res.Changed {
+			g.w.cancelled(g.t, req.OrderNo, req.Reason)
+		}
+		return resultSummary(res), err
+	})
+	return res, err
+}
+
+func (g *gatedStore) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
+	var res cancel.Result
+	err := g.w.do(ctx, "PayPending", p.OrderNo+" "+p.PaymentID, true, func() (string, error) {
+		var err error
+		res, err = g.Store.PayPending(ctx, p)
+		return resultSummary(res), err
+	})
+	return res, err
+}
+
+func (g *gatedStore) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bool, error) {
+	var recorded bool
+	err := g.w.do(ctx, "RecordDiscrepancy", d.OrderNo+" "+d.PaymentID, true, func() (string, error) {
+		var err error
+		recorded, err = g.Store.RecordDiscrepancy(ctx, d)
+		if err == nil && recorded {
+			g.w.tried(d.PaymentID)
+		}
+		return fmt.Sprint(recorded), err
+	})
+	return recorded, err
+}
+
+// ClaimDiscrepancies is not gated: it only moves a lease, and it runs with
+// the gated call before it (the reconciler's last act of a round).
+func (g *gatedStore) ClaimDiscrepancies(ctx context.Context, lease time.Duration, limit int) ([]cancel.Discrepancy, error) {
+	var ds []cancel.Discrepancy
+	err := g.w.do(ctx, "ClaimDiscrepancies", "", false, func() (string, error) {
+		var err error
+		ds, err = g.Store.ClaimDiscrepancies(ctx, lease, limit)
+		var ids []string
+		for _, d := range ds {
+			g.w.tried(d.PaymentID)
+			ids = append(ids, d.PaymentID)
+		}
+		return strings.Join(ids, ","), err
+	})
+	return ds, err
+}
+
+// SettleDiscrepancy is not gated: it follows the refund hook's gate, and a
+// crash between the two only calls the hook again (at least once, keyed by
+// the payment id at the provider).
+func (g *gatedStore) SettleDiscrepancy(ctx context.Context, paymentID string) error {
+	return g.w.do(ctx, "SettleDiscrepancy", paymentID, false, func() (string, error) {
+		err := g.Store.SettleDiscrepancy(ctx, paymentID)
+		if err == nil {
+			g.w.settled(paymentID)
+		}
+		return "ok", err
+	})
+}
+
+func (g *gatedStore) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	var res cancel.DeadlineResult
+	err := g.w.do(ctx, "SetDeadline", fmt.Sprintf("%s %v shorten=%v", c.OrderNo, c.In, c.Shorten), true, func() (string, error) {
+		var err error
+		res, err = g.Store.SetDeadline(ctx, c)
+		return fmt.Sprint(res.Changed), err
+	})
+	return res, err
+}
+
+func (g *gatedStore) MarkWarned(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
+	var res expiry.WarnResult
+	err := g.w.do(ctx, "MarkWarned", orderNo, true, func() (string, error) {
+		var err error
+		res, err = g.Store.MarkWarned(ctx, orderNo, lead)
+		return fmt.Sprint(res.Fired), err
+	})
+	return res, err
+}
+
+func (g *gatedStore) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	var (
+		nos  []string
+		next string
+	)
+	err := g.w.do(ctx, "Expired", "", false, func() (string, error) {
+		var err error
+		nos, next, err = g.Store.Expired(ctx, cursor, limit)
+		return strings.Join(nos, ","), err
+	})
+	return nos, next, err
+}
+
+func (g *gatedStore) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+	var st map[string]reconcile.OrderState
+	err := g.w.do(ctx, "Statuses", strings.Join(nos, ","), false, func() (string, error) {
+		var err error
+		st, err = g.Store.Statuses(ctx, nos)
+		var parts []string
+		for _, no := range slices.Sorted(maps.Keys(st)) {
+			parts = append(parts, no+":"+st[no].Status.String()+"/"+g.w.bucket(st[no].Age, reconcile.SettleDefault))
+		}
+		return strings.Join(parts, ","), err
+	})
+	return st, err
+}
+
+func (g *gatedStore) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
+	var (
+		cs   []cancel.Claim
+		next string
+	)
+	err := g.w.do(ctx, "Claims", "", false, func() (string, error) {
+		var err error
+		cs, next, err = g.Store.Claims(ctx, cursor, limit)
+		return claimsSummary(cs), err
+	})
+	return cs, next, err
+}
+
+func claimsSummary(cs []cancel.Claim) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, c.ShowID+":"+c.SeatID+"="+c.OrderNo+"/"+c.UserID+"/"+c.Status.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+// gatedSeats is a tenant's view of the seat store (memstore.Seats standing
+// in for redisseat) behind the gate: cancel.SeatStore and reconcile.Seats,
+// and through the embedded store whatever else the library may assert.
+// Its writes also check scope: a call through one tenant's wiring that
+// changes another tenant's show is a finding (I16).
+type gatedSeats struct {
+	*memstore.Seats
+	w *world
+	t *tenant
+}
+
+var (
+	_ cancel.SeatStore = (*gatedSeats)(nil)
+	_ reconcile.Seats  = (*gatedSeats)(nil)
+)
+
+// write runs a seat-store write, comparing every other tenant's show before
+// and after it.
+func (s *gatedSeats) write(ctx context.Context, name, args string, exec func() (string, error)) error {
+	return s.w.do(ctx, name, args, true, func() (string, error) {
+		before := s.w.otherShows(s.t)
+		res, err := exec()
+		if after := s.w.otherShows(s.t); !maps.EqualFunc(before, after, maps.Equal) {
+			for show := range after {
+				if !maps.Equal(before[show], after[show]) {
+					s.w.finding("I16", fmt.Sprintf("tenant %d's %s changed tenant %s's seats (%s: %s → %s)",
+						s.t.n, name, s.w.tenantOf(show), show, seatsText(before[show]), seatsText(after[show])),
+						fmt.Sprintf("tenant %d's %s changed another tenant's seats", s.t.n, name))
+				}
+			}
+		}
+		return res, err
+	})
+}
+
+func (s *gatedSeats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
+	return s.write(ctx, "Lock", holdArgs(h), func() (string, error) {
+		return "ok", s.Seats.Lock(ctx, h, limit)
+	})
+}
+
+func (s *gatedSeats) Release(ctx context.Context, h cancel.Hold) (int, error) {
+	var n int
+	err := s.write(ctx, "Release", holdArgs(h), func() (string, error) {
+		var err error
+		n, err = s.Seats.Release(ctx, h)
+		return fmt.Sprint(n), err
+	})
+	return n, err
+}
+
+func (s *gatedSeats) Sell(ctx context.Context, h cancel.Hold) (int, error) {
+	var n int
+	err := s.write(ctx, "Sell", holdArgs(h), func() (string, error) {
+		var err error
+		n, err = s.Seats.Sell(ctx, h)
+		return fmt.Sprint(n), err
+	})
+	return n, err
+}
+
+func (s *gatedSeats) Restore(ctx context.Context, claims []cancel.Claim) (int, error) {
+	var n int
+	err := s.write(ctx, "Restore", claimsSummary(claims), func() (string, error) {
+		var err error
+		n, err = s.Seats.Restore(ctx, claims)
+		return fmt.Sprint(n), err
+	})
+	return n, err
+}
+
+func (s *gatedSeats) MarkRestored(ctx context.Context, token string) error {
+	return s.write(ctx, "MarkRestored", "", func() (string, error) {
+		return "ok", s.Seats.MarkRestored(ctx, token)
+	})
+}
+
+func (s *gatedSeats) ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error) {
+	var (
+		locks []cancel.SeatLock
+		next  string
+	)
+	err := s.w.do(ctx, "ScanLocks", "", false, func() (string, error) {
+		var err error
+		locks, next, err = s.Seats.ScanLocks(ctx, cursor, count)
+		var parts []string
+		for _, l := range locks {
+			parts = append(parts, l.ShowID+":"+l.SeatID+"="+l.OrderNo+"/"+s.w.bucket(l.Age, reconcile.GraceDefault))
+		}
+		return strings.Join(parts, ","), err
+	})
+	return locks, next, err
+}
+
+func (s *gatedSeats) Lost(ctx context.Context) (string, bool, error) {
+	var (
+		token string
+		lost  bool
+	)
+	err := s.w.do(ctx, "Lost", "", false, func() (string, error) {
+		var err error
+		token, lost, err = s.Seats.Lost(ctx)
+		return fmt.Sprint(lost), err
+	})
+	return token, lost, err
+}
+
+func (s *gatedSeats) Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error) {
+	var out []cancel.Claim
+	err := s.w.do(ctx, "Missing", "", false, func() (string, error) {
+		var err error
+		out, err = s.Seats.Missing(ctx, claims)
+		return claimsSummary(out), err
+	})
+	return out, err
+}
+
+// gatedSender is the expiry messages' transport: it only records that an
+// order has a message (the timeout step is then enabled for it). Delivery
+// is the explorer's choice: at least once, at any time, early ones re-armed
+// by the library.
+type gatedSender struct {
+	w *world
+	t *tenant
+}
+
+func (s gatedSender) Send(ctx context.Context, m expiry.Message, _ time.Duration) error {
+	return s.w.do(ctx, "Send", m.OrderNo, true, func() (string, error) {
+		if !m.Warning {
+			s.w.sent(s.t, m.OrderNo)
+		}
+		return "sent", nil
+	})
+}
+
+// refund is the host's refund hook (cancel.Config.OnDiscrepancy): the
+// provider refunds, keyed by payment id.
+func (w *world) refund(ctx context.Context, d cancel.Discrepancy) error {
+	return w.do(ctx, "Refund", d.OrderNo+" "+d.PaymentID, true, func() (string, error) {
+		w.refunded(d.PaymentID)
+		return "refunded", nil
+	})
+}

@@ -1,0 +1,421 @@
+package explore
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/reconcile"
+)
+
+// orderNos are the order numbers each tenant uses (tenant 2 reuses one of
+// tenant 1's: each tenant numbers its own orders).
+var orderNos = [][]string{{"o1", "o2"}, {"o1"}}
+
+// orderView is one order as Store.Order and Statuses show it.
+type orderView struct {
+	exists bool
+	expiry.Order
+	remaining time.Duration // to its deadline, by the store's clock
+	age       time.Duration // since its last write (Statuses)
+}
+
+type claimView struct {
+	tenant int
+	cancel.Claim
+}
+
+type parkedView struct {
+	kind  int
+	age   time.Duration
+	at    string
+	trace string
+}
+
+// observation is what the public API shows of a world between two steps,
+// with the facts the gates recorded.
+type observation struct {
+	now    time.Time
+	orders map[string]orderView
+	claims []claimView
+	seats  map[string]map[string]cancel.SeatState // show → seat → state
+	held   map[string]int                         // "show/user" → counter
+	facts  facts
+	parked []parkedView
+	// young is true when something still waits for time: a lock younger
+	// than the grace, an order decided less than Settle ago, a refund
+	// lease running, a stopped operation younger than PlaceTimeout.
+	young bool
+}
+
+func (s *observation) order(tn int, no string) orderView {
+	return s.orders[fmt.Sprintf("t%d/%s", tn, no)]
+}
+
+func (s *observation) parkedKind(k int) bool {
+	return slices.ContainsFunc(s.parked, func(p parkedView) bool { return p.kind == k })
+}
+
+// nextDeadline is how far the clock must move for the next pending order
+// to be due (0: none is waiting).
+func (s *observation) nextDeadline() time.Duration {
+	var next time.Duration
+	for _, o := range s.orders {
+		if pending(o) && o.remaining > 0 && (next == 0 || o.remaining < next) {
+			next = o.remaining
+		}
+	}
+	return next
+}
+
+// observe reads the world through the public API only.
+func (w *world) observe() *observation {
+	ctx := context.Background()
+	now := w.clk.Now()
+	s := &observation{now: now, orders: map[string]orderView{}, seats: map[string]map[string]cancel.SeatState{}, held: map[string]int{}}
+	for _, t := range w.tenants {
+		for _, no := range orderNos[t.n-1] {
+			o, err := t.store.Order(ctx, no)
+			v := orderView{exists: err == nil, Order: o}
+			if v.exists {
+				v.remaining = o.ExpireAt.Sub(now)
+				st, _ := t.store.Statuses(ctx, []string{no}) // memstore's reads never fail
+				v.age = st[no].Age
+				if o.Status != expiry.StatusPending && v.age < reconcile.SettleDefault {
+					s.young = true
+				}
+			}
+			s.orders[key(t, no)] = v
+		}
+		cs, _, _ := t.store.Claims(ctx, "", 100)
+		for _, c := range cs {
+			s.claims = append(s.claims, claimView{t.n, c})
+		}
+		show, _ := t.shared.Show(ctx, t.show)
+		s.seats[t.show] = show
+		for _, st := range show {
+			if st.Status == expiry.StatusPending && now.Sub(st.LockedAt) < reconcile.GraceDefault {
+				s.young = true
+			}
+		}
+		for _, u := range users {
+			s.held[t.show+"/"+u], _ = t.shared.Held(ctx, t.show, u)
+		}
+	}
+	w.mu.Lock()
+	s.facts = w.facts.clone()
+	w.mu.Unlock()
+	for _, d := range s.facts.disc {
+		if !d.settled && now.Sub(d.tried) < cancel.DiscrepancyLeaseDefault {
+			s.young = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(w.parked)) {
+		o := w.parked[id]
+		var tr []string
+		for _, c := range o.trace {
+			tr = append(tr, c.text)
+		}
+		age := now.Sub(o.started)
+		if age < cancel.PlaceTimeoutDefault {
+			s.young = true
+		}
+		s.parked = append(s.parked, parkedView{kind: o.kind, age: age, at: o.at, trace: strings.Join(tr, ";")})
+	}
+	slices.SortFunc(s.parked, func(a, b parkedView) int { return a.kind - b.kind })
+	return s
+}
+
+func (f facts) clone() facts {
+	c := facts{refunds: maps.Clone(f.refunds), refStep: maps.Clone(f.refStep),
+		reason: maps.Clone(f.reason), sent: maps.Clone(f.sent), disc: map[string]*discFact{}, issued: maps.Clone(f.issued), acked: maps.Clone(f.acked)}
+	for id, d := range f.disc {
+		dd := *d
+		c.disc[id] = &dd
+	}
+	return c
+}
+
+// history is what the ledgers remember along a sequence.
+type history struct {
+	soldTo    map[string]string   // "show/seat" → the order it was seen sold to in the seat store
+	paidSeats map[string][]string // paid order key → its SQL claims when first seen paid
+	paidAt    map[string]int      // payment id → the step its order was first seen paid
+}
+
+func (h history) clone() history {
+	c := history{soldTo: maps.Clone(h.soldTo), paidSeats: map[string][]string{}, paidAt: maps.Clone(h.paidAt)}
+	if c.soldTo == nil {
+		c.soldTo = map[string]string{}
+	}
+	if c.paidAt == nil {
+		c.paidAt = map[string]int{}
+	}
+	for k, v := range h.paidSeats {
+		c.paidSeats[k] = slices.Clone(v)
+	}
+	return c
+}
+
+// hash is the canonical hash of a state: the observation (times relative
+// to now, bucketed by the thresholds that matter), the facts, the stopped
+// operations with everything they read, and the ledgers' history.
+func (s *observation) hash(h history) [16]byte {
+	var b strings.Builder
+	bucket := func(d, threshold time.Duration) string {
+		if d >= threshold {
+			return "old"
+		}
+		return d.String()
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.orders)) {
+		o := s.orders[k]
+		if !o.exists {
+			continue
+		}
+		rem := "due"
+		if o.remaining > 0 {
+			rem = o.remaining.String()
+		}
+		age := ""
+		if o.Status != expiry.StatusPending {
+			age = bucket(o.age, reconcile.SettleDefault)
+		}
+		fmt.Fprintf(&b, "o %s %s %s %s %s %s %s %v;", k, o.UserID, o.ShowID, o.Status, rem, age, s.facts.reason[k], s.facts.sent[k])
+	}
+	for _, c := range s.claims {
+		fmt.Fprintf(&b, "c %d %s %s %s %s %s;", c.tenant, c.ShowID, c.SeatID, c.OrderNo, c.UserID, c.Status)
+	}
+	for _, show := range slices.Sorted(maps.Keys(s.seats)) {
+		for _, seat := range slices.Sorted(maps.Keys(s.seats[show])) {
+			st := s.seats[show][seat]
+			age := ""
+			if st.Status == expiry.StatusPending {
+				age = bucket(s.now.Sub(st.LockedAt), reconcile.GraceDefault)
+			}
+			fmt.Fprintf(&b, "s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, age)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.held)) {
+		if s.held[k] != 0 {
+			fmt.Fprintf(&b, "h %s %d;", k, s.held[k])
+		}
+	}
+	for _, pm := range payments {
+		id := pm.id
+		d := s.facts.disc[id]
+		lease := "-"
+		if d != nil {
+			lease = fmt.Sprintf("%v %s", d.settled, bucket(s.now.Sub(d.tried), cancel.DiscrepancyLeaseDefault))
+		}
+		paid, refunded := h.paidAt[id], s.facts.refStep[id]
+		fmt.Fprintf(&b, "p %s %d %v %v %s %v %v;", id, min(s.facts.refunds[id], 2), s.facts.issued[id], s.facts.acked[id], lease,
+			paid > 0, paid > 0 && refunded > 0 && refunded < paid)
+	}
+	for _, p := range s.parked {
+		fmt.Fprintf(&b, "x %d %s %s %s;", p.kind, bucket(p.age, cancel.PlaceTimeoutDefault), p.at, p.trace)
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.soldTo)) {
+		fmt.Fprintf(&b, "sold %s %s;", k, h.soldTo[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.paidSeats)) {
+		fmt.Fprintf(&b, "paid %s %v;", k, h.paidSeats[k])
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return [16]byte(sum[:16])
+}
+
+// judge checks one observation, made after step, against the one before it
+// and the history: the ledgers that hold at every observation. It returns
+// the findings and the history extended by cur.
+func judge(prev *observation, hist history, cur *observation, step int) ([]finding, history) {
+	var fs []finding
+	add := func(ledger, class, format string, args ...any) {
+		fs = append(fs, finding{ledger: ledger, class: ledger + " " + class, text: fmt.Sprintf(format, args...)})
+	}
+	next := hist.clone()
+
+	// I1: an order ends in one terminal state, and a paid one stays paid
+	// (a late payment's reinstatement is the library's one documented way
+	// from cancelled to paid).
+	for k, p := range prev.orders {
+		c := cur.orders[k]
+		switch {
+		case !p.exists:
+		case !c.exists:
+			add("I1", "an order vanished", "order %s vanished", k)
+		case p.Status == expiry.StatusPaid && c.Status != expiry.StatusPaid:
+			add("I1", "a paid order left paid", "order %s was paid, now %s", k, c.Status)
+		case p.Status != expiry.StatusPending && c.Status == expiry.StatusPending:
+			add("I1", "an order went back to pending", "order %s was %s, now pending", k, p.Status)
+		}
+	}
+
+	// I15: a seat SQL gives a live order is held by that order in the
+	// seat store, and by no other (the seat store may hold a seat SQL has
+	// let go of, for a while: a release follows the commit; never the
+	// reverse).
+	perUser := map[string]int{}
+	for _, c := range cur.claims {
+		perUser[c.ShowID+"/"+c.UserID]++
+		st, ok := cur.seats[c.ShowID][c.SeatID]
+		switch {
+		case !ok:
+			add("I15", fmt.Sprintf("a seat SQL gives a %s order is free in the seat store", c.Status),
+				"seat %s/%s: SQL gives it to %s (tenant %d, %s), the seat store has it free", c.ShowID, c.SeatID, c.OrderNo, c.tenant, c.Status)
+		case st.OrderNo != c.OrderNo:
+			add("I15", fmt.Sprintf("a seat SQL gives a %s order is held by another order in the seat store", c.Status),
+				"seat %s/%s: SQL gives it to %s (tenant %d, %s), the seat store has it %s", c.ShowID, c.SeatID, c.OrderNo, c.tenant, c.Status, seatState(st))
+		}
+	}
+	// A seat sold stays sold to the same order.
+	for k, no := range hist.soldTo {
+		show, seat, _ := strings.Cut(k, "/")
+		st, ok := cur.seats[show][seat]
+		switch {
+		case !ok:
+			add("I15", "a sold seat was freed", "seat %s was sold to %s, now free", k, no)
+		case st.Status != expiry.StatusPaid || st.OrderNo != no:
+			add("I15", "a sold seat changed hands", "seat %s was sold to %s, now %s", k, no, seatState(st))
+		}
+	}
+	for show, seats := range cur.seats {
+		for seat, st := range seats {
+			if k := show + "/" + seat; st.Status == expiry.StatusPaid && next.soldTo[k] == "" {
+				next.soldTo[k] = st.OrderNo
+			}
+		}
+	}
+	// A paid order keeps its claims in SQL.
+	for k, o := range cur.orders {
+		if !o.exists || o.Status != expiry.StatusPaid {
+			continue
+		}
+		var seats []string
+		for _, c := range cur.claims {
+			if fmt.Sprintf("t%d/%s", c.tenant, c.OrderNo) == k {
+				seats = append(seats, c.SeatID)
+			}
+		}
+		slices.Sort(seats)
+		if was, ok := hist.paidSeats[k]; ok {
+			if !slices.Equal(was, seats) {
+				add("I15", "a paid order's seats changed in SQL", "order %s was paid with seats %v, now %v", k, was, seats)
+			}
+		} else {
+			next.paidSeats[k] = seats
+		}
+	}
+
+	// I17: the purchase limit holds in both stores, whatever gave the seats.
+	for _, k := range slices.Sorted(maps.Keys(cur.held)) {
+		if n := cur.held[k]; n > limit {
+			add("I17", "a user's seat-store counter exceeds the limit", "counter %s is %d, limit %d", k, n, limit)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(perUser)) {
+		if n := perUser[k]; n > limit {
+			add("I17", "a user's seats in pending and paid orders exceed the limit", "%s has %d seats in pending and paid orders, limit %d", k, n, limit)
+		}
+	}
+
+	// I14: a payment is honoured or refunded, never both; once decided it
+	// never flips (the steps say which came first). I9: the refund hook
+	// runs once per payment id, the count being the hook's calls.
+	for _, pm := range payments {
+		id, k := pm.id, "t1/"+pm.order
+		honoured := cur.orders[k].exists && cur.orders[k].Status == expiry.StatusPaid
+		if honoured && next.paidAt[id] == 0 {
+			next.paidAt[id] = step
+		}
+		n := cur.facts.refunds[id]
+		if n > 1 && prev.facts.refunds[id] <= 1 {
+			add("I9", "the refund hook ran twice for one payment", "payment %s: refund hook called %d times", id, n)
+		}
+		wasBoth := hist.paidAt[id] > 0 && prev.orders[k].Status == expiry.StatusPaid && prev.facts.refunds[id] > 0
+		if !honoured || n == 0 || wasBoth {
+			continue
+		}
+		paid, refunded := next.paidAt[id], cur.facts.refStep[id]
+		if refunded < paid {
+			add("I14", "a refunded payment was honoured later", "payment %s refunded at step %d, then honoured at step %d (%s paid by it)", id, refunded, paid, k)
+		} else {
+			add("I14", "an honoured payment was refunded", "payment %s honoured at step %d (%s paid by it), refunded at step %d", id, paid, k, refunded)
+		}
+	}
+	return fs, next
+}
+
+// judgeSettled checks what must hold once everything settled: SQL and the
+// seat store agree (I15), every counter equals its user's seats (I8), every
+// payment made is honoured, its seats sold, or refunded (I14, I9).
+func judgeSettled(w *world, cur *observation) []finding {
+	var fs []finding
+	add := func(ledger, class, format string, args ...any) {
+		fs = append(fs, finding{ledger: ledger, class: ledger + " after settle, " + class, text: fmt.Sprintf(format, args...)})
+	}
+	claims := map[string]claimView{}
+	count := map[string]int{}
+	for _, c := range cur.claims {
+		claims[c.ShowID+"/"+c.SeatID] = c
+		count[c.ShowID+"/"+c.UserID]++
+	}
+	for _, t := range w.tenants {
+		for _, seat := range t.seats {
+			c, claimed := claims[t.show+"/"+seat]
+			st, held := cur.seats[t.show][seat]
+			switch {
+			case claimed && c.Status == expiry.StatusPending && !(held && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo):
+				add("I15", "a pending order's seat is not locked by it", "seat %s/%s: pending %s (tenant %d) in SQL, %s in the seat store", t.show, seat, c.OrderNo, t.n, stateOrFree(st, held))
+			case claimed && c.Status == expiry.StatusPaid && !(held && st.Status == expiry.StatusPaid && st.OrderNo == c.OrderNo):
+				add("I15", "a paid order's seat is not sold to it", "seat %s/%s: paid %s (tenant %d) in SQL, %s in the seat store", t.show, seat, c.OrderNo, t.n, stateOrFree(st, held))
+			case !claimed && held:
+				add("I15", "a seat no order has in SQL is taken in the seat store", "seat %s/%s: no claim in SQL, %s in the seat store", t.show, seat, seatState(st))
+			}
+		}
+		for _, u := range users {
+			k := t.show + "/" + u
+			if cur.held[k] != count[k] {
+				add("I8", "a counter differs from its user's seats", "counter %s is %d, its seats in pending and paid orders %d", k, cur.held[k], count[k])
+			}
+		}
+	}
+	for _, pm := range payments {
+		id, k := pm.id, "t1/"+pm.order
+		if !cur.facts.issued[id] {
+			continue
+		}
+		o := cur.orders[k]
+		honoured := o.exists && o.Status == expiry.StatusPaid
+		sold := true
+		for _, c := range cur.claims {
+			if c.tenant != 1 || c.OrderNo != pm.order {
+				continue
+			}
+			st, ok := cur.seats[c.ShowID][c.SeatID]
+			if !ok || st.Status != expiry.StatusPaid || st.OrderNo != c.OrderNo || st.UserID != o.UserID {
+				sold = false
+			}
+		}
+		switch {
+		case !honoured && cur.facts.refunds[id] == 0:
+			add("I14", "a payment is neither honoured nor refunded", "payment %s: %s not paid (%s), no refund", id, k, o.Status)
+		case honoured && !sold:
+			add("I14", "an honoured payment's seats are not sold to its buyer", "payment %s paid %s, whose seats are not all sold to %s", id, k, o.UserID)
+		}
+	}
+	return fs
+}
+
+func stateOrFree(st cancel.SeatState, held bool) string {
+	if !held {
+		return "free"
+	}
+	return seatState(st)
+}

@@ -1,0 +1,632 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/reconcile"
+)
+
+// The world: two tenants on one seat store. Tenant 1 has the show the
+// exploration is about (two orders, two seats, two users, two payment ids,
+// two instances); tenant 2 has one order of its own, numbered like one of
+// tenant 1's (each tenant has its own numbering), on its own show.
+const (
+	show1 = "show-1"
+	show2 = "show-2"
+	// limit is the purchase limit every placement is made with: one seat
+	// per user and show, so that a second seat is a finding (I17).
+	limit = 1
+	// ttl is every order's payment window.
+	ttl = 15 * time.Minute
+	// settleAdvance moves the clock past the reconciler's Grace and Settle
+	// and the discrepancy lease, so that nothing is left to the instance
+	// that decided it.
+	settleAdvance = cancel.DiscrepancyLeaseDefault + time.Second
+)
+
+// epoch is the fake clock's start.
+var epoch = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+var (
+	users = []string{"u1", "u2"}
+	// payments are the payment ids and the order each pays: the provider
+	// sends each id for its one order only, so an order paid is paid by its
+	// id.
+	payments = []struct{ order, id string }{{"o1", "pay-1"}, {"o2", "pay-2"}}
+)
+
+// fakeClock is the shared clock of the database and the seat store (both
+// memstore clocks) and the components' Runtime clock. Only the explorer
+// moves it, between steps.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// AfterFunc never fires: nothing here waits on a timer (Round is called by
+// the explorer, never by Run).
+func (c *fakeClock) AfterFunc(time.Duration, func()) expiry.Timer { return stoppedTimer{} }
+
+type stoppedTimer struct{}
+
+func (stoppedTimer) Stop() bool { return true }
+
+// tenant is one tenant's wiring: its order store, its view of the seat
+// store, and per instance a Service, a Reconciler and a Scheduler.
+type tenant struct {
+	n      int
+	show   string
+	seats  []string
+	store  *memstore.Store
+	shared *memstore.Seats
+	gstore *gatedStore
+	gseats *gatedSeats
+	svc    []*cancel.Service
+	rec    []*reconcile.Reconciler
+	sched  []*expiry.Scheduler
+}
+
+// world is one fresh replay's universe.
+type world struct {
+	pool    *pool
+	clk     *fakeClock
+	tenants []*tenant
+	events  chan event
+	ops     []*op // every operation started, in order
+	parked  map[int]*op
+	running *op // the operation being driven (at most one runs at a time)
+	step    int // the step being run, for findings
+
+	mu    sync.Mutex
+	facts facts
+	fp    uint64 // running fingerprint of every call, to check determinism
+}
+
+// facts are what the gates saw happen, the ledgers' record of events
+// (outcomes as the stores answered them, never re-derived).
+type facts struct {
+	refunds  map[string]int // payment id → refund hook calls made
+	refStep  map[string]int // payment id → the step it was first refunded
+	reason   map[string]cancel.Reason
+	sent     map[string]bool
+	disc     map[string]*discFact
+	issued   map[string]bool // payment ids whose callback was made
+	acked    map[string]bool // …and answered: nil or ErrDiscrepancy
+	findings []finding
+}
+
+type discFact struct {
+	settled bool
+	tried   time.Time
+}
+
+// finding is one ledger violation: class groups findings for the report
+// (the shortest sequence of each class is printed).
+type finding struct {
+	ledger string
+	text   string
+	class  string
+	step   int
+}
+
+// wiring says how the tenants were wired: on one shared seat store, or (if
+// the library refused that at startup) each on its own.
+type wiring struct {
+	shared  bool
+	refusal error
+}
+
+// newWorld builds a fresh world whose operations run on p. With shared,
+// both tenants' services and reconcilers use one seat store.
+func newWorld(p *pool, shared bool) (*world, error) {
+	clk := &fakeClock{now: epoch}
+	w := &world{pool: p, clk: clk, events: make(chan event), parked: map[int]*op{}}
+	w.facts = facts{refunds: map[string]int{}, refStep: map[string]int{},
+		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{}}
+	rt := expiry.Runtime{Logger: slog.New(slog.DiscardHandler), Clock: clk}
+	ctx := context.Background()
+	seats := memstore.NewSeats(clk.Now)
+	for n, spec := range []struct {
+		show      string
+		seats     []string
+		instances int
+	}{{show1, []string{"a1", "a2"}, 2}, {show2, []string{"a1"}, 1}} {
+		t := &tenant{n: n + 1, show: spec.show, seats: spec.seats, store: memstore.NewStore(clk.Now), shared: seats}
+		if !shared && n > 0 {
+			t.shared = memstore.NewSeats(clk.Now)
+		}
+		t.store.Fail = w.failHook
+		t.gstore = &gatedStore{Store: t.store, w: w, t: t}
+		t.gseats = &gatedSeats{Seats: t.shared, w: w, t: t}
+		for i := 0; i < spec.instances; i++ {
+			sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: gatedSender{w, t}, Runtime: rt})
+			if err != nil {
+				return nil, err
+			}
+			svc, err := cancel.New(withShortenSink(cancel.Config{Store: t.gstore, Seats: t.gseats, Discrepancies: t.gstore, Runtime: rt,
+				OnDiscrepancy: w.refund, AcceptLatePayments: true}, sched, gatedSender{w, t}))
+			if err != nil {
+				return nil, fmt.Errorf("tenant %d instance %d: cancel.New: %w", t.n, i+1, err)
+			}
+			// One worker: the round's calls come one at a time, so a
+			// replay is deterministic.
+			rec, err := reconcile.New(reconcile.Config{Orders: t.gstore, Seats: t.gseats, Service: svc, Workers: 1, Runtime: rt})
+			if err != nil {
+				return nil, fmt.Errorf("tenant %d instance %d: reconcile.New: %w", t.n, i+1, err)
+			}
+			t.svc, t.rec, t.sched = append(t.svc, svc), append(t.rec, rec), append(t.sched, sched)
+		}
+		w.tenants = append(w.tenants, t)
+	}
+	// A running system's seat store has been rebuilt before (its marker is
+	// set): rounds do not start with a rebuild.
+	for _, s := range w.seatStores() {
+		token, lost, err := s.Lost(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if lost {
+			if err := s.MarkRestored(ctx, token); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return w, nil
+}
+
+func (w *world) seatStores() []*memstore.Seats {
+	var out []*memstore.Seats
+	for _, t := range w.tenants {
+		if !slices.Contains(out, t.shared) {
+			out = append(out, t.shared)
+		}
+	}
+	return out
+}
+
+func key(t *tenant, no string) string { return fmt.Sprintf("t%d/%s", t.n, no) }
+
+// fingerprint folds one call into the running FNV-1a fingerprint.
+func (w *world) fingerprint(text string) {
+	h := w.fp ^ 0xcbf29ce484222325
+	for i := 0; i < len(text); i++ {
+		h ^= uint64(text[i])
+		h *= 0x100000001b3
+	}
+	w.fp = h*0x100000001b3 + 1
+}
+
+// bucket renders an age or remaining time relative to the threshold that
+// matters for it: exact below, "old" at or above, so that states differing
+// only in how far past a threshold they are hash alike.
+func (w *world) bucket(d, threshold time.Duration) string {
+	if d >= threshold {
+		return "old"
+	}
+	return d.String()
+}
+
+func (w *world) tenantOf(show string) string {
+	for _, t := range w.tenants {
+		if t.show == show {
+			return fmt.Sprint(t.n)
+		}
+	}
+	return "?"
+}
+
+// otherShows returns every other tenant's show as the seat store has it.
+func (w *world) otherShows(t *tenant) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, o := range w.tenants {
+		if o != t {
+			out[o.show] = seatMap(o.shared, o.show)
+		}
+	}
+	return out
+}
+
+func seatMap(s *memstore.Seats, show string) map[string]string {
+	st, _ := s.Show(context.Background(), show) // memstore's Show never fails
+	out := make(map[string]string, len(st))
+	for seat, v := range st {
+		out[seat] = seatState(v)
+	}
+	return out
+}
+
+func seatState(v cancel.SeatState) string {
+	if v.Status == expiry.StatusPaid {
+		return "sold to " + v.OrderNo
+	}
+	return "locked by " + v.OrderNo
+}
+
+func seatsText(m map[string]string) string {
+	if len(m) == 0 {
+		return "all free"
+	}
+	var parts []string
+	for _, seat := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, seat+" "+m[seat])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// The facts' writers, called by the gates inside the calls they record.
+
+func (w *world) cancelled(t *tenant, no string, r cancel.Reason) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.facts.reason[key(t, no)] = r
+}
+
+func (w *world) refunded(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.facts.refunds[id]++
+	if _, ok := w.facts.refStep[id]; !ok {
+		w.facts.refStep[id] = w.step
+	}
+}
+
+func (w *world) tried(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.facts.disc[id]
+	if d == nil {
+		d = &discFact{}
+		w.facts.disc[id] = d
+	}
+	d.tried = w.clk.Now()
+}
+
+func (w *world) settled(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d := w.facts.disc[id]; d != nil {
+		d.settled = true
+	}
+}
+
+func (w *world) sent(t *tenant, no string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.facts.sent[key(t, no)] = true
+}
+
+func (w *world) finding(ledger, text, class string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.facts.findings = append(w.facts.findings, finding{ledger: ledger, text: text, class: ledger + " " + class, step: w.step})
+}
+
+// kind is one entry of the catalog of steps.
+type kind struct {
+	name string
+	// op names the operation for the findings' classes ("by pay"), so
+	// that each operation that can break a ledger shows its own shortest
+	// sequence.
+	op     string
+	tenant int // 1 or 2; 0 for the clock
+	// enabled says, from the observed state, whether starting it can do
+	// anything at all (a step that surely changes nothing is not worth a
+	// replay; the state hash would discard it anyway).
+	enabled func(s *observation) bool
+	// run is the operation, in its own goroutine; nil for clock steps.
+	run func(ctx context.Context, w *world) string
+	// clock moves the clock (clock steps only).
+	clock func(s *observation) time.Duration
+	// payment is the payment id of a payment step (the provider repeats
+	// it at settle until it is answered).
+	payment string
+	// faults says whether a gated seat-store write of this step may be
+	// told to fail while the step goes on (reconcile rounds: a failure
+	// there is not the same as stopping the round).
+	faults bool
+	// round names the tenant of a reconcile round ("" for other kinds).
+	round string
+	// twin, when >= 0, is the kind that must be in flight for this one to
+	// start (see withTwins).
+	twin int
+}
+
+// placeKind places no for user on seats of tenant t's show through
+// instance inst: the library locks, the host's transaction inserts (a gated
+// call), and after commit the scheduler sends the expiry message (gated).
+func placeKind(tn, inst int, no, user string, seats ...string) kind {
+	return kind{
+		name:    fmt.Sprintf("place %s by %s on %s (tenant %d, instance %d)", no, user, strings.Join(seats, "+"), tn, inst+1),
+		op:      "place",
+		tenant:  tn,
+		enabled: func(s *observation) bool { return !s.order(tn, no).exists },
+		run: func(ctx context.Context, w *world) string {
+			t := w.tenants[tn-1]
+			start := w.clk.Now()
+			p := cancel.Placement{OrderNo: no, UserID: user, ShowID: t.show, Seats: seats, ExpireAt: start.Add(ttl)}
+			err := place(ctx, t.svc[inst], p, limit, func(ictx context.Context) error {
+				err := w.do(ictx, "Insert", no, true, func() (string, error) {
+					// The host's transaction is bounded by PlaceTimeout (by
+					// the real clock in production; by the fake one here,
+					// where a stopped placement lives in fake time).
+					if w.clk.Now().Sub(start) >= cancel.PlaceTimeoutDefault {
+						return "", context.DeadlineExceeded
+					}
+					return "inserted", t.store.Place(ictx, p)
+				})
+				if err != nil {
+					return err
+				}
+				t.sched[inst].Schedule(ictx, no, p.ExpireAt) // after commit
+				return nil
+			})
+			return outcome(err)
+		},
+	}
+}
+
+func cancelKind(tn, inst int, name, no string, call func(ctx context.Context, svc *cancel.Service, owner string) error, enabled func(o orderView) bool) kind {
+	return kind{
+		name:    fmt.Sprintf("%s %s (tenant %d, instance %d)", name, no, tn, inst+1),
+		op:      name,
+		tenant:  tn,
+		enabled: func(s *observation) bool { return enabled(s.order(tn, no)) },
+		run: func(ctx context.Context, w *world) string {
+			t := w.tenants[tn-1]
+			owner := ""
+			if o, err := t.store.Order(context.Background(), no); err == nil { // the host knows its buyer
+				owner = o.UserID
+			}
+			return outcome(call(ctx, t.svc[inst], owner))
+		},
+	}
+}
+
+func payKind(inst, i int) kind {
+	no, id := payments[i].order, payments[i].id
+	return kind{
+		name:    fmt.Sprintf("pay %s with %s (tenant 1, instance %d)", no, id, inst+1),
+		op:      "pay",
+		tenant:  1,
+		payment: id,
+		enabled: func(s *observation) bool {
+			// Paying an order paid (by this very payment: see payments)
+			// again changes nothing: a repeated callback answered before.
+			o := s.order(1, no)
+			return o.exists && o.Status != expiry.StatusPaid
+		},
+		run: func(ctx context.Context, w *world) string {
+			if o, _ := ctx.Value(opKey{}).(*op); o != nil {
+				o.args = no + " " + id
+			}
+			w.issue(id)
+			_, err := w.tenants[0].svc[inst].Pay(ctx, cancel.Payment{OrderNo: no, PaymentID: id})
+			if o, _ := ctx.Value(opKey{}).(*op); o != nil && !o.dead && (err == nil || errors.Is(err, cancel.ErrDiscrepancy)) {
+				w.ack(id) // the provider got its answer and stops repeating
+			}
+			return outcome(err)
+		},
+	}
+}
+
+func roundKind(tn, inst int) kind {
+	return kind{
+		name:    fmt.Sprintf("reconcile round (tenant %d, instance %d)", tn, inst+1),
+		op:      "reconcile round",
+		tenant:  tn,
+		faults:  true,
+		round:   fmt.Sprint(tn),
+		enabled: func(*observation) bool { return true },
+		run: func(ctx context.Context, w *world) string {
+			rep, err := w.tenants[tn-1].rec[inst].Round(ctx)
+			if o, _ := ctx.Value(opKey{}).(*op); o != nil {
+				o.active = rep.Expired+rep.LostRaces+rep.Released+rep.Sold+rep.Restored+rep.Refunds > 0
+			}
+			return fmt.Sprintf("expired %d released %d sold %d restored %d refunds %d%s", rep.Expired, rep.Released, rep.Sold, rep.Restored, rep.Refunds, errSuffix(err))
+		},
+	}
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ", error " + errSummary(err)
+}
+
+func outcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return errSummary(err)
+}
+
+func (w *world) issue(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.facts.issued[id] = true
+}
+
+func (w *world) ack(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.facts.acked[id] = true
+}
+
+func pending(o orderView) bool { return o.exists && o.Status == expiry.StatusPending }
+
+// scenario is one exploration: a catalog of steps over the world.
+type scenario struct {
+	name  string
+	kinds func() []kind
+}
+
+// scenarios are explored one after the other, on the same world; each
+// catalog is what its question needs, so that the state space stays small
+// enough to enumerate (it grows with the product of the kinds of step):
+// payments racing cancels, timeouts and reconcile rounds on two instances;
+// the deadline controls (expire-now, extend, shorten) among them; and the
+// scope of two tenants on one seat store.
+var scenarios = []scenario{
+	{"payments", paymentRaces},
+	{"deadlines", deadlines},
+	{"two tenants", twoTenants},
+}
+
+// Service calls are spread over the two instances (a Service keeps no
+// state, so which one runs a call does not matter); reconcile rounds run on
+// both, since a Reconciler keeps cursors.
+// timeoutKind is the expiry message's delivery: the clock moves to the
+// order's deadline (if it is not there yet) and the message is handled by
+// Service.Timeout. Only an order whose message was sent gets one (a crash
+// before the send leaves the order to the reconciler). A message that
+// arrives before the deadline only re-arms, which changes nothing.
+func timeoutKind(tn, inst int, no string) kind {
+	return kind{
+		name:   fmt.Sprintf("timeout %s: clock to its deadline, message handled (tenant %d, instance %d)", no, tn, inst+1),
+		op:     "timeout",
+		tenant: tn,
+		enabled: func(s *observation) bool {
+			return pending(s.order(tn, no)) && s.facts.sent[fmt.Sprintf("t%d/%s", tn, no)]
+		},
+		run: func(ctx context.Context, w *world) string {
+			t := w.tenants[tn-1]
+			if o, err := t.store.Order(context.Background(), no); err == nil && o.ExpireAt.After(w.clk.Now()) {
+				w.clk.advance(o.ExpireAt.Sub(w.clk.Now()))
+			}
+			_, _, err := t.svc[inst].Timeout(ctx, no)
+			return outcome(err)
+		},
+	}
+}
+
+func userCancelKind(inst int, no string) kind {
+	return cancelKind(1, inst, "user cancel", no, func(ctx context.Context, svc *cancel.Service, owner string) error {
+		_, err := svc.UserCancel(ctx, no, owner)
+		return err
+	}, pending)
+}
+
+var clockKinds = []kind{
+	{
+		name:    "clock: to the next deadline",
+		op:      "clock",
+		clock:   func(s *observation) time.Duration { return s.nextDeadline() },
+		enabled: func(s *observation) bool { return s.nextDeadline() > 0 },
+	},
+	{
+		name:    "clock: past Grace, Settle and the refund lease",
+		op:      "clock",
+		clock:   func(*observation) time.Duration { return settleAdvance },
+		enabled: func(s *observation) bool { return s.young },
+	},
+}
+
+// paymentRaces is tenant 1's races: placements (two of o2, by different users
+// on different seats, so that a double submit races, and so that one user
+// may try for a second seat), timeouts, user cancels, payments, reconcile
+// rounds on both instances, and the clock.
+func paymentRaces() []kind {
+	return withTwins([]kind{
+		placeKind(1, 0, "o1", "u1", "a1"),
+		placeKind(1, 1, "o2", "u2", "a1"),
+		placeKind(1, 0, "o2", "u1", "a2"),
+		timeoutKind(1, 0, "o1"),
+		timeoutKind(1, 1, "o2"),
+		userCancelKind(1, "o1"),
+		userCancelKind(0, "o2"),
+		payKind(1, 0),
+		payKind(0, 1),
+		roundKind(1, 0),
+		roundKind(1, 1),
+		clockKinds[0],
+		clockKinds[1],
+	})
+}
+
+// deadlines is tenant 1 with the deadline controls: expire-now (final for
+// a late payment), extend and shorten, among placements, timeouts,
+// payments, one instance's reconcile rounds and the clock.
+func deadlines() []kind {
+	notDue := func(o orderView) bool { return pending(o) && o.remaining > 0 }
+	return withTwins([]kind{
+		placeKind(1, 0, "o1", "u1", "a1"),
+		placeKind(1, 1, "o2", "u2", "a1"),
+		timeoutKind(1, 0, "o1"),
+		timeoutKind(1, 1, "o2"),
+		cancelKind(1, 1, "expire now", "o2", func(ctx context.Context, svc *cancel.Service, _ string) error {
+			_, err := svc.ExpireNow(ctx, "o2")
+			return err
+		}, pending),
+		cancelKind(1, 0, "extend by 20m", "o1", func(ctx context.Context, svc *cancel.Service, _ string) error {
+			_, err := svc.Extend(ctx, "o1", "", 20*time.Minute)
+			return err
+		}, notDue),
+		cancelKind(1, 1, "shorten to now", "o1", func(ctx context.Context, svc *cancel.Service, _ string) error {
+			_, err := svc.Shorten(ctx, "o1", "", 0)
+			return err
+		}, notDue),
+		payKind(1, 0),
+		payKind(0, 1),
+		roundKind(1, 0),
+		clockKinds[0],
+		clockKinds[1],
+	})
+}
+
+// twoTenants is the scope question: tenant 1 with one order, its timeout,
+// its payment and its reconciler; tenant 2 with one order numbered like
+// tenant 1's on its own show, and its reconciler; the clock.
+func twoTenants() []kind {
+	return withTwins([]kind{
+		placeKind(1, 0, "o1", "u1", "a1"),
+		timeoutKind(1, 0, "o1"),
+		payKind(1, 0),
+		roundKind(1, 0),
+		placeKind(2, 0, "o1", "u1", "a1"),
+		roundKind(2, 0),
+		clockKinds[0],
+		clockKinds[1],
+	})
+}
+
+// withTwins links each reconcile round of a second instance to the first
+// instance's: two Reconcilers between rounds are alike (their cursors are
+// back at the start), so a round of the second instance starts only while
+// one of the first is in flight: the other order of the two is the same
+// state by symmetry.
+func withTwins(kinds []kind) []kind {
+	for i := range kinds {
+		kinds[i].twin = -1
+		for j := range kinds[:i] {
+			if kinds[i].round != "" && kinds[j].round == kinds[i].round {
+				kinds[i].twin = j
+				break
+			}
+		}
+	}
+	return kinds
+}
