@@ -30,17 +30,19 @@ type explorer struct {
 	sem    chan struct{} // a token per extra worker
 
 	mu sync.Mutex
-	// visited holds, per state, the most steps that were left when it was
-	// reached: reached again with more left (by a shorter sequence), it is
-	// explored again.
+	// visited holds, per state explored on, the most steps that were left
+	// when it was reached: reached again with more left (by a shorter
+	// sequence), it is explored again.
 	visited map[[16]byte]int
-	// settled holds the findings of each state's settle, so that a
-	// shorter sequence to the same state can claim them.
+	// settled holds every state reached (the distinct states) with the
+	// findings of its settle, so that a shorter sequence to the same
+	// state can claim them.
 	settled map[[16]byte][]record
 	best    map[string]record // finding class → its shortest sequence
 	err     error             // the first failure of the explorer itself
 
 	sequences, steps, settles, violations int
+	states, classes                       int // totals over scenarios only
 }
 
 // record is a finding with the sequence that produced it.
@@ -111,6 +113,7 @@ func (x *explorer) run(depth int) {
 	root := &node{obs: w.observe(), hist: history{}.clone(), fp: w.fp}
 	h := root.obs.hash(root.hist)
 	x.visited[h] = depth
+	x.settled[h] = nil
 	x.settleAll(w, root, h, depth)
 	x.explore(root, depth)
 }
@@ -178,7 +181,7 @@ func isSeatWrite(at string) bool {
 
 // child replays n's sequence plus s and judges the step. It returns the
 // state reached when it is to be explored on: new, or reached with more
-// steps left than before, and the step broke no ledger (a sequence that
+// steps left than before, by a step that broke no ledger (a sequence that
 // broke one is reported, not extended).
 func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
 	w := x.replay(n)
@@ -207,25 +210,29 @@ func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
 		f.class += " — by " + x.kinds[s.kind].op
 		x.keep(record{f: f, seq: seq})
 	}
+	// A state is settled once; reached again by a shorter sequence, its
+	// settle's findings are that sequence's.
+	rs, settled := x.settled[h]
+	for _, r := range rs {
+		r.seq = seq
+		x.keep(r)
+	}
+	if !settled {
+		x.settled[h] = nil
+	}
 	was, seen := x.visited[h]
-	explore := !seen || was < left-1
+	explore := len(fs) == 0 && (!seen || was < left-1)
 	if explore {
 		x.visited[h] = left - 1
 	}
-	if seen && explore { // the same state by a shorter sequence: its settle's findings too
-		for _, r := range x.settled[h] {
-			r.seq = seq
-			x.keep(r)
-		}
-	}
 	x.mu.Unlock()
 
-	if !seen {
+	if !settled {
 		x.settleAll(w, c, h, left-1)
 	} else {
 		w.finish(killAll)
 	}
-	if !explore || len(fs) > 0 {
+	if !explore {
 		return nil, &log
 	}
 	return c, &log
@@ -347,7 +354,7 @@ func (x *explorer) report(name string, depth int, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "explore %q: depth %d, %d kinds of step, tenants on one seat store: %v\n", name, depth, len(x.kinds), x.shared)
 	fmt.Fprintf(&b, "explore %q: %d sequences explored, %d distinct states, %d steps run (replays included), %d settles, %d violations (sequences or settles breaking a ledger), %d classes of finding, %v\n",
-		name, x.sequences, len(x.visited), x.steps, x.settles, x.violations, len(x.best), took.Round(time.Millisecond))
+		name, x.sequences, len(x.settled), x.steps, x.settles, x.violations, len(x.best), took.Round(time.Millisecond))
 	classes := slices.Sorted(maps.Keys(x.best))
 	slices.SortStableFunc(classes, func(a, b string) int { return len(x.best[a].seq) - len(x.best[b].seq) })
 	for _, c := range classes {
@@ -366,6 +373,8 @@ func (x *explorer) report(name string, depth int, took time.Duration) string {
 // printing the figures and the shortest sequence of each class of finding.
 func TestExplore(t *testing.T) {
 	shared := wireTenants(t)
+	var total explorer
+	start := time.Now()
 	for _, sc := range scenarios {
 		t.Run(strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
 			x := newExplorer(sc.kinds(), shared, *workersFlag)
@@ -376,9 +385,19 @@ func TestExplore(t *testing.T) {
 			out := x.report(sc.name, *depthFlag, time.Since(start))
 			t.Log(out)
 			fmt.Fprint(os.Stdout, out)
+			total.sequences += x.sequences
+			total.steps += x.steps
+			total.settles += x.settles
+			total.violations += x.violations
+			total.states += len(x.settled)
+			total.classes += len(x.best)
 			require.Empty(t, slices.Sorted(maps.Keys(x.best)), "the outcome ledgers found violations; see the sequences above")
 		})
 	}
+	out := fmt.Sprintf("explore, all scenarios at depth %d: %d sequences explored, %d distinct states, %d steps run, %d settles, %d violations, %d classes of finding, %v\n",
+		*depthFlag, total.sequences, total.states, total.steps, total.settles, total.violations, total.classes, time.Since(start).Round(time.Millisecond))
+	t.Log(out)
+	fmt.Fprint(os.Stdout, out)
 }
 
 // wireTenants wires the two tenants on one seat store, as a host running two
