@@ -233,6 +233,33 @@ type DiscrepancyStore interface {
 	SettleDiscrepancy(ctx context.Context, paymentID string) error
 }
 
+// Scoped is implemented by a store that serves one scope of a shared
+// database or seat store: one tenant's rows (cancel/sqlstore with a
+// Mapping's Where), or one tenant's keys (redisseat.Seats.Scoped). Scope
+// names it; "" is the whole store. A store that does not implement it has
+// scope "".
+type Scoped interface {
+	Scope() string
+}
+
+// CheckScope returns an error unless orders and seats serve the same scope
+// (Scoped): an order store of one tenant wired to a seat store shared by
+// every tenant would let this tenant's reconciler read the others' seat
+// locks, find no order of theirs in its own rows, and free them (invariant
+// I16). New and reconcile.New call it, so such wiring is refused at startup.
+func CheckScope(orders, seats any) error {
+	scope := func(v any) string {
+		if s, ok := v.(Scoped); ok {
+			return s.Scope()
+		}
+		return ""
+	}
+	if o, st := scope(orders), scope(seats); o != st {
+		return fmt.Errorf("the order store serves scope %q but the seat store serves scope %q: give the seat store the order store's scope (redisseat: seats.Scoped(store.Scope())), so one tenant's wiring never reads or frees another's seats", o, st)
+	}
+	return nil
+}
+
 // Hold names seats held for one order in one show.
 type Hold struct {
 	ShowID  string

@@ -113,6 +113,9 @@ func New(c Config) (*Service, error) {
 	case c.MaxHold < 0:
 		return nil, fmt.Errorf("cancel: Config.MaxHold is negative (%v)", c.MaxHold)
 	}
+	if err := CheckScope(c.Store, c.Seats); err != nil {
+		return nil, fmt.Errorf("cancel: Config.Store and Config.Seats: %w", err)
+	}
 	rt := c.Runtime.WithDefaults()
 	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: rt.Observer,
 		log: rt.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease,

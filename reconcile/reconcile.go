@@ -218,6 +218,9 @@ func (c *Config) validate() error {
 	case c.Service == nil:
 		return errors.New("reconcile: Config.Service is nil")
 	}
+	if err := cancel.CheckScope(c.Orders, c.Seats); err != nil {
+		return fmt.Errorf("reconcile: Config.Orders and Config.Seats: %w", err)
+	}
 	for _, f := range [...]struct {
 		name string
 		v    int64

@@ -31,6 +31,10 @@ type Seats struct {
 	// a lock's id is "<lockedMs>.<gen>". Kept across Wipe, so an id is
 	// never reused.
 	gen map[string]uint64
+	// scope and scopes: see Scoped. scopes is shared by a store and the
+	// scoped stores made from it.
+	scope  string
+	scopes *scopes
 	// Fail, when set, is returned by every call whose name it is given
 	// ("Lock", "Release", "Sell", "ScanLocks", "Lost", "Restore",
 	// "MarkRestored", "RetireShow").
@@ -42,10 +46,36 @@ func NewSeats(now func() time.Time) *Seats {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Seats{now: now, gen: map[string]uint64{}}
+	s := &Seats{now: now, gen: map[string]uint64{}, scopes: &scopes{m: map[string]*Seats{}}}
+	s.scopes.m[""] = s
 	s.reset()
 	return s
 }
+
+type scopes struct {
+	mu sync.Mutex
+	m  map[string]*Seats
+}
+
+// Scoped returns the seat store of scope, as redisseat.Seats.Scoped: seats
+// of its own that the store it was made from and other scopes never see
+// (the same one for the same scope; "" the store NewSeats made). Its Scope
+// is scope; its Fail is its own. Wipe on any of them wipes them all, as a
+// Redis that lost its data.
+func (s *Seats) Scoped(scope string) *Seats {
+	s.scopes.mu.Lock()
+	defer s.scopes.mu.Unlock()
+	c := s.scopes.m[scope]
+	if c == nil {
+		c = &Seats{now: s.now, gen: map[string]uint64{}, scope: scope, scopes: s.scopes}
+		c.reset()
+		s.scopes.m[scope] = c
+	}
+	return c
+}
+
+// Scope implements cancel.Scoped.
+func (s *Seats) Scope() string { return s.scope }
 
 func (s *Seats) reset() {
 	s.seats = map[string]map[string]cancel.SeatState{}
@@ -298,9 +328,19 @@ func (s *Seats) RetireShow(_ context.Context, show string) error {
 // Wipe forgets every seat, counter, index and the restored marker with its
 // rebuild token, as a Redis restart without persistence does.
 func (s *Seats) Wipe() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reset()
+	s.scopes.mu.Lock()
+	all := []*Seats{s}
+	for _, c := range s.scopes.m {
+		if c != s {
+			all = append(all, c)
+		}
+	}
+	s.scopes.mu.Unlock()
+	for _, c := range all {
+		c.mu.Lock()
+		c.reset()
+		c.mu.Unlock()
+	}
 }
 
 // Lost implements reconcile.SeatRestorer (see redisseat.Seats.Lost): the

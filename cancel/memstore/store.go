@@ -59,6 +59,7 @@ type discrepancy struct {
 type Store struct {
 	mu     sync.Mutex
 	now    func() time.Time
+	scope  string
 	orders map[string]*order
 	claims map[[2]string]string // (show, seat) → order, like oe_order_seat's key
 	disc   map[string]*discrepancy
@@ -72,11 +73,22 @@ type Store struct {
 
 // NewStore returns an empty store whose clock is now (nil: time.Now).
 func NewStore(now func() time.Time) *Store {
+	return NewScopedStore(now, "")
+}
+
+// NewScopedStore returns an empty store that serves scope, as a
+// sqlstore.Store with a Mapping's Where serves one tenant's rows: its Scope
+// is scope, and cancel.New and reconcile.New wire it only to a seat store of
+// the same scope (memstore.Seats.Scoped).
+func NewScopedStore(now func() time.Time, scope string) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{now: now, orders: map[string]*order{}, claims: map[[2]string]string{}, disc: map[string]*discrepancy{}}
+	return &Store{now: now, scope: scope, orders: map[string]*order{}, claims: map[[2]string]string{}, disc: map[string]*discrepancy{}}
 }
+
+// Scope implements cancel.Scoped.
+func (s *Store) Scope() string { return s.scope }
 
 func (s *Store) fail(op string) error {
 	if s.Fail != nil {

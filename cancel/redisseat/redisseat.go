@@ -107,6 +107,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,8 +121,10 @@ import (
 
 // Seats is the Redis seat store. It is safe for concurrent use.
 type Seats struct {
-	rdb redis.UniversalClient
-	ns  string
+	rdb   redis.UniversalClient
+	ns    string // the keys' prefix: root, or root:<scope> (Scoped)
+	root  string // New's namespace
+	scope string // see Scoped
 	// cluster is rdb when it is a *redis.ClusterClient: told to reload its
 	// slot map when a node cannot be reached (see seen).
 	cluster *redis.ClusterClient
@@ -167,8 +170,29 @@ func New(rdb redis.UniversalClient, namespace string) (*Seats, error) {
 		return nil, errors.New("redisseat: nil Redis client")
 	}
 	cluster, _ := rdb.(*redis.ClusterClient)
-	return &Seats{rdb: rdb, ns: namespace, cluster: cluster}, nil
+	return &Seats{rdb: rdb, ns: namespace, root: namespace, cluster: cluster}, nil
 }
+
+// Scoped returns a seat store on the same client whose keys are those of
+// scope only: under <namespace>:<scope, escaped>, so that stores of two
+// scopes (tenants sharing one database through a Mapping's Where, and one
+// Redis) never read or change each other's keys, and each one's reconciler
+// scans its own locks (invariant I16). Its Scope is scope; pass the order
+// store's (sqlstore.Store.Scope), which cancel.New and reconcile.New check.
+// "" is the namespace itself.
+func (s *Seats) Scoped(scope string) *Seats {
+	c := *s
+	c.scope, c.ns = scope, s.root
+	if scope != "" {
+		// QueryEscape keeps the key one Redis word and escapes the braces
+		// that would change a Cluster hash tag.
+		c.ns = s.root + ":" + url.QueryEscape(scope)
+	}
+	return &c
+}
+
+// Scope implements cancel.Scoped: the scope given to Scoped ("" for New's).
+func (s *Seats) Scope() string { return s.scope }
 
 // seen passes on the error of a Redis call. On Redis Cluster, an error that
 // is not a server's reply (a node that refuses connections, resets them or

@@ -249,3 +249,47 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// Two scopes of one namespace share no key: a lock, a counter, a scan and a
+// rebuild marker of one are not the other's (I16), on Redis and on Cluster
+// (a scope with braces must not change the shows' hash tags).
+func TestScopedStoresShareNoKey(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range map[string]redis.UniversalClient{"redis": testenv.Redis(t), "cluster": testenv.RedisCluster(t)} {
+		t.Run(name, func(t *testing.T) {
+			root, err := redisseat.New(rdb, "oe-"+testenv.Unique())
+			require.NoError(t, err)
+			a, b := root.Scoped("tenant_id=7"), root.Scoped("tenant={8} x")
+			assert.Equal(t, "tenant_id=7", a.Scope())
+			assert.Empty(t, root.Scope())
+			show := "show-" + testenv.Unique()
+			h := cancel.Hold{ShowID: show, OrderNo: "o1", UserID: "u1", Seats: []string{"A1", "A2"}}
+			require.NoError(t, a.Lock(ctx, h, 2))
+			require.NoError(t, b.Lock(ctx, h, 2), "the same seat in another scope is another seat")
+			for _, s := range []*redisseat.Seats{root, b} {
+				n, err := s.Held(ctx, show, "u1")
+				require.NoError(t, err)
+				if s == root {
+					assert.Zero(t, n)
+				} else {
+					assert.Equal(t, 2, n)
+				}
+			}
+			locks, _, err := a.ScanLocks(ctx, "", 100)
+			require.NoError(t, err)
+			assert.Len(t, locks, 2, "a scans its own locks")
+			locks, _, err = root.ScanLocks(ctx, "", 100)
+			require.NoError(t, err)
+			assert.Empty(t, locks, "the namespace itself sees no scope's locks")
+			n, err := b.Release(ctx, h)
+			require.NoError(t, err)
+			assert.Equal(t, 2, n)
+			st, err := a.Show(ctx, show)
+			require.NoError(t, err)
+			assert.Len(t, st, 2, "b's release left a's locks alone")
+			_, lost, err := a.Lost(ctx)
+			require.NoError(t, err)
+			assert.True(t, lost, "each scope has its own rebuild marker")
+		})
+	}
+}

@@ -28,14 +28,15 @@ func tenant(id int) sqlstore.Mapping {
 
 // Two tenants' stores on one database, scoped by Mapping.Where, and one seat
 // store: tenant 7's reconciler must never free tenant 8's seats (I16). The
-// library either refuses such wiring at startup or keeps each tenant's seats
-// apart; tenant 8's pending order keeps its lock either way.
+// library refuses a seat store that does not serve the order store's scope,
+// and with each tenant's own scope (Seats.Scoped) tenant 8's pending order
+// keeps its lock through tenant 7's rounds.
 func TestTenantReconcilerLeavesOtherTenantsSeats(t *testing.T) {
 	ctx := context.Background()
 	db := openSQLite(t)
 	applyDDL(t, db, shop.ddl(sqlstore.SQLite))
 	clock := expirytest.NewFakeClock(time.Now())
-	seats := memstore.NewSeats(clock.Now)
+	shared := memstore.NewSeats(clock.Now)
 	stores := map[int]*sqlstore.Store{}
 	for _, id := range []int{7, 8} {
 		s, err := sqlstore.New(db, sqlstore.SQLite, tenant(id))
@@ -45,28 +46,48 @@ func TestTenantReconcilerLeavesOtherTenantsSeats(t *testing.T) {
 		require.NoError(t, s.Check(ctx))
 		stores[id] = s
 	}
-	svc8, err := cancel.New(cancel.Config{Store: stores[8], Seats: seats})
-	if err != nil {
-		t.Logf("tenant 8's wiring refused at startup: %v", err)
-		return
-	}
-	p := cancel.Placement{OrderNo: "o9", UserID: "u8", ShowID: "ev", Seats: []string{"x1"}, ExpireAt: clock.Now().Add(time.Hour)}
-	require.NoError(t, svc8.Place(ctx, p, func(ctx context.Context) error { return stores[8].Insert(db, nil, p, nil)(ctx) }))
+	assert.Equal(t, "tenant_id=7", stores[7].Scope())
 
-	svc7, err := cancel.New(cancel.Config{Store: stores[7], Seats: seats})
+	// One seat store for both: refused at startup, by both constructors.
+	_, err := cancel.New(cancel.Config{Store: stores[8], Seats: shared})
+	require.ErrorContains(t, err, `scope "tenant_id=8"`)
+	svcShared, err := cancel.New(cancel.Config{Store: memstore.NewStore(nil), Seats: shared})
 	require.NoError(t, err)
-	r7, err := reconcile.New(reconcile.Config{Orders: stores[7], Seats: seats, Service: svc7})
-	if err != nil {
-		t.Logf("tenant 7's reconciler refused at startup: %v", err)
-		return
-	}
+	_, err = reconcile.New(reconcile.Config{Orders: stores[7], Seats: shared, Service: svcShared})
+	require.ErrorContains(t, err, `scope "tenant_id=7"`)
+
+	// Each tenant's own scope of the seat store.
+	seats8 := shared.Scoped(stores[8].Scope())
+	svc8, err := cancel.New(cancel.Config{Store: stores[8], Seats: seats8})
+	require.NoError(t, err)
+	p := cancel.Placement{OrderNo: "o9", UserID: "u8", ShowID: "ev", Seats: []string{"x1"}, ExpireAt: clock.Now().Add(time.Hour)}
+	require.NoError(t, svc8.Place(ctx, p, stores[8].Insert(db, nil, p, nil)))
+	// Tenant 7 has an order under the same number, cancelled long ago.
+	p7 := cancel.Placement{OrderNo: "o9", UserID: "u7", ShowID: "ev", Seats: []string{"x1"}, ExpireAt: clock.Now().Add(time.Hour)}
+	seats7 := shared.Scoped(stores[7].Scope())
+	svc7, err := cancel.New(cancel.Config{Store: stores[7], Seats: seats7})
+	require.NoError(t, err)
+	require.NoError(t, svc7.Place(ctx, p7, stores[7].Insert(db, nil, p7, nil)), "the same seat in another tenant's scope is another seat")
+	_, err = svc7.UserCancel(ctx, "o9", "u7")
+	require.NoError(t, err)
+	r7, err := reconcile.New(reconcile.Config{Orders: stores[7], Seats: seats7, Service: svc7, Settle: time.Nanosecond})
+	require.NoError(t, err)
 	clock.Advance(2 * reconcile.GraceDefault)
-	_, err = r7.Round(ctx)
+	time.Sleep(1100 * time.Millisecond) // past Settle by the SQL clock (the shop schema keeps seconds)
+	for i := 0; i < 2; i++ {
+		_, err = r7.Round(ctx)
+		require.NoError(t, err)
+	}
+	st, err := seats8.Show(ctx, "ev")
 	require.NoError(t, err)
-	st, err := seats.Show(ctx, "ev")
-	require.NoError(t, err)
-	assert.Equal(t, "o9", st["x1"].OrderNo, "I16: tenant 7's reconciler freed tenant 8's pending order's seat")
+	assert.Equal(t, "o9", st["x1"].OrderNo, "I16: tenant 8's pending order keeps its seat")
 	o, err := stores[8].Order(ctx, "o9")
 	require.NoError(t, err)
 	assert.Equal(t, expiry.StatusPending, o.Status)
+	held, err := seats8.Held(ctx, "ev", "u8")
+	require.NoError(t, err)
+	assert.Equal(t, 1, held)
+	st, err = shared.Show(ctx, "ev")
+	require.NoError(t, err)
+	assert.Empty(t, st, "the unscoped store sees no tenant's seats")
 }

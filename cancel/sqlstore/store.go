@@ -72,6 +72,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -202,6 +203,25 @@ func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
 	q.settleDiscrepancy = bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND settled_at_ms IS NULL")
 	q.discrepancyExists = bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ?")
 	return &Store{db: db, dialect: d, m: r, q: q, stmts: map[string]*sql.Stmt{}}, nil
+}
+
+// Scope implements cancel.Scoped: the Mapping's Orders.Where as
+// "column=value" pairs sorted by column and joined by "&" ("" without
+// conditions: the whole table). Give the seat store the same scope
+// (redisseat.Seats.Scoped), so that this store's reconciler scans only its
+// own tenant's seat locks; cancel.New and reconcile.New refuse a seat store
+// of another scope.
+func (s *Store) Scope() string {
+	w := s.m.raw.Orders.Where
+	if len(w) == 0 {
+		return ""
+	}
+	parts := make([]string, len(w))
+	for i, c := range w {
+		parts[i] = fmt.Sprintf("%s=%v", c.Column, c.Value)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "&")
 }
 
 // args binds v to st for this store.
