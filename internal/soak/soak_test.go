@@ -32,6 +32,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/rocketmq"
+	"github.com/seatflow/orderexpiry/internal/e2e"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
@@ -751,6 +752,29 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 		}
 	}
 	_ = drows.Close()
+
+	// The outcome ledgers (I14 payments, I15 seats, I17 limits), judged from
+	// SQL, Redis and the refund hook's lines alone.
+	var nos []string
+	userList := map[string]bool{}
+	answered := map[string]bool{}
+	for _, o := range orders {
+		nos = append(nos, o.no)
+		userList[o.user] = true
+		if o.paidWith != "" {
+			answered[o.paidWith] = true
+		}
+	}
+	outcome, err := e2e.ReadOutcome(ctx, db, dialect == "postgres", seats, slices.Sorted(mapsKeys(shows)), slices.Sorted(mapsKeys(userList)), nos)
+	require.NoError(t, err)
+	outcome.Refunds, outcome.Answered = map[string]int{}, answered
+	for p, n := range refunds {
+		outcome.Refunds[p] = min(n, 1) // a hook run again after a kill is one refund at the provider (keyed by id)
+	}
+	books := &e2e.Books{Limit: 6} // soakinstance -limit's default
+	ledger := books.Observe(outcome, true)
+	bad = append(bad, ledger...)
+	t.Logf("FIGURE soak %s: outcome ledgers: %d orders, %d payments answered, %d refunded, %d violations", dialect, len(outcome.Orders), len(answered), len(outcome.Refunds), len(ledger))
 
 	// Figures.
 	t.Logf("FIGURE soak %s: %d orders generated: %d placed, %d refused, %d unknown (every instance tried failed); %d paid, %d cancelled (%v)",

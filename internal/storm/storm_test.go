@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,6 +149,7 @@ func loadConfig() config {
 type rig struct {
 	t        *testing.T
 	cfg      config
+	postgres bool // the dialect, for the outcome ledgers' own reads
 	w        *e2e.World
 	svc      *cancel.Service
 	hist     *storm.History
@@ -518,6 +520,7 @@ func runStorm(t *testing.T, d sqlstore.Dialect, cfg config) outcome {
 	w := e2e.NewWorld(t, db, d, rdb, show)
 	w.Limit = cfg.limit
 	r := newRig(t, w, cfg)
+	r.postgres = d == sqlstore.Postgres
 
 	// ---- place the orders (no faults yet) --------------------------------
 	rng := rand.New(rand.NewPCG(cfg.seed, 0x5eed))
@@ -968,6 +971,7 @@ func (r *rig) verify(ctx context.Context, direct *sql.DB, placed []plan) []strin
 	}
 
 	violations = append(violations, r.verifyRefunds(ctx, statuses)...)
+	violations = append(violations, r.verifyBooks(ctx, direct, placed)...)
 
 	// I4, from the library's side: every due-guarded cancel read the
 	// store's clock at or after expire_at, in its own transaction.
@@ -1005,6 +1009,38 @@ func (r *rig) verify(ctx context.Context, direct *sql.DB, placed []plan) []strin
 			nDue, len(late), reasons, late[len(late)/2], late[len(late)*99/100], late[len(late)-1])
 	}
 	return violations
+}
+
+// verifyBooks judges the settled world by the outcome ledgers alone
+// (e2e.Books: I14 payments, I15 seats, I17 limits): the orders' rows, the
+// seat store and the refund hook's calls, whatever the library reported.
+func (r *rig) verifyBooks(ctx context.Context, direct *sql.DB, placed []plan) []string {
+	var nos []string
+	users := map[string]bool{}
+	for _, pl := range placed {
+		nos = append(nos, pl.p.OrderNo)
+		users[pl.p.UserID] = true
+	}
+	answered := map[string]bool{}
+	for _, op := range r.hist.Operations() {
+		in, out := op.Input.(storm.Input), op.Output.(storm.Output)
+		if in.Kind == storm.OpPay && in.Payment != "" && out.Res != storm.ResUnknown && out.Res != storm.ResNotOwner && out.Res != storm.ResMissing {
+			answered[in.Payment] = true
+		}
+	}
+	o, err := e2e.ReadOutcome(ctx, direct, r.postgres, r.w.Seats, []string{r.w.ShowID}, slices.Sorted(maps.Keys(users)), nos)
+	require.NoError(r.t, err)
+	r.hookMu.Lock()
+	o.Refunds = maps.Clone(r.hooks)
+	r.hookMu.Unlock()
+	for id, n := range o.Refunds {
+		o.Refunds[id] = min(n, 1) // a rerun after a lost settle is one refund at the provider (keyed by id)
+	}
+	o.Answered = answered
+	books := &e2e.Books{Limit: r.cfg.limit}
+	bad := books.Observe(o, true)
+	r.t.Logf("books: %d orders, %d payment ids answered, %d refunded, %d violations", len(o.Orders), len(answered), len(o.Refunds), len(bad))
+	return bad
 }
 
 // verifyRefunds checks I9 once the world is quiet: every discrepancy the
