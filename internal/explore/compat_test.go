@@ -4,25 +4,34 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
 // The library's API changed while this package was written (the purchase
 // limit moved from Place's argument into cancel.Placement.Limit; Shorten's
-// sink moved from cancel.Config.Sender to Config.Scheduler). These helpers
+// sink moved from cancel.Config.Sender to Config.Scheduler; seat stores
+// gained scopes, memstore.Seats.Scoped; locks gained ids, LockID). These helpers
 // reach what moved through whichever form the library has, so that the
 // explorer builds against the code before the fixes and after them (the
 // known holes are found on the former). Once the API settles they can be
 // inlined.
 
-// place calls svc.Place with the purchase limit wherever the library takes
-// it.
-func place(ctx context.Context, svc *cancel.Service, p cancel.Placement, limit int, insert func(context.Context) error) error {
+// withLimit returns p with its purchase limit, where the library keeps it
+// (the store keeps it with the order, so the host's insert must get this p).
+func withLimit(p cancel.Placement, limit int) cancel.Placement {
 	if f := reflect.ValueOf(&p).Elem().FieldByName("Limit"); f.IsValid() && f.CanSet() && f.Kind() == reflect.Int {
 		f.SetInt(int64(limit))
 	}
+	return p
+}
+
+// place calls svc.Place with p (from withLimit) and the purchase limit
+// wherever the library takes it.
+func place(ctx context.Context, svc *cancel.Service, p cancel.Placement, limit int, insert func(context.Context) error) error {
 	switch call := any(svc.Place).(type) {
 	case func(context.Context, cancel.Placement, func(context.Context) error) error:
 		return call(ctx, p, insert)
@@ -43,4 +52,27 @@ func withShortenSink(c cancel.Config, sched *expiry.Scheduler, sender expiry.Del
 		f.Set(reflect.ValueOf(sender))
 	}
 	return c
+}
+
+// scopedSeats returns the scope of the seat store s (memstore.Seats.Scoped:
+// one Redis, keys under the scope), or, before seat stores had scopes, a
+// seat store of its own, which is what a scope amounts to.
+func scopedSeats(s *memstore.Seats, scope string, now func() time.Time) *memstore.Seats {
+	if sc, ok := any(s).(interface {
+		Scoped(scope string) *memstore.Seats
+	}); ok {
+		return sc.Scoped(scope)
+	}
+	return memstore.NewSeats(now)
+}
+
+// lockID returns the LockID of a cancel.Hold, SeatLock or SeatState ("" if
+// the library's has none: before a release named the lock it judged),
+// wrapped in ⟨⟩ so that the state hash can rename lock ids canonically.
+func lockID(v any) string {
+	f := reflect.ValueOf(v).FieldByName("LockID")
+	if !f.IsValid() || f.Kind() != reflect.String || f.String() == "" {
+		return ""
+	}
+	return "⟨" + f.String() + "⟩"
 }

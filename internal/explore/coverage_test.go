@@ -27,14 +27,15 @@ func TestGatesCoverEveryMethod(t *testing.T) {
 			gated: []string{"CancelPending", "PayPending", "RecordDiscrepancy", "ReinstateCancelled", "SetDeadline", "MarkWarned"},
 			// Reads; the refund lease's claim and the settle of a refund
 			// follow the gated call before them; Place is the host's insert
-			// (gated as such), Now and Overdue are the host's.
-			other: []string{"Order", "Expired", "Statuses", "Claims", "ClaimDiscrepancies", "SettleDiscrepancy", "Place", "Now", "Overdue"},
+			// (gated as such), Now, Overdue and Scope are the host's
+			// (gatedStore says its tenant's scope itself).
+			other: []string{"Order", "Expired", "Statuses", "Claims", "ClaimDiscrepancies", "SettleDiscrepancy", "Place", "Now", "Overdue", "Scope"},
 		},
 		{
 			typ:   reflect.TypeOf(&memstore.Seats{}),
 			gated: []string{"Lock", "Release", "Sell", "Restore", "MarkRestored"},
 			// Reads; the rest is the host's or a test's.
-			other: []string{"ScanLocks", "Lost", "Missing", "Now", "Show", "Held", "ListedShows", "RetireShow", "Wipe", "WipeShow"},
+			other: []string{"ScanLocks", "Lost", "Missing", "Now", "Show", "Held", "ListedShows", "RetireShow", "Wipe", "WipeShow", "Scope", "Scoped"},
 		},
 	} {
 		for i := 0; i < tc.typ.NumMethod(); i++ {

@@ -182,7 +182,7 @@ func errSummary(err error) string {
 }
 
 func holdArgs(h cancel.Hold) string {
-	return h.OrderNo + " " + h.ShowID + ":" + strings.Join(h.Seats, ",")
+	return h.OrderNo + " " + h.ShowID + ":" + strings.Join(h.Seats, ",") + lockID(h)
 }
 
 func resultSummary(r cancel.Result) string {
@@ -212,6 +212,11 @@ type gatedStore struct {
 	w *world
 	t *tenant
 }
+
+// Scope is the tenant's: each tenant's order store serves its own rows, as
+// a sqlstore.Store with a Mapping's Where (its Scope) does. (The embedded
+// memstore.Store keeps every row it is given: one per tenant.)
+func (g *gatedStore) Scope() string { return g.t.scope() }
 
 var (
 	_ cancel.OrderStore       = (*gatedStore)(nil)
@@ -453,7 +458,7 @@ func (s *gatedSeats) ScanLocks(ctx context.Context, cursor string, count int) ([
 		locks, next, err = s.Seats.ScanLocks(ctx, cursor, count)
 		var parts []string
 		for _, l := range locks {
-			parts = append(parts, l.ShowID+":"+l.SeatID+"="+l.OrderNo+"/"+s.w.bucket(l.Age, reconcile.GraceDefault))
+			parts = append(parts, l.ShowID+":"+l.SeatID+"="+l.OrderNo+lockID(l)+"/"+s.w.bucket(l.Age, reconcile.GraceDefault))
 		}
 		return strings.Join(parts, ","), err
 	})

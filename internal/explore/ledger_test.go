@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -199,7 +200,7 @@ func (s *observation) hash(h history) [16]byte {
 			if st.Status == expiry.StatusPending {
 				age = bucket(s.now.Sub(st.LockedAt), reconcile.GraceDefault)
 			}
-			fmt.Fprintf(&b, "s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, age)
+			fmt.Fprintf(&b, "s %s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, lockID(st), age)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.held)) {
@@ -227,8 +228,36 @@ func (s *observation) hash(h history) [16]byte {
 	for _, k := range slices.Sorted(maps.Keys(h.paidSeats)) {
 		fmt.Fprintf(&b, "paid %s %v;", k, h.paidSeats[k])
 	}
-	sum := sha256.Sum256([]byte(b.String()))
+	sum := sha256.Sum256([]byte(canonicalLockIDs(b.String())))
 	return [16]byte(sum[:16])
+}
+
+var lockIDs = regexp.MustCompile(`⟨[^⟩]*⟩`)
+
+// canonicalLockIDs renames the lock ids in text (the seat store's, which
+// carry its clock) by their rank, so that states alike but for when their
+// locks were taken hash alike, while the stopped operations that read a
+// lock still tell whether it is the seat's current one.
+func canonicalLockIDs(text string) string {
+	ids := lockIDs.FindAllString(text, -1)
+	if len(ids) == 0 {
+		return text
+	}
+	slices.SortFunc(ids, func(a, b string) int { return lockIDOrder(a, b) })
+	ids = slices.Compact(ids)
+	return lockIDs.ReplaceAllStringFunc(text, func(id string) string {
+		i, _ := slices.BinarySearchFunc(ids, id, lockIDOrder)
+		return fmt.Sprintf("⟨%d⟩", i)
+	})
+}
+
+// lockIDOrder orders lock ids by length, then text: memstore's and
+// redisseat's ids grow with the clock and a counter.
+func lockIDOrder(a, b string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	return strings.Compare(a, b)
 }
 
 // judge checks one observation, made after step, against the one before it

@@ -77,6 +77,8 @@ func (stoppedTimer) Stop() bool { return true }
 // tenant is one tenant's wiring: its order store, its view of the seat
 // store, and per instance a Service, a Reconciler and a Scheduler.
 type tenant struct {
+	// shared is the seat store the tenant's wiring uses: the one seat
+	// store, or the tenant's scope of it.
 	n      int
 	show   string
 	seats  []string
@@ -132,15 +134,12 @@ type finding struct {
 	step   int
 }
 
-// wiring says how the tenants were wired: on one shared seat store, or (if
-// the library refused that at startup) each on its own.
-type wiring struct {
-	shared  bool
-	refusal error
-}
-
-// newWorld builds a fresh world whose operations run on p. With shared,
-// both tenants' services and reconcilers use one seat store.
+// newWorld builds a fresh world whose operations run on p. Each tenant's
+// order store serves its tenant's scope, as a sqlstore.Store with a
+// Mapping's Where does (gatedStore.Scope). With shared, both tenants'
+// services and reconcilers use one seat store, as a host running two
+// tenants on one Redis namespace would; without, each tenant's seat store
+// is that seat store's scope of the tenant.
 func newWorld(p *pool, shared bool) (*world, error) {
 	clk := &fakeClock{now: epoch}
 	w := &world{pool: p, clk: clk, events: make(chan event), parked: map[int]*op{}}
@@ -155,8 +154,8 @@ func newWorld(p *pool, shared bool) (*world, error) {
 		instances int
 	}{{show1, []string{"a1", "a2"}, 2}, {show2, []string{"a1"}, 1}} {
 		t := &tenant{n: n + 1, show: spec.show, seats: spec.seats, store: memstore.NewStore(clk.Now), shared: seats}
-		if !shared && n > 0 {
-			t.shared = memstore.NewSeats(clk.Now)
+		if !shared {
+			t.shared = scopedSeats(seats, t.scope(), clk.Now)
 		}
 		t.store.Fail = w.failHook
 		t.gstore = &gatedStore{Store: t.store, w: w, t: t}
@@ -208,6 +207,10 @@ func (w *world) seatStores() []*memstore.Seats {
 }
 
 func key(t *tenant, no string) string { return fmt.Sprintf("t%d/%s", t.n, no) }
+
+// scope is the tenant's scope: its order store's rows (a Mapping's Where
+// in sqlstore), and its keys in the seat store when they are scoped.
+func (t *tenant) scope() string { return fmt.Sprintf("tenant-%d", t.n) }
 
 // fingerprint folds one call into the running FNV-1a fingerprint.
 func (w *world) fingerprint(text string) {
@@ -366,7 +369,7 @@ func placeKind(tn, inst int, no, user string, seats ...string) kind {
 		run: func(ctx context.Context, w *world) string {
 			t := w.tenants[tn-1]
 			start := w.clk.Now()
-			p := cancel.Placement{OrderNo: no, UserID: user, ShowID: t.show, Seats: seats, ExpireAt: start.Add(ttl)}
+			p := withLimit(cancel.Placement{OrderNo: no, UserID: user, ShowID: t.show, Seats: seats, ExpireAt: start.Add(ttl)}, limit)
 			err := place(ctx, t.svc[inst], p, limit, func(ictx context.Context) error {
 				err := w.do(ictx, "Insert", no, true, func() (string, error) {
 					// The host's transaction is bounded by PlaceTimeout (by
