@@ -86,7 +86,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 
 // start starts an operation of kind k in its own goroutine.
 func (w *world) start(k kind, idx int, auto bool) *op {
-	o := &op{id: len(w.ops), kind: idx, tenant: k.tenant, started: w.clk.Now(), resume: make(chan command), auto: auto}
+	o := &op{id: len(w.ops), kind: idx, name: k.name, tenant: k.tenant, started: w.clk.Now(), resume: make(chan command), auto: auto}
 	w.ops = append(w.ops, o)
 	w.running = o
 	ctx := context.WithValue(context.Background(), opKey{}, o)
@@ -161,13 +161,13 @@ func (w *world) finish(kill bool) []string {
 		if kill {
 			o.resume <- cmdKill
 			w.wait(o)
-			out = append(out, fmt.Sprintf("op %d killed before %s", o.id, o.at))
+			out = append(out, fmt.Sprintf("%s killed before %s", o.name, o.at))
 			continue
 		}
 		o.auto = true
 		o.resume <- cmdExec
 		res := w.wait(o)
-		out = append(out, fmt.Sprintf("op %d resumed at %s: %s", o.id, o.at, res))
+		out = append(out, fmt.Sprintf("%s resumed at %s: %s", o.name, o.at, res))
 	}
 	return out
 }
@@ -182,30 +182,28 @@ func (w *world) runAuto(k kind, i int) (string, *op) {
 }
 
 // settle brings the world to rest: stopped operations are killed (kill)
-// or resumed to completion, the payment provider repeats every callback not
-// answered yet, the clock moves past Grace, Settle and the refund lease,
-// and the reconcilers run rounds until they repair nothing. It
-// returns what it did, for the report.
+// or resumed to completion, the clock moves past Grace, Settle and the
+// refund lease, and then, until nothing changes, the payment provider
+// repeats every callback not answered yet (a provider retries for days) and
+// each tenant's reconciler runs a round. It returns what it did, for the
+// report.
 func (w *world) settle(kinds []kind, kill bool) []string {
 	w.step++
 	out := w.finish(kill)
-	for try := 0; try < 3; try++ {
+	w.clk.advance(settleAdvance)
+	out = append(out, "clock +"+settleAdvance.String())
+	for pass := 0; pass < 4; pass++ {
+		active := false
 		for i, k := range kinds {
 			w.mu.Lock()
 			repeat := k.payment != "" && w.facts.issued[k.payment] && !w.facts.acked[k.payment]
 			w.mu.Unlock()
 			if repeat {
 				res, _ := w.runAuto(k, i)
-				out = append(out, fmt.Sprintf("provider repeats: %s: %s", k.name, res))
+				out = append(out, fmt.Sprintf("the provider repeats %s: %s", k.name, res))
+				active = true
 			}
 		}
-	}
-	w.clk.advance(settleAdvance)
-	out = append(out, "clock +"+settleAdvance.String())
-	// One reconciler per tenant of the scenario, until a round of each
-	// repairs nothing.
-	for round := 0; round < 4; round++ {
-		active := false
 		for i, k := range kinds {
 			if k.round != "" && k.twin < 0 {
 				res, o := w.runAuto(k, i)

@@ -42,7 +42,6 @@ type explorer struct {
 	err     error             // the first failure of the explorer itself
 
 	sequences, steps, settles, violations int
-	states, classes                       int // totals over scenarios only
 }
 
 // record is a finding with the sequence that produced it.
@@ -373,7 +372,7 @@ func (x *explorer) report(name string, depth int, took time.Duration) string {
 // printing the figures and the shortest sequence of each class of finding.
 func TestExplore(t *testing.T) {
 	shared := wireTenants(t)
-	var total explorer
+	var total struct{ sequences, states, steps, settles, violations, classes int }
 	start := time.Now()
 	for _, sc := range scenarios {
 		t.Run(strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
@@ -386,10 +385,10 @@ func TestExplore(t *testing.T) {
 			t.Log(out)
 			fmt.Fprint(os.Stdout, out)
 			total.sequences += x.sequences
+			total.states += len(x.settled)
 			total.steps += x.steps
 			total.settles += x.settles
 			total.violations += x.violations
-			total.states += len(x.settled)
 			total.classes += len(x.best)
 			require.Empty(t, slices.Sorted(maps.Keys(x.best)), "the outcome ledgers found violations; see the sequences above")
 		})
@@ -403,15 +402,17 @@ func TestExplore(t *testing.T) {
 // wireTenants wires the two tenants on one seat store, as a host running two
 // tenants on one Redis namespace would. If the library refuses that wiring
 // at startup (a scope check), the test shows the refusal and wires each
-// tenant on a seat store of its own.
+// tenant on its own scope of the seat store.
 func wireTenants(t *testing.T) bool {
 	_, err := newWorld(nil, true)
 	if err == nil {
 		t.Log("explore: both tenants wired on one seat store (the library accepted it)")
 		return true
 	}
-	t.Logf("explore: the library refused two tenants on one seat store at startup: %v", err)
+	msg := fmt.Sprintf("explore: the library refused two tenants on one seat store at startup (so each tenant gets its own scope of it): %v\n", err)
+	t.Log(msg)
+	fmt.Fprint(os.Stdout, msg)
 	_, err = newWorld(nil, false)
-	require.NoError(t, err, "each tenant on a seat store of its own")
+	require.NoError(t, err, "each tenant on its own scope of the seat store")
 	return false
 }

@@ -47,6 +47,7 @@ const (
 type op struct {
 	id      int
 	kind    int
+	name    string
 	tenant  int
 	started time.Time // the fake clock when it started
 	resume  chan command
