@@ -5,8 +5,10 @@
 // -explore.depth steps over two orders, two seats in one show, two users,
 // two payment ids, two instances (two cancel.Service and
 // reconcile.Reconciler sets sharing the stores, as separate processes would)
-// and two tenants (two order stores sharing one seat store, as a host running
-// two tenants on one Redis namespace would). Every store call an operation
+// and two tenants (two order stores, each serving its tenant's scope,
+// sharing one seat store as a host running two tenants on one Redis
+// namespace would; if the library refuses that at startup, each on its own
+// scope of the seat store, and the refusal is shown). Every store call an operation
 // makes goes through a gate, so each operation can be stopped between two
 // of its commit points while others run; a stopped operation is later
 // resumed, or never (a crash, a lost reply: the caller gives up). Each
@@ -15,6 +17,18 @@
 // settle the outcome ledgers of DESIGN.md (I14 payments, I15 seats, I16
 // scope, I17 limits, with I1, I8 and I9) are checked. The ledgers judge
 // outcomes only; they never re-derive the library's rules.
+//
+// A step starts or resumes one operation and runs it to completion or
+// stops it before one of its gated calls. Faults reduce to those choices:
+// a crash between two commit points is a stop never resumed (every state is
+// settled with its stopped operations killed; resuming them is what the
+// following steps do, and where no step is left the state is settled with
+// them resumed too);
+// a lost reply, or a seat-store call that fails after a commit, leaves the
+// caller where a crash would (it logs, gives up, and the provider or the
+// reconciler repeats); a reconcile round's seat-store write may also fail
+// while the round goes on. The clock moves to the next deadline (a timeout
+// step moves it to its order's), or past Grace, Settle and the refund lease.
 //
 // Run it with
 //
