@@ -5,7 +5,8 @@
 #   rmq_start  build the jar folder if needed, start the JVMs (or reuse them when
 #              alive and answering), wait until a real send succeeds on every broker,
 #              and export OE_ROCKETMQ_NAMESRV=127.0.0.1:19876
-#   rmq_stop   stop every JVM by pid (TERM, wait, then KILL)
+#   rmq_stop   stop every JVM by pid (TERM, wait, then KILL), and return once each is gone and
+#              its ports are free (exit 1 when one is not: the next start would fail)
 #   rmq_start_broker NAME  start one broker (broker or broker-b) on the store it has,
 #              and wait until a send to it succeeds: the restart after a fault
 # Executed, it runs one of them:
@@ -21,7 +22,7 @@
 # Ports: name server 19876; broker 20911 (plus 20909 and 20912, which the broker derives from it;
 # 20912, the HA port, listens on all interfaces: the broker has no setting for its address);
 # broker-b, when enabled, RMQ_BROKER_B_PORT (and its -2 and +1).
-# Needs java 17, mvn and go on PATH.
+# Needs java 17, mvn and go on PATH; uses ss (iproute2), when there, to see who holds a port.
 
 _RMQ_SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 _RMQ_REPO_ROOT="$(cd "$_RMQ_SRC_DIR/../.." && pwd)"
@@ -32,6 +33,7 @@ RMQ_BROKER_B_PORT="${RMQ_BROKER_B_PORT:-}" # empty: no second broker
 RMQ_READY_TIMEOUT="${RMQ_READY_TIMEOUT:-120}"
 RMQ_DELAY_LEVELS="${RMQ_DELAY_LEVELS:-1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h}" # the broker's messageDelayLevel
 RMQ_TIMER_WHEEL="${RMQ_TIMER_WHEEL:-true}" # the broker's timerWheelEnable (false: it refuses timer messages)
+RMQ_STOP_TIMEOUT="${RMQ_STOP_TIMEOUT:-30}" # seconds a JVM gets after TERM before KILL
 
 _rmq_state() { echo "${OE_STATE_DIR:-/tmp/orderexpiry-services}/rocketmq"; }
 _rmq_libdir() { echo "$_RMQ_SRC_DIR/rocketmq/target/lib"; }
@@ -48,22 +50,89 @@ _rmq_home() { if [[ $1 == broker-b ]]; then echo "$(_rmq_state)/home-b"; else ec
 
 # _rmq_pid NAME: the pid in NAME.pid if that process is alive and is our JVM.
 _rmq_pid() {
-    local name="$1" state pid cls cmd
+    local name="$1" state pid i
     state="$(_rmq_state)"
     [[ -s "$state/$name.pid" ]] || return 1
     pid="$(cat "$state/$name.pid")"
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    [[ -r "/proc/$pid/cmdline" ]] || return 1
+    # A JVM being exec'd shows its launcher's command line (or none) for a moment: look again
+    # before calling it someone else's (a JVM taken for gone is never stopped).
+    for ((i = 0; i < 3; i++)); do
+        _rmq_running "$pid" || return 1
+        if _rmq_is_ours "$name" "$pid"; then
+            echo "$pid"
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# _rmq_is_ours NAME PID: PID's command line names NAME's class and conf in our state
+# directory (a guard against a reused pid, and against another set's JVM).
+_rmq_is_ours() {
+    local name="$1" pid="$2" cls cmd
     case "$name" in
         namesrv) cls=org.apache.rocketmq.namesrv.NamesrvStartup ;;
         broker | broker-b) cls=org.apache.rocketmq.broker.BrokerStartup ;;
         *) return 1 ;;
     esac
-    # Guard against a reused pid: the command line must name our class and conf.
     # (No pipe into grep -q here: under pipefail its early exit can fail the pipe.)
     cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
-    [[ "$cmd" == *"$cls -c $state/$name.conf"* ]] || return 1
-    echo "$pid"
+    [[ "$cmd" == *"$cls -c $(_rmq_state)/$name.conf"* ]]
+}
+
+# _rmq_ports NAME: the TCP ports NAME's JVM listens on, as its conf in our state directory says
+# (none without a conf: then no JVM of this state directory can hold one). A broker also
+# listens on listenPort-2 and listenPort+1 (HA, on every interface).
+_rmq_ports() {
+    local conf p
+    conf="$(_rmq_state)/$1.conf"
+    [[ -s "$conf" ]] || return 0
+    p="$(sed -n 's/^listenPort=\([0-9]*\)$/\1/p' "$conf")"
+    [[ -n "$p" ]] || return 0
+    if [[ $1 == namesrv ]]; then echo "$p"; else echo "$p $((p - 2)) $((p + 1))"; fi
+}
+
+# _rmq_bound PORT: something listens on PORT, on any address (ss sees a listener that
+# refuses or does not answer yet; without ss, whether loopback takes a connection).
+_rmq_bound() {
+    if command -v ss >/dev/null; then
+        [[ -n "$(ss -ltnH "sport = :$1" 2>/dev/null)" ]]
+    else
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    fi
+}
+
+# _rmq_listeners PORT: the pids listening on PORT (none known without ss).
+_rmq_listeners() {
+    command -v ss >/dev/null || return 0
+    ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u || true
+}
+
+# _rmq_holders NAME: who holds NAME's ports now, one ss line each, for an error message.
+_rmq_holders() {
+    local p
+    command -v ss >/dev/null || return 0
+    for p in $(_rmq_ports "$1"); do
+        ss -ltnpH "sport = :$p" 2>/dev/null || true
+    done
+}
+
+# _rmq_ports_free NAME SECONDS: until none of NAME's ports is bound; after SECONDS, say who
+# holds them and fail.
+_rmq_ports_free() {
+    local name="$1" secs="$2" i p busy
+    for ((i = 0; i <= secs * 10; i++)); do
+        busy=""
+        for p in $(_rmq_ports "$name"); do
+            _rmq_bound "$p" && busy="$busy $p"
+        done
+        [[ -n "$busy" ]] || return 0
+        sleep 0.1
+    done
+    _rmq_log "$name: port(s)$busy still bound after ${secs}s, by: $(_rmq_holders "$name" | tr -s ' \n' ' ')"
+    return 1
 }
 
 _rmq_build_jars() {
@@ -197,18 +266,100 @@ _rmq_ready() {
     done
 }
 
-# _rmq_wait_port PORT SECONDS NAME: until 127.0.0.1:PORT accepts a connection,
-# giving up early when NAME's JVM has exited.
+# _rmq_wait_port PORT SECONDS PID: until 127.0.0.1:PORT accepts a connection and PID is
+# the one listening there (not a JVM of an earlier start), giving up early when PID has
+# exited. PID is the JVM this shell just started: its liveness is checked by pid alone, as
+# its command line is still the launcher's while it is being exec'd.
 _rmq_wait_port() {
-    local port="$1" secs="$2" name="$3" i
+    local port="$1" secs="$2" pid="$3" i
     for ((i = 0; i < secs * 10; i++)); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && _rmq_listens "$pid" "$port"; then
             return 0
         fi
-        [[ -n "$(_rmq_pid "$name")" ]] || return 1
+        _rmq_running "$pid" || return 1
         sleep 0.1
     done
     return 1
+}
+
+# _rmq_listens PID PORT: PID holds the listener on PORT (assumed without ss).
+_rmq_listens() {
+    command -v ss >/dev/null || return 0
+    [[ " $(_rmq_listeners "$2" | tr '\n' ' ') " == *" $1 "* ]]
+}
+
+# _rmq_launch NAME: start NAME's JVM (namesrv, broker or broker-b) in the background.
+_rmq_launch() {
+    if [[ $1 == namesrv ]]; then
+        _rmq_java namesrv "$(_rmq_state)/home" org.apache.rocketmq.namesrv.NamesrvStartup rmq.namesrv.logback.xml \
+            -Xms128m -Xmx256m -Xmn64m
+    else
+        _rmq_java_broker "$1"
+    fi
+}
+
+# _rmq_spawn NAME: start NAME's JVM once its ports are free (a JVM stopped a moment ago may
+# still hold one).
+_rmq_spawn() {
+    _rmq_ports_free "$1" 30 || return 1
+    _rmq_launch "$1"
+}
+
+# _rmq_up NAME SECONDS: start NAME's JVM, then _rmq_await it.
+_rmq_up() { _rmq_spawn "$1" && _rmq_await "$1" "$2"; }
+
+# _rmq_await NAME SECONDS: wait up to SECONDS until the JVM just started for NAME listens on
+# its first port. A JVM that exits first gets its exit status and output printed; one that
+# could not bind a port (still held by the JVM before it) is started again, twice at most.
+_rmq_await() {
+    local name="$1" secs="$2" port pid try
+    port="$(_rmq_ports "$name" | cut -d' ' -f1)"
+    for ((try = 0; ; try++)); do
+        pid="$(cat "$(_rmq_state)/$name.pid")"
+        _rmq_wait_port "$port" "$secs" "$pid" && return 0
+        if _rmq_running "$pid"; then
+            _rmq_log "$name (pid $pid) is not listening on 127.0.0.1:$port after ${secs}s"
+            _rmq_output "$name"
+            return 1
+        fi
+        _rmq_exited "$name" "$pid" "$port"
+        ((try < 2)) && _rmq_bind_failed "$name" || return 1
+        _rmq_log "$name could not bind its port: starting it again ($((try + 1))/2) once its ports are free"
+        _rmq_spawn "$name" || return 1
+    done
+}
+
+# _rmq_exited NAME PID PORT: say that NAME's JVM exited before listening, with its exit
+# status (known when this shell started it), its output and who holds its ports.
+_rmq_exited() {
+    local name="$1" pid="$2" port="$3" st=0
+    wait "$pid" 2>/dev/null || st=$?
+    if ((st == 127)); then st="unknown (not a child of this shell)"; fi
+    _rmq_log "$name (pid $pid) exited with status $st before listening on 127.0.0.1:$port"
+    _rmq_output "$name"
+    [[ -z "$(_rmq_holders "$name")" ]] || _rmq_log "$name's ports are held by: $(_rmq_holders "$name" | tr -s ' \n' ' ')"
+}
+
+# _rmq_output NAME: the last lines NAME's JVM wrote to stdout (where startup errors go) and
+# to its log.
+_rmq_output() {
+    local name="$1" f log=broker.log
+    [[ $name == namesrv ]] && log=namesrv.log
+    for f in "$(_rmq_state)/$name.out" "$(_rmq_home "$name")/logs/rocketmqlogs/$log"; do
+        if [[ -s "$f" ]]; then
+            # A Java stack trace says what failed at its top, which a tail cuts off.
+            [[ $f != *.out ]] || grep -E '^(Caused by: )?[a-zA-Z.$]*(Exception|Error)\b' "$f" | head -n 5 | sed 's/^/exception: /' >&2 || true
+            echo "----- last lines of $f" >&2
+            tail -n 20 "$f" >&2
+        else
+            echo "----- $f: empty or missing" >&2
+        fi
+    done
+}
+
+# _rmq_bind_failed NAME: NAME's JVM printed a bind failure (a port still held).
+_rmq_bind_failed() {
+    grep -q -e 'Address already in use' -e 'Failed to bind' "$(_rmq_state)/$1.out" 2>/dev/null
 }
 
 rmq_start() {
@@ -231,23 +382,20 @@ rmq_start() {
     fi
     # Anything half-alive or not answering: stop it and start afresh
     # (RMQ_KEEP_STORE=1 keeps the store: a restart with messages in flight).
-    rmq_stop
+    rmq_stop || { _rmq_log "not starting: a JVM of the last start, or a port of ours, is still there"; return 1; }
     [[ ${RMQ_KEEP_STORE:-0} == 1 ]] || rm -rf "${state:?}/home" "${state:?}/home-b"
     mkdir -p "$state/home"
     _rmq_write_confs "$state"
 
-    _rmq_java namesrv "$state/home" org.apache.rocketmq.namesrv.NamesrvStartup rmq.namesrv.logback.xml \
-        -Xms128m -Xmx256m -Xmn64m
     # The broker registers with the name server once at boot, then every 10 s only
     # (it registers with the name servers it has already connected to), so give it
     # a listening name server from the start.
-    if ! _rmq_wait_port "$RMQ_NAMESRV_PORT" 60 namesrv; then
-        _rmq_log "the name server is not listening on 127.0.0.1:$RMQ_NAMESRV_PORT after 60s"
-        _rmq_tail_logs
-        return 1
-    fi
+    _rmq_up namesrv 60 || { _rmq_log "the name server did not start on 127.0.0.1:$RMQ_NAMESRV_PORT"; return 1; }
     for b in $(_rmq_brokers); do
-        _rmq_java_broker "$b"
+        _rmq_spawn "$b" || return 1
+    done
+    for b in $(_rmq_brokers); do
+        _rmq_await "$b" "$RMQ_READY_TIMEOUT" || { _rmq_log "$b did not start"; return 1; }
     done
 
     if ! _rmq_ready "$state" "$RMQ_READY_TIMEOUT"; then
@@ -284,7 +432,7 @@ rmq_start_broker() {
     [[ -n "$(_rmq_pid namesrv)" ]] || { _rmq_log "the name server is not running (start everything: rmq_start)"; return 1; }
     if [[ -z "$(_rmq_pid "$b")" ]]; then
         [[ -s "$state/$b.conf" ]] || _rmq_write_broker_conf "$state" "$b"
-        _rmq_java_broker "$b"
+        _rmq_up "$b" "$RMQ_READY_TIMEOUT" || return 1
     fi
     _rmq_ready_one "$state" "$RMQ_READY_TIMEOUT" "$b" || {
         _rmq_log "$b not ready within ${RMQ_READY_TIMEOUT}s"
@@ -294,41 +442,67 @@ rmq_start_broker() {
     _rmq_log "$b ready on 127.0.0.1:$(_rmq_broker_port "$b") (pid $(_rmq_pid "$b"))"
 }
 
-# _rmq_running PID: the process exists and is not a zombie (when this shell
-# started the JVM, it stays a zombie until the shell reaps it).
+# _rmq_running PID: the process has not finished exiting. A zombie is done (when this shell
+# started the JVM, it stays one until the shell reaps it), unless it is only its main thread:
+# while the JVM's other threads are still exiting they hold its files and sockets.
 _rmq_running() {
-    local st
+    local st tasks
     st="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
-    [[ -n "$st" && "$st" != Z ]]
+    [[ -n "$st" ]] || return 1
+    [[ "$st" == Z || "$st" == X ]] || return 0
+    tasks=(/proc/"$1"/task/*)
+    ((${#tasks[@]} > 1))
 }
 
-# _rmq_kill NAME: TERM, wait up to 30 s (the broker takes ~11 s, the name
-# server ~6 s), then KILL.
-_rmq_kill() {
-    local name="$1" state pid i
-    state="$(_rmq_state)"
-    pid="$(_rmq_pid "$name")" || { rm -f "$state/$name.pid"; return 0; }
-    kill -TERM "$pid" 2>/dev/null
-    for ((i = 0; i < 300; i++)); do
-        _rmq_running "$pid" || break
+# _rmq_gone PID SECONDS: until PID has exited, SECONDS at most.
+_rmq_gone() {
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do
+        _rmq_running "$1" || return 0
         sleep 0.1
     done
-    if _rmq_running "$pid"; then
-        _rmq_log "$name (pid $pid) still alive 30s after TERM, sending KILL"
-        kill -KILL "$pid" 2>/dev/null
-        for ((i = 0; i < 50; i++)); do
-            _rmq_running "$pid" || break
-            sleep 0.1
+    ! _rmq_running "$1"
+}
+
+# _rmq_term NAME PID: TERM, wait RMQ_STOP_TIMEOUT seconds (the broker's shutdown hook takes
+# 12-20 s, the name server's ~3 s), then KILL and wait 10 s more; fail if it is still there.
+_rmq_term() {
+    local name="$1" pid="$2"
+    kill -TERM "$pid" 2>/dev/null
+    _rmq_gone "$pid" "$RMQ_STOP_TIMEOUT" && return 0
+    _rmq_log "$name (pid $pid) still alive ${RMQ_STOP_TIMEOUT}s after TERM, sending KILL"
+    kill -KILL "$pid" 2>/dev/null
+    _rmq_gone "$pid" 10 && return 0
+    _rmq_log "$name (pid $pid) still alive 10s after KILL (state $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null))"
+    return 1
+}
+
+# _rmq_kill NAME: stop NAME's JVM, and any JVM of NAME's conf still listening on its ports
+# (one whose pidfile was lost), then wait until its ports are free.
+_rmq_kill() {
+    local name="$1" state pid p pids rc=0
+    state="$(_rmq_state)"
+    pids="$(_rmq_pid "$name")" || true
+    for p in $(_rmq_ports "$name"); do
+        for pid in $(_rmq_listeners "$p"); do
+            [[ " $pids " == *" $pid "* ]] || ! _rmq_is_ours "$name" "$pid" || pids="$pids $pid"
         done
-    fi
+    done
+    for pid in $pids; do
+        _rmq_term "$name" "$pid" || rc=1
+    done
     rm -f "$state/$name.pid"
+    _rmq_ports_free "$name" 10 || rc=1
+    return "$rc"
 }
 
 rmq_stop() {
+    local rc=0
     # Brokers first, so they do not spend their shutdown retrying the name server.
-    _rmq_kill broker
-    _rmq_kill broker-b # also when it is not enabled now but was started before
-    _rmq_kill namesrv
+    _rmq_kill broker || rc=1
+    _rmq_kill broker-b || rc=1 # also when it is not enabled now but was started before
+    _rmq_kill namesrv || rc=1
+    return "$rc"
 }
 
 _rmq_status() {
