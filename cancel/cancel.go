@@ -242,8 +242,8 @@ type Scoped interface {
 	Scope() string
 }
 
-// CheckScope returns an error unless orders and seats serve the same scope
-// (Scoped): an order store of one tenant wired to a seat store shared by
+// CheckScope returns an error unless orders and seats (a seat store, or a
+// Service) serve the same scope (Scoped): an order store of one tenant wired to a seat store shared by
 // every tenant would let this tenant's reconciler read the others' seat
 // locks, find no order of theirs in its own rows, and free them (invariant
 // I16). New and reconcile.New call it, so such wiring is refused at startup.
@@ -255,7 +255,7 @@ func CheckScope(orders, seats any) error {
 		return ""
 	}
 	if o, st := scope(orders), scope(seats); o != st {
-		return fmt.Errorf("the order store serves scope %q but the seat store serves scope %q: give the seat store the order store's scope (redisseat: seats.Scoped(store.Scope())), so one tenant's wiring never reads or frees another's seats", o, st)
+		return fmt.Errorf("the order store serves scope %q but the other serves scope %q: give the seat store the order store's scope (redisseat: seats.Scoped(store.Scope())) and use that store's Service, so one tenant's wiring never reads or frees another's rows or seats", o, st)
 	}
 	return nil
 }

@@ -27,9 +27,10 @@ const ReasonExpired Reason = "expired"
 var ErrUnsupported = errors.New("orderexpiry: not supported by the order store")
 
 // ErrNoSeatRecord reports that the store kept no record of a cancelled
-// order's seats (an order placed before the store kept them, a host table
-// that deletes its claims without history), so the order cannot be
-// reinstated: a late payment for it is refunded.
+// order's seats or of the purchase limit it was placed with (an order placed
+// before the store kept them, a host table that deletes its claims without
+// history), so the order cannot be reinstated: a late payment for it is
+// refunded.
 var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order's seats")
 
 // Reinstater is the store side of the late-payment policy

@@ -133,6 +133,15 @@ func New(c Config) (*Service, error) {
 	return s, nil
 }
 
+// Scope implements Scoped: its order store's scope, so that a reconciler
+// is never wired to another scope's Service (reconcile.New checks it).
+func (s *Service) Scope() string {
+	if sc, ok := s.store.(Scoped); ok {
+		return sc.Scope()
+	}
+	return ""
+}
+
 // Place places an order: it validates p, locks its seats (up to p.Limit
 // seats of the show for the user, 0 no limit), then runs insert, the host's
 // transaction, which must insert p (sqlstore's Store.Place does), may insert

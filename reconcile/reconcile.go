@@ -221,6 +221,9 @@ func (c *Config) validate() error {
 	if err := cancel.CheckScope(c.Orders, c.Seats); err != nil {
 		return fmt.Errorf("reconcile: Config.Orders and Config.Seats: %w", err)
 	}
+	if err := cancel.CheckScope(c.Orders, c.Service); err != nil {
+		return fmt.Errorf("reconcile: Config.Orders and Config.Service: %w", err)
+	}
 	for _, f := range [...]struct {
 		name string
 		v    int64
@@ -418,10 +421,13 @@ func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Rep
 }
 
 // recheck closes the race between reading claims and restoring them: a
-// cancel that committed (and released, finding nothing) in between would
-// otherwise leave the restored lock until scan #4 came by. The restored locks
-// of pending claims go through scan #4's repair at once. They came from SQL,
-// so an order now missing is gone, not uncommitted: no grace period.
+// payment that committed (and sold, finding nothing) in between would
+// otherwise leave the restored lock of a paid order until scan #4 came by;
+// its restored locks are sold at once (paid is final). A cancel that
+// committed in between leaves a restored lock too, but that one is left to
+// scan #4, which names the lock it judged: a release here could not (Restore
+// answers no lock id), and the order may be reinstated by a late payment,
+// with a new lock of its own, between this read and the release.
 func (r *Reconciler) recheck(ctx context.Context, claims []cancel.Claim, rep *Report) error {
 	var locks []cancel.SeatLock
 	for _, c := range claims {
@@ -599,8 +605,9 @@ type orderLocks struct {
 }
 
 // fixLocks releases or sells the locks whose order is decided (past the
-// settle time) or, past the grace period, missing; when fromSQL (locks
-// scan #2 restored itself, which no decider will come back for), at once.
+// settle time) or, past the grace period, missing. fromSQL (locks scan #2
+// restored itself, which no decider will come back for) sells a paid
+// order's at once and releases nothing (see recheck).
 // A failing order is counted in the error and does not stop the others.
 func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, fromSQL bool, rep *Report) error {
 	if len(locks) == 0 {
@@ -653,7 +660,9 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 			}
 			rep.Sold += n
 			r.repaired(ctx, no, "sold", n)
-		case !exists && !fromSQL && ol.youngest < r.c.Grace:
+		case fromSQL:
+			continue // a lock restored without its id: scan #4 releases it by the id it reads
+		case !exists && ol.youngest < r.c.Grace:
 			continue // its placing transaction may not have committed yet
 		default: // cancelled, or missing past the grace period
 			n, err := r.c.Seats.Release(ctx, hold)

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -156,7 +155,7 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 		return res, false, false, err
 	}
 	var seats sql.NullString
-	var limit sql.NullInt64 // NULL: placed before the column existed, no limit known
+	var limit sql.NullInt64 // NULL: placed before the column existed
 	var expireMS, nowMS int64
 	o := expiry.Order{No: p.OrderNo, Status: expiry.StatusPaid}
 	err = tx.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, expire_at_ms, NOW_MS, seats, seat_limit FROM oe_order WHERE order_no = ?"), p.OrderNo).
@@ -167,6 +166,12 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
 	if !seats.Valid || seats.String == "" {
 		return res, false, false, cancel.ErrNoSeatRecord
+	}
+	if !limit.Valid {
+		// Placed before seat_limit existed: the limit it was placed with is
+		// unknown, and reading none as "no limit" would let the buyer pass
+		// it (I17). Refunded, as an order without its seats' record.
+		return res, false, false, fmt.Errorf("the purchase limit it was placed with is not recorded: %w", cancel.ErrNoSeatRecord)
 	}
 	// The payment id's fate, decided here once: the primary key of
 	// oe_payment_discrepancy refuses an id recorded before (refunded, or
@@ -229,21 +234,19 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 	if c.MaxHold < 0 || c.MaxHold > maxDeadlineIn {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: maximum hold %v outside 0..%v", c.OrderNo, c.MaxHold, maxDeadlineIn)
 	}
-	// TO is the new deadline: now+In, for an extension with a maximum hold
-	// no later than the placement (created_at_ms) plus it.
-	to := "(NOW_MS + ?)"
-	if c.MaxHold > 0 && !c.Shorten {
-		least := "LEAST"
-		if s.dialect == SQLite {
-			least = "MIN" // SQLite's scalar MIN of several arguments
-		}
-		to = least + "(NOW_MS + ?, created_at_ms + " + strconv.FormatInt(c.MaxHold.Milliseconds(), 10) + ")"
+	// The new deadline is now+In; for an extension with a maximum hold, no
+	// later than the placement (created_at_ms) plus it.
+	q := "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < NOW_MS + ?"
+	capped := c.MaxHold > 0 && !c.Shorten
+	switch {
+	case c.Shorten:
+		q = "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS + ?"
+	case capped && s.dialect == SQLite: // SQLite's scalar MIN of several arguments
+		q = "UPDATE oe_order SET expire_at_ms = MIN(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < MIN(NOW_MS + ?, created_at_ms + ?)"
+	case capped:
+		q = "UPDATE oe_order SET expire_at_ms = LEAST(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < LEAST(NOW_MS + ?, created_at_ms + ?)"
 	}
-	q := "UPDATE oe_order SET expire_at_ms = TO, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < TO"
-	if c.Shorten {
-		q = "UPDATE oe_order SET expire_at_ms = TO, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > TO"
-	}
-	st, err := s.prepared(ctx, s.lateSQL(strings.ReplaceAll(q, "TO", to)))
+	st, err := s.prepared(ctx, s.lateSQL(q))
 	if err != nil {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
 	}
@@ -259,7 +262,12 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 		if o.Status != expiry.StatusPending {
 			return cancel.DeadlineResult{Order: o}, nil
 		}
-		r, err := st.ExecContext(ctx, in, c.OrderNo, o.ExpireAt.UnixMilli(), in)
+		args := []any{in, c.OrderNo, o.ExpireAt.UnixMilli(), in}
+		if capped {
+			hold := c.MaxHold.Milliseconds()
+			args = []any{in, hold, c.OrderNo, o.ExpireAt.UnixMilli(), in, hold}
+		}
+		r, err := st.ExecContext(ctx, args...)
 		if err != nil {
 			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -314,6 +315,7 @@ type resolved struct {
 	updatedType               TimeType
 	payment, version          string
 	where                     []cond
+	scope                     string // Store.Scope: "" for the library's own schema
 
 	pending   lit
 	paid      []lit
@@ -390,7 +392,12 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 	}
 	conds := func(what string, cs []Condition) []cond {
 		var out []cond
+		seen := map[string]bool{}
 		for _, c := range cs {
+			if seen[c.Column] {
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: %s condition on %s listed twice", what, c.Column))
+			}
+			seen[c.Column] = true
 			v, err := literal(what+" condition on "+c.Column, c.Value)
 			if err != nil {
 				errs = append(errs, err)
@@ -400,6 +407,21 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 		return out
 	}
 	r.where = conds("orders", o.Where)
+	if !r.defaultSchema {
+		// The scope names the rows this store serves: its table (two
+		// services on tables of their own are two scopes) and its
+		// conditions, sorted, so one tenant's stores agree however their
+		// Where is ordered.
+		parts := make([]string, 0, len(r.where))
+		for _, c := range r.where {
+			parts = append(parts, c.name+"="+c.v.sql)
+		}
+		sort.Strings(parts)
+		r.scope = o.Table
+		if len(parts) > 0 {
+			r.scope = o.Table + "?" + strings.Join(parts, "&")
+		}
+	}
 
 	// Statuses.
 	r.statusOf = map[string]int{}

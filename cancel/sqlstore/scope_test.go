@@ -46,15 +46,15 @@ func TestTenantReconcilerLeavesOtherTenantsSeats(t *testing.T) {
 		require.NoError(t, s.Check(ctx))
 		stores[id] = s
 	}
-	assert.Equal(t, "tenant_id=7", stores[7].Scope())
+	assert.Equal(t, "shop_order?tenant_id=7", stores[7].Scope())
 
 	// One seat store for both: refused at startup, by both constructors.
 	_, err := cancel.New(cancel.Config{Store: stores[8], Seats: shared})
-	require.ErrorContains(t, err, `scope "tenant_id=8"`)
+	require.ErrorContains(t, err, `scope "shop_order?tenant_id=8"`)
 	svcShared, err := cancel.New(cancel.Config{Store: memstore.NewStore(nil), Seats: shared})
 	require.NoError(t, err)
 	_, err = reconcile.New(reconcile.Config{Orders: stores[7], Seats: shared, Service: svcShared})
-	require.ErrorContains(t, err, `scope "tenant_id=7"`)
+	require.ErrorContains(t, err, `scope "shop_order?tenant_id=7"`)
 
 	// Each tenant's own scope of the seat store.
 	seats8 := shared.Scoped(stores[8].Scope())

@@ -72,7 +72,6 @@ import (
 	"math"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,23 +204,15 @@ func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
 	return &Store{db: db, dialect: d, m: r, q: q, stmts: map[string]*sql.Stmt{}}, nil
 }
 
-// Scope implements cancel.Scoped: the Mapping's Orders.Where as
-// "column=value" pairs sorted by column and joined by "&" ("" without
-// conditions: the whole table). Give the seat store the same scope
-// (redisseat.Seats.Scoped), so that this store's reconciler scans only its
-// own tenant's seat locks; cancel.New and reconcile.New refuse a seat store
+// Scope implements cancel.Scoped: "" for the library's own schema (the
+// whole table); with a Mapping, its orders table and its Where conditions
+// sorted ("shop_order?tenant_id=7"), so that two services on tables of their
+// own, or two tenants of one table, are two scopes. Give the seat store the
+// same scope (redisseat.Seats.Scoped), so that this store's reconciler scans
+// only its own seat locks; cancel.New and reconcile.New refuse a seat store
 // of another scope.
 func (s *Store) Scope() string {
-	w := s.m.raw.Orders.Where
-	if len(w) == 0 {
-		return ""
-	}
-	parts := make([]string, len(w))
-	for i, c := range w {
-		parts[i] = fmt.Sprintf("%s=%v", c.Column, c.Value)
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, "&")
+	return s.m.scope
 }
 
 // args binds v to st for this store.

@@ -67,10 +67,13 @@ func Open(ctx context.Context, c Config) (*Service, error) {
 	if err := errors.Join(store.Migrate(ctx), store.Check(ctx)); err != nil {
 		return nil, err
 	}
-	seats, err := redisseat.New(c.Redis, c.Namespace)
+	root, err := redisseat.New(c.Redis, c.Namespace)
 	if err != nil {
 		return nil, err
 	}
+	// The seats of this store's scope (its table): another service on its
+	// own tables, or another tenant, never shares a key with this one.
+	seats := root.Scoped(store.Scope())
 	s := &Service{db: c.DB, dialect: c.Dialect, store: store, limit: 6}
 	s.svc, err = cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: s.refund, Runtime: expiry.Runtime{Logger: c.Logger}})
 	if err != nil {

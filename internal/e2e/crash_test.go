@@ -314,7 +314,7 @@ func TestCrashRelease(t *testing.T) {
 		assert.NotContains(t, seats, s)
 	}
 	for _, s := range pending.Seats {
-		assert.Equal(t, cancel.SeatState{Status: expiry.StatusPending, OrderNo: pending.OrderNo, UserID: "u1", LockedAt: seats[s].LockedAt}, seats[s])
+		assert.Equal(t, cancel.SeatState{Status: expiry.StatusPending, OrderNo: pending.OrderNo, UserID: "u1", LockedAt: seats[s].LockedAt, LockID: seats[s].LockID}, seats[s])
 	}
 	assert.Equal(t, cancel.SeatState{Status: expiry.StatusPaid, OrderNo: paid.OrderNo, UserID: "u1"}, seats["c1"])
 	assert.Equal(t, len(pending.Seats)+len(paid.Seats), e.held(t, "u1"), "I8: counter == seats of pending and paid orders")

@@ -12,6 +12,7 @@ package e2e_test
 import (
 	"context"
 	"database/sql"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,10 +96,11 @@ func mRunSeatFlow(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect, che
 	mRun(t, name, func(rt *rapid.T) *mEnv {
 		prefix := "m" + testenv.Unique() + "-"
 		ns := "oe-" + strings.TrimSuffix(prefix, "-")
-		seats, err := redisseat.New(rdb, ns)
+		root, err := redisseat.New(rdb, ns)
 		if err != nil {
 			rt.Fatal(err)
 		}
+		seats := root.Scoped(store.Scope()) // the store's table: a scope of its own
 		env := &mEnv{
 			prefix: prefix,
 			store:  store,
@@ -122,6 +124,7 @@ func mRunSeatFlow(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect, che
 			orderStoreOnly: true, // late payments refunded; no deadline control, no warnings
 			expiryMin:      -1500 * time.Millisecond, expiryMax: 3500 * time.Millisecond,
 		}
+		ns += ":" + url.QueryEscape(store.Scope()) // the scoped seat store's keys (redisseat.Seats.Scoped)
 		keys := func(show string) []string {
 			return []string{ns + ":{" + show + "}:seats", ns + ":{" + show + "}:limit", ns + ":{" + show + "}:locked"}
 		}

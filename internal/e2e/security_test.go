@@ -502,6 +502,8 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`last + "|" + no`: "the Expired cursor returned to the caller, never SQL text (it goes back in as arguments)",
 		`strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no`: "the Expired cursor of the library's schema, for the tests and memstore",
 		`last.ShowID + "|" + last.SeatID`:                        "the Claims cursor returned to the caller, never SQL text (it goes back in as arguments)",
+		`c.name + "=" + c.v.sql`:                                 "a part of the store's Scope: a name for seat-store keys, never SQL",
+		`o.Table + "?" + strings.Join(parts, "&")`:               "the store's Scope: a name for seat-store keys, never SQL",
 	}
 	// The builder's arguments that are not string literals.
 	builderArgs := map[string]string{
