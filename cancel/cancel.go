@@ -186,9 +186,13 @@ type OrderStore interface {
 	// failure of the database counts as losing the race, not as an error.
 	CancelPending(ctx context.Context, req Request) (Result, error)
 	// PayPending, in one transaction: compare-and-set pending to paid (for
-	// p.UserID's order only, when it is set), recording p.PaymentID, and mark
-	// its seats sold. Same conventions as CancelPending; on an order that is
-	// paid already, Result.PaymentID is the payment that paid it.
+	// p.UserID's order only, when it is set), recording p.PaymentID as
+	// decided in the DiscrepancyStore's key space (honoured: one key decides
+	// a payment id's fate once), and mark its seats sold. Same conventions as
+	// CancelPending; on an order that is paid already, Result.PaymentID is
+	// the payment that paid it. A payment id decided before (refunded, or
+	// the payment of another order) pays nothing: an error wrapping
+	// ErrDiscrepancy, nothing changed.
 	PayPending(ctx context.Context, p Payment) (Result, error)
 }
 

@@ -260,6 +260,11 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 		return Result{}, fmt.Errorf("cancel: %w", err)
 	}
 	res, err := s.store.PayPending(ctx, p)
+	if errors.Is(err, ErrDiscrepancy) {
+		// The id was decided before (refunded, or it paid another order):
+		// it pays nothing, and is never refunded twice.
+		return s.refuse(ctx, p, res, res.Order.Status)
+	}
 	if err != nil {
 		return res, err
 	}

@@ -319,6 +319,38 @@ func runLifecycle(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Tim
 		}
 	})
 
+	// A payment id pays one order, and never one after it was refunded
+	// (I14), on the pending path too.
+	t.Run("PaymentDecidedOnceAcrossOrders", func(t *testing.T) {
+		h, now := setup(t)
+		a, b := place(t, h, "u1", now.Add(time.Hour)), place(t, h, "u1", now.Add(time.Hour))
+		p := pay(a.OrderNo, "")
+		res, err := h.Store.PayPending(ctx, p)
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		_, err = h.Store.PayPending(ctx, cancel.Payment{OrderNo: b.OrderNo, PaymentID: p.PaymentID})
+		require.ErrorIs(t, err, cancel.ErrDiscrepancy, "the payment of another order pays nothing")
+		o, err := h.Store.Order(ctx, b.OrderNo)
+		require.NoError(t, err)
+		assert.Equal(t, expiry.StatusPending, o.Status)
+		recorded, err := h.Store.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: p.PaymentID, OrderNo: b.OrderNo, UserID: "u1", Status: expiry.StatusPending})
+		require.NoError(t, err)
+		assert.False(t, recorded, "an honoured payment is never recorded for a refund")
+
+		refunded := pay(b.OrderNo, "")
+		recorded, err = h.Store.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: refunded.PaymentID, OrderNo: a.OrderNo, UserID: "u1", Status: expiry.StatusPaid})
+		require.NoError(t, err)
+		require.True(t, recorded)
+		_, err = h.Store.PayPending(ctx, refunded)
+		require.ErrorIs(t, err, cancel.ErrDiscrepancy, "a refunded payment id pays nothing later")
+		o, err = h.Store.Order(ctx, b.OrderNo)
+		require.NoError(t, err)
+		assert.Equal(t, expiry.StatusPending, o.Status)
+		res, err = h.Store.PayPending(ctx, pay(b.OrderNo, ""))
+		require.NoError(t, err)
+		assert.True(t, res.Changed, "a new payment id pays it")
+	})
+
 	// The same id raced: a late reinstatement against the record of its own
 	// refusal (two deliveries of one callback on two hosts). Never both.
 	t.Run("LateDecidedOnceRace", func(t *testing.T) {

@@ -260,6 +260,16 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 	if o.o.Status != expiry.StatusPending || !guard(o) {
 		return cancel.Result{Order: cur, PaymentID: o.paymentID}, nil
 	}
+	if paymentID != "" {
+		// The payment id's fate, decided once in the discrepancies' key
+		// space, as a reinstatement decides it (sqlstore's decision row).
+		if _, decided := s.disc[paymentID]; decided {
+			return cancel.Result{Order: cur}, fmt.Errorf("memstore: pay %s: payment %s decided before: %w", no, paymentID, cancel.ErrDiscrepancy)
+		}
+		nowMS := s.now().UnixMilli()
+		s.disc[paymentID] = &discrepancy{d: cancel.Discrepancy{PaymentID: paymentID, OrderNo: no, UserID: o.o.UserID},
+			recordedMS: nowMS, triedMS: nowMS, settled: true}
+	}
 	o.o.Status, o.reason, o.paymentID, o.written = to, reason, paymentID, s.now()
 	cur.Status = to
 	seats := slices.Clone(o.seats)

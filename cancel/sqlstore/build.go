@@ -277,6 +277,7 @@ type queries struct {
 	// The Statuses query is statusesPre, the placeholders, statusesPost.
 	statusesPre, statusesPost                                                                   string
 	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
+	decidePayment                                                                               string
 }
 
 // eq writes "col = ?" for an id, and on MySQL over a host's columns (whose
@@ -417,6 +418,9 @@ func (r *resolved) oneRenamed(extra string, extraSlot slot, owner, due, pay bool
 	b.w("WITH cas AS (")
 	r.cas(b, extra, extraSlot, owner, due)
 	b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw)")
+	if pay {
+		decide(b)
+	}
 	sells := r.cState != "" && r.cSold != nil
 	switch {
 	case !pay && r.cReleased == nil:
@@ -646,10 +650,23 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 		b.w("WITH cas AS (")
 		r.cas(b, extra, s, owner, due)
 		b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw)")
+		if pay {
+			decide(b)
+		}
 		b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, NULL FROM cas")
 		return b.done(r.d)
 	}
 	return r.oneRenamed(extra, s, owner, due, pay)
+}
+
+// decide writes a payment's decision row (PostgreSQL, after the cas CTE):
+// the payment id recorded as honoured in oe_payment_discrepancy, only if the
+// compare-and-set matched. Its primary key refuses an id decided before
+// (refunded, or another order's payment) with a unique violation, which
+// aborts the whole statement: the order is not paid then.
+func decide(b *sb) {
+	b.w(", dec AS (INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) SELECT ").
+		p(aPayment).w(", ").p(aNo).w(", CAST(cas.u AS VARCHAR(64)), 0, cas.nw, cas.nw, cas.nw FROM cas)")
 }
 
 // after writes the keyset condition "(a, b) > (x, ?)" in the form the

@@ -201,6 +201,10 @@ func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
 	q.claimDiscrepancy = bind(claimSQL)
 	q.settleDiscrepancy = bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND settled_at_ms IS NULL")
 	q.discrepancyExists = bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ?")
+	// A payment's decision row, in its transaction: the id recorded as
+	// honoured (status 0, settled), so that one primary key decides every
+	// payment id once, on time, late or refused (see late.go).
+	q.decidePayment = bind("INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)")
 	return &Store{db: db, dialect: d, m: r, q: q, stmts: map[string]*sql.Stmt{}}, nil
 }
 
@@ -555,6 +559,10 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	}
 	v, ok := s.user(vals{no: p.OrderNo, payment: p.PaymentID, status: s.m.paid[0].arg}, p.UserID)
 	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, one, v, ok, s.q.sellSeats)
+	if err != nil && isDuplicate(err) {
+		// The decision row's primary key: the id was decided before.
+		return cancel.Result{}, fmt.Errorf("sqlstore: pay %s: payment %s decided before: %w", p.OrderNo, p.PaymentID, cancel.ErrDiscrepancy)
+	}
 	if res.Changed {
 		res.PaymentID = p.PaymentID
 	}
@@ -604,8 +612,13 @@ func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt)
 	if seatsQ.sql != "" && seatsQ.sql == s.q.deleteSeats.sql && s.q.deleteReturning.sql != "" && s.isMariaDB(ctx) {
 		return s.transitionDeleteReturning(ctx, cas, v)
 	}
-	var stmts [3]*sql.Stmt // prepared before the transaction: see prepared
-	for i, q := range []string{cas.sql, s.q.orderSeats.sql, seatsQ.sql} {
+	pay := v.payment != ""
+	decideSQL := ""
+	if pay {
+		decideSQL = s.q.decidePayment
+	}
+	var stmts [4]*sql.Stmt // prepared before the transaction: see prepared
+	for i, q := range []string{cas.sql, s.q.orderSeats.sql, seatsQ.sql, decideSQL} {
 		if q == "" {
 			continue
 		}
@@ -635,6 +648,13 @@ func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt)
 		}
 		if res, err = readForTransition(rows, v.no); err != nil {
 			return err
+		}
+		if stmts[3] != nil {
+			// The payment id's decision row (see decidePayment): a
+			// duplicate key rolls the whole transaction back.
+			if _, err := tx.StmtContext(ctx, stmts[3]).ExecContext(ctx, v.payment, v.no, res.Order.UserID); err != nil {
+				return err
+			}
 		}
 		if stmts[2] == nil {
 			return nil
