@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,7 @@ import (
 )
 
 var (
-	depthFlag   = flag.Int("explore.depth", defaultDepth, "the longest step sequence the exploration enumerates")
+	depthFlag   = flag.Int("explore.depth", depth(), "the longest step sequence the exploration enumerates (default: OE_EXPLORE_DEPTH, else defaultDepth)")
 	workersFlag = flag.Int("explore.workers", runtime.GOMAXPROCS(0), "how many sequences are replayed at once")
 )
 
@@ -365,6 +366,17 @@ func (x *explorer) report(name string, depth int, took time.Duration) string {
 		fmt.Fprintf(&b, "\n%s — shortest sequence, %d steps%s:\n%s", c, len(r.seq), then, x.explain(r))
 	}
 	return b.String()
+}
+
+// depth is -explore.depth's default: OE_EXPLORE_DEPTH when it is a number
+// from 1 (the test command's run without servers, which only checks that
+// everything passes or skips, sets a small one: the exploration already ran
+// under -race), else defaultDepth.
+func depth() int {
+	if n, err := strconv.Atoi(os.Getenv("OE_EXPLORE_DEPTH")); err == nil && n >= 1 {
+		return n
+	}
+	return defaultDepth
 }
 
 // knownOpen says why a class of finding is a known, open hole of the

@@ -22,7 +22,7 @@ cd "$ROOT"
 SERVICES="internal/testenv/services.sh"
 T0=$SECONDS
 
-say() { printf '[test.sh] %s\n' "$*" >&2; }
+say() { printf '[test.sh %4ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
 
 # ---- extra_checks -----------------------------------------------------------------------------
 # Runs after go test passed, with the servers up and the OE_* variables exported. Add fuzz runs
@@ -39,7 +39,8 @@ extra_checks() {
 # module. It runs with the oldest toolchain the go directive allows (GOTOOLCHAIN=go<go line of
 # go.mod>, fetched as a module by the go command the first time), so the library is also built
 # and tested with the Go it claims to need; GOTOOLCHAIN without +auto makes a module (ours or a
-# dependency) that needs a newer Go fail instead of switching toolchains.
+# dependency) that needs a newer Go fail instead of switching toolchains. The exploration
+# (internal/explore) runs at depth 3 there: it needs no server and already ran in full under -race.
 no_servers() {
 	local log="$LOG_DIR/orderexpiry-noservers.log" floor mod
 	floor="go$(awk '$1 == "go" { print $2; exit }' go.mod)"
@@ -50,6 +51,7 @@ no_servers() {
 		if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR -u OE_REDIS_CLUSTER \
 			-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER -u OE_ROCKETMQ_BROKER_B \
 			-u OE_REDIS_PRIMARY -u OE_REDIS_REPLICA -u OE_REDIS_CLUSTER_REPLICAS -u OE_SERVICES_SH -u OE_SERVICES_STATE GOTOOLCHAIN="$floor" \
+			OE_EXPLORE_DEPTH=3 \
 			go -C "$mod" test -count=1 -v ./... >>"$log" 2>&1; then
 			say "FAIL: go test ./... in $mod fails without servers (or with $floor) instead of passing or skipping:"
 			grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL\s|^go: ' "$log" | head -200 >&2 || tail -100 "$log" >&2
