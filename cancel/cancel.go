@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/seatflow/orderexpiry/expiry"
@@ -90,6 +91,13 @@ type Placement struct {
 	// store keeps it with the order, so that a late payment reinstating the
 	// order later is held to the same limit (invariant I17).
 	Limit int
+	// LockID is the id of the seat lock taken for this placement
+	// (SeatLock.LockID). Service.Place sets it before it calls the host's
+	// insert, and the store keeps it with the order, so that a cancel
+	// releases that very lock and the reconciler can tell the order's lock
+	// from any other lock under its number (a crashed double submit's, a
+	// reinstatement's): a host leaves it empty.
+	LockID string
 }
 
 // Validate checks every id of p (expiry.ValidateID), that it has 1 to
@@ -102,12 +110,15 @@ func (p Placement) Validate() error {
 	if p.Limit < 0 {
 		return fmt.Errorf("%w: order %s has a negative purchase limit %d", expiry.ErrInvalidID, p.OrderNo, p.Limit)
 	}
+	if err := ValidateLockID(p.LockID); err != nil {
+		return err
+	}
 	return p.Hold().Validate()
 }
 
 // Hold returns the seats of p as a Hold.
 func (p Placement) Hold() Hold {
-	return Hold{ShowID: p.ShowID, OrderNo: p.OrderNo, UserID: p.UserID, Seats: p.Seats}
+	return Hold{ShowID: p.ShowID, OrderNo: p.OrderNo, UserID: p.UserID, Seats: p.Seats, LockID: p.LockID}
 }
 
 // Request asks the OrderStore to cancel one order.
@@ -143,6 +154,13 @@ type Result struct {
 	// paid: a payment call that did not change the order compares it with
 	// its own to tell a repeated callback from a second payment.
 	PaymentID string
+	// LockID is the seat lock the order held when this call changed it
+	// (Placement.LockID, or a reinstatement's): the cancel releases that
+	// lock only, so a newer lock under the same order number is never freed
+	// by a release that runs late. Empty when the store kept none (an order
+	// placed before lock ids were kept, a host table mapped without them):
+	// the release then frees any lock of the order.
+	LockID string
 }
 
 // Payment is a payment callback: the provider's payment id for one order.
@@ -314,9 +332,11 @@ func (h Hold) Validate() error {
 // nothing changes. So when Lock succeeds every seat of h is this call's, and
 // a placer whose insert then fails may release all of them without touching
 // a live order of the same number. The lock's time is the seat store's own
-// clock. Safe for concurrent use.
+// clock. It returns the new lock's id (SeatLock.LockID), which no other
+// lock of the seat store shares; h.LockID is ignored. Safe for concurrent
+// use.
 type SeatLocker interface {
-	Lock(ctx context.Context, h Hold, limit int) error
+	Lock(ctx context.Context, h Hold, limit int) (lockID string, err error)
 }
 
 // SeatStore is the whole seat side: locking at placement, releasing after a
@@ -369,6 +389,36 @@ type Claim struct {
 	OrderNo string
 	UserID  string
 	Status  expiry.Status // pending (the seat is locked) or paid (sold)
+	// LockID is the seat lock the order holds (Result.LockID), empty when
+	// the store kept none: a rebuild restores a pending order's lock under
+	// this id, so the lock stays the order's own.
+	LockID string
+}
+
+// ValidateLockID checks that id is empty or a lock id as the seat stores
+// write them: "<ms>" or "<ms>.<generation>", decimal digits (at most 20
+// each). The error wraps expiry.ErrInvalidID.
+func ValidateLockID(id string) error {
+	if id == "" {
+		return nil
+	}
+	ms, gen, dotted := strings.Cut(id, ".")
+	if !digits(ms) || (dotted && !digits(gen)) {
+		return fmt.Errorf("%w: lock id %q (want <ms> or <ms>.<generation>, decimal digits)", expiry.ErrInvalidID, id)
+	}
+	return nil
+}
+
+func digits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // SeatLock is one seat locked in the seat store, as the reconciler sees it.

@@ -52,7 +52,7 @@ func TestCancelReportsLatenessByTheStoresClock(t *testing.T) {
 		if no == "early" {
 			p.ExpireAt = storeNow.Add(time.Minute)
 		}
-		require.NoError(t, svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }))
+		require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }))
 	}
 	ok, _, err := svc.Timeout(ctx, "late")
 	require.NoError(t, err)
@@ -87,7 +87,7 @@ func TestRefundedOncePerPayment(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"a"}, ExpireAt: time.Now().Add(-time.Second)}
-	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }))
+	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }))
 	_, _, err = svc.Timeout(ctx, "o1")
 	require.NoError(t, err)
 	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "o1", PaymentID: "p1"})

@@ -26,7 +26,7 @@ func ExampleService_Pay() {
 		panic(err)
 	}
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(-time.Second)}
-	if err := svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+	if err := svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }); err != nil {
 		panic(err)
 	}
 
@@ -55,7 +55,7 @@ func ExampleService_Place() {
 		panic(err)
 	}
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1", "r1c2"}, ExpireAt: time.Now().Add(15 * time.Minute), Limit: 4}
-	err = svc.Place(ctx, p, func(ctx context.Context) error {
+	err = svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		// With database/sql: sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
 		//	if err := sqlStore.Place(ctx, tx, p); err != nil { return err }
 		//	after.Add(p.OrderNo, p.ExpireAt); return nil })
@@ -63,7 +63,7 @@ func ExampleService_Place() {
 	})
 	fmt.Println("placed:", err)
 	again := p // a double submit, or a retry after an unknown commit
-	err = svc.Place(ctx, again, func(ctx context.Context) error { return store.Place(ctx, again) })
+	err = svc.Place(ctx, again, func(ctx context.Context, again cancel.Placement) error { return store.Place(ctx, again) })
 	fmt.Println(errors.Is(err, cancel.ErrOrderExists))
 	held, err := seats.Held(ctx, "s1", "u1")
 	if err != nil {
@@ -92,7 +92,7 @@ func ExampleService_Pay_latePayment() {
 	}
 	for _, no := range []string{"A1", "A2"} {
 		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s1", Seats: []string{"seat-" + no}, ExpireAt: time.Now().Add(-time.Second)}
-		if err := svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+		if err := svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }); err != nil {
 			panic(err)
 		}
 	}
@@ -125,7 +125,7 @@ func ExampleService_Extend() {
 		panic(err)
 	}
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1"}, ExpireAt: time.Now().Add(time.Minute)}
-	if err := svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+	if err := svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }); err != nil {
 		panic(err)
 	}
 	res, err := svc.Extend(ctx, "A1", "u1", 10*time.Minute)

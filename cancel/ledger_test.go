@@ -111,7 +111,7 @@ func TestLateReinstatementKeepsThePurchaseLimit(t *testing.T) {
 	const limit = 1
 	place := func(no, seat string, ttl time.Duration) {
 		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{seat}, ExpireAt: e.clock.Now().Add(ttl), Limit: limit}
-		require.NoError(t, e.svc.Place(ctx, p, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
+		require.NoError(t, e.svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return e.store.Place(ctx, p) }))
 	}
 	place("o1", "a1", time.Minute)
 	e.clock.Advance(time.Minute)

@@ -44,7 +44,8 @@ var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order'
 // claim each of its seats again as sold (the unique live claim: a seat
 // another order holds refuses it); then call claim with the order's seats
 // and the purchase limit it was placed with (Placement.Limit), inside the
-// transaction, and commit only if claim returned nil. The caller's claim is
+// transaction, keep the lock id claim returned as the order's
+// (Result.LockID), and commit only if claim returned nil. The caller's claim is
 // the seat store's strict Lock, so the seats are taken in both stores or in
 // neither, and the limit holds on this path too (I17).
 //
@@ -61,7 +62,7 @@ var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order'
 // one wrapping expiry.ErrCommitUnknown (the outcome is unknown; the
 // reconciler settles the seat store either way).
 type Reinstater interface {
-	ReinstateCancelled(ctx context.Context, p Payment, claim func(ctx context.Context, h Hold, limit int) error) (Result, error)
+	ReinstateCancelled(ctx context.Context, p Payment, claim func(ctx context.Context, h Hold, limit int) (lockID string, err error)) (Result, error)
 }
 
 // DeadlineChange asks to move a pending order's deadline to In from now by
@@ -137,15 +138,17 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 		return s.refuse(ctx, p, res, res.Order.Status)
 	}
 	var claimed *Hold
-	rres, err := rs.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold, limit int) error {
+	rres, err := rs.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold, limit int) (string, error) {
 		// Strict, as Place locks: only free seats, and within the limit the
 		// order was placed with (a buyer who placed another order since
 		// may not hold more; the payment is refunded then).
-		if err := s.seats.Lock(ctx, h, limit); err != nil {
-			return err
+		id, err := s.seats.Lock(ctx, h, limit)
+		if err != nil {
+			return "", err
 		}
+		h.LockID = id
 		claimed = &h
-		return nil
+		return id, nil
 	})
 	switch {
 	case err == nil && rres.Changed:

@@ -89,7 +89,7 @@ func (s skewed) Now() time.Time { return s.Clock.Now().Add(s.skew) }
 
 func (e *lateEnv) placeAt(t *testing.T, no, user string, ttl time.Duration, seats ...string) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: "s", Seats: seats, ExpireAt: e.clock.Now().Add(ttl)}
-	err := e.svc.Place(context.Background(), p, func(ctx context.Context) error {
+	err := e.svc.Place(context.Background(), p, func(ctx context.Context, p cancel.Placement) error {
 		if err := e.store.Place(ctx, p); err != nil {
 			return err
 		}
@@ -258,7 +258,7 @@ func TestLatePaymentRacingResale(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			p := cancel.Placement{OrderNo: "o2", UserID: "u2", ShowID: "s", Seats: []string{"a1"}, ExpireAt: e.clock.Now().Add(time.Hour)}
-			placeErr = e.svc.Place(ctx, p, func(ctx context.Context) error { return e.store.Place(ctx, p) })
+			placeErr = e.svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return e.store.Place(ctx, p) })
 		}()
 		go func() { defer wg.Done(); res, _ = e.svc.Pay(ctx, pay("o1", "u1", "late")) }()
 		wg.Wait()
@@ -286,7 +286,7 @@ func TestLateUnsupportedStore(t *testing.T) {
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error { refunds++; return nil }})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"a1"}, ExpireAt: time.Now().Add(-time.Second)}
-	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }))
+	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }))
 	_, _, err = svc.Timeout(ctx, "o1")
 	require.NoError(t, err)
 	_, err = svc.Pay(ctx, pay("o1", "u1", "p1"))

@@ -143,22 +143,26 @@ func (s *Service) Scope() string {
 }
 
 // Place places an order: it validates p, locks its seats (up to p.Limit
-// seats of the show for the user, 0 no limit), then runs insert, the host's
-// transaction, which must insert p (sqlstore's Store.Place does), may insert
-// the host's own rows, and must schedule the expiry message after commit
-// (expiry.Scheduler.InTx, or an after-commit hook of the host's transaction
-// manager). insert gets a context bounded by Config.PlaceTimeout.
+// seats of the show for the user, 0 no limit), then runs insert with p and
+// the lock's id in p.LockID. insert is the host's transaction: it must
+// insert that p (sqlstore's Store.Place does, keeping the lock id with the
+// order), may insert the host's own rows, and must schedule the expiry
+// message after commit (expiry.Scheduler.InTx, or an after-commit hook of the
+// host's transaction manager). insert gets a context bounded by
+// Config.PlaceTimeout.
 //
 // An order number that exists already gives ErrOrderExists before anything
-// is locked. If insert fails, the seats are released again, with two exceptions: an
-// error wrapping expiry.ErrCommitUnknown (the order may exist: its seats stay
-// locked, and the reconciler releases them after its grace period if it does
-// not), and a failed lock (nothing was locked). Because Lock only succeeds on
-// free seats, the release never touches a live order, even one with the same
-// number (ErrOrderExists: a retry after an unknown commit, a double submit).
+// is locked. If insert fails, the seats of this lock are released again, with
+// two exceptions: an error wrapping expiry.ErrCommitUnknown (the order may
+// exist: its seats stay locked, and the reconciler releases them after its
+// grace period if it does not), and a failed lock (nothing was locked).
+// The release names this call's lock, so it never touches a live order, even
+// one with the same number (ErrOrderExists: a retry after an unknown
+// commit, a double submit).
 // The error wraps insert's, or the lock's (ErrSeatUnavailable,
 // ErrLimitExceeded, expiry.ErrInvalidID).
-func (s *Service) Place(ctx context.Context, p Placement, insert func(ctx context.Context) error) error {
+func (s *Service) Place(ctx context.Context, p Placement, insert func(ctx context.Context, p Placement) error) error {
+	p.LockID = ""
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("cancel: place: %w", err)
 	}
@@ -166,19 +170,20 @@ func (s *Service) Place(ctx context.Context, p Placement, insert func(ctx contex
 	// a retry or a double submit then never holds seats, even for a moment.
 	// (Two submits racing past this read both lock; Lock lets one of them
 	// win, and the loser's insert fails with ErrOrderExists and releases its
-	// own seats only.)
+	// own lock only.)
 	switch _, err := s.store.Order(ctx, p.OrderNo); {
 	case err == nil:
 		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, ErrOrderExists)
 	case !errors.Is(err, expiry.ErrNotFound):
 		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
 	}
-	h := p.Hold()
-	if err := s.seats.Lock(ctx, h, p.Limit); err != nil {
+	id, err := s.seats.Lock(ctx, p.Hold(), p.Limit)
+	if err != nil {
 		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
 	}
+	p.LockID = id
 	tctx, done := context.WithTimeout(ctx, s.placeTimeout)
-	err := insert(tctx)
+	err = insert(tctx, p)
 	done()
 	if err == nil {
 		return nil
@@ -188,6 +193,7 @@ func (s *Service) Place(ctx context.Context, p Placement, insert func(ctx contex
 		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
 	}
 	// The request may be over (a client gone): release anyway.
+	h := p.Hold()
 	if _, rerr := s.seats.Release(context.WithoutCancel(ctx), h); rerr != nil {
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindReleaseFailed, OrderNo: p.OrderNo, Seats: len(h.Seats), Err: rerr})
 		s.log.ErrorContext(ctx, "seat release failed after a failed placement; the reconciler will release them",
@@ -216,7 +222,10 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if len(res.Seats) == 0 {
 		return res, nil
 	}
-	hold := Hold{ShowID: res.Order.ShowID, OrderNo: req.OrderNo, UserID: res.Order.UserID, Seats: res.Seats}
+	// The lock the order held at the cancel, by its id: a release that
+	// runs late (after the reconciler freed this lock and a late payment
+	// locked the seats again under the same number) frees nothing.
+	hold := Hold{ShowID: res.Order.ShowID, OrderNo: req.OrderNo, UserID: res.Order.UserID, Seats: res.Seats, LockID: res.LockID}
 	n, err := s.seats.Release(ctx, hold)
 	if err != nil {
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindReleaseFailed, OrderNo: req.OrderNo, Seats: len(res.Seats), Err: err})

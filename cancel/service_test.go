@@ -68,7 +68,7 @@ func (e *env) hooked() []cancel.Discrepancy {
 
 func (e *env) place(t *testing.T, no, user string, ttl time.Duration) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: "s", Seats: []string{no + "a", no + "b"}, ExpireAt: time.Now().Add(ttl)}
-	require.NoError(t, e.svc.Place(context.Background(), p, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
+	require.NoError(t, e.svc.Place(context.Background(), p, func(ctx context.Context, p cancel.Placement) error { return e.store.Place(ctx, p) }))
 	return p
 }
 
@@ -240,7 +240,7 @@ func TestFailedHookIsRetried(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"a"}, ExpireAt: time.Now().Add(-time.Second)}
-	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }))
+	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }))
 	_, _, err = svc.Timeout(ctx, "o1")
 	require.NoError(t, err)
 	_, err = svc.Pay(ctx, pay("o1", "u1", "p1"))
@@ -282,22 +282,20 @@ func TestPlace(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	live := e.place(t, "o1", "u1", time.Hour)
-	insert := func(p cancel.Placement) func(context.Context) error {
-		return func(ctx context.Context) error { return e.store.Place(ctx, p) }
-	}
+	insert := e.store.Place
 
 	again := live // a retry after an unknown commit: same seats
-	err := e.svc.Place(ctx, again, insert(again))
+	err := e.svc.Place(ctx, again, insert)
 	assert.ErrorIs(t, err, cancel.ErrOrderExists)
 	other := cancel.Placement{OrderNo: "o1", UserID: "u2", ShowID: "s", Seats: []string{"x1"}, ExpireAt: live.ExpireAt}
-	err = e.svc.Place(ctx, other, insert(other)) // the same number, other seats
+	err = e.svc.Place(ctx, other, insert) // the same number, other seats
 	assert.ErrorIs(t, err, cancel.ErrOrderExists)
 	// Two submits racing past the existence check: the loser's insert finds
 	// the number taken and releases its own seat only.
 	racing := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"x2"}, ExpireAt: live.ExpireAt}
 	late, err := cancel.New(cancel.Config{Store: blind{e.store}, Seats: e.seats})
 	require.NoError(t, err)
-	err = late.Place(ctx, racing, insert(racing))
+	err = late.Place(ctx, racing, insert)
 	assert.ErrorIs(t, err, cancel.ErrOrderExists)
 	show, _ := e.seats.Show(ctx, "s")
 	for _, s := range live.Seats {
@@ -311,7 +309,7 @@ func TestPlace(t *testing.T) {
 	}
 
 	unknown := cancel.Placement{OrderNo: "o2", UserID: "u1", ShowID: "s", Seats: []string{"y1"}, ExpireAt: live.ExpireAt}
-	err = e.svc.Place(ctx, unknown, func(ctx context.Context) error {
+	err = e.svc.Place(ctx, unknown, func(ctx context.Context, unknown cancel.Placement) error {
 		return fmt.Errorf("%w: connection reset", expiry.ErrCommitUnknown)
 	})
 	assert.ErrorIs(t, err, expiry.ErrCommitUnknown)
@@ -319,12 +317,12 @@ func TestPlace(t *testing.T) {
 	assert.Equal(t, "o2", show["y1"].OrderNo, "the order may exist: its seat stays locked")
 
 	dup := cancel.Placement{OrderNo: "o3", UserID: "u1", ShowID: "s", Seats: []string{"z1", "z1"}, ExpireAt: live.ExpireAt}
-	err = e.svc.Place(ctx, dup, insert(dup))
+	err = e.svc.Place(ctx, dup, insert)
 	assert.ErrorIs(t, err, expiry.ErrInvalidID, "a seat listed twice")
 
 	var seen time.Duration
 	slow := cancel.Placement{OrderNo: "o4", UserID: "u1", ShowID: "s", Seats: []string{"w1"}, ExpireAt: live.ExpireAt}
-	err = e.svc.Place(ctx, slow, func(ctx context.Context) error {
+	err = e.svc.Place(ctx, slow, func(ctx context.Context, slow cancel.Placement) error {
 		d, ok := ctx.Deadline()
 		require.True(t, ok, "the host's transaction is bounded")
 		seen = time.Until(d)
@@ -353,7 +351,7 @@ func TestSeatsPerOrderAreBounded(t *testing.T) {
 		seats[i] = fmt.Sprintf("s%d", i)
 	}
 	p := cancel.Placement{OrderNo: "big", UserID: "u1", ShowID: "s", Seats: seats, ExpireAt: time.Now().Add(time.Hour)}
-	err := e.svc.Place(context.Background(), p, func(context.Context) error {
+	err := e.svc.Place(context.Background(), p, func(_ context.Context, p cancel.Placement) error {
 		t.Fatal("an order over the bound reached the store")
 		return nil
 	})
@@ -361,5 +359,5 @@ func TestSeatsPerOrderAreBounded(t *testing.T) {
 	_, err = e.seats.Release(context.Background(), p.Hold())
 	assert.ErrorIs(t, err, expiry.ErrInvalidID, "the seat store refuses it too")
 	p.Seats = seats[:cancel.MaxSeats]
-	require.NoError(t, e.svc.Place(context.Background(), p, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
+	require.NoError(t, e.svc.Place(context.Background(), p, func(ctx context.Context, p cancel.Placement) error { return e.store.Place(ctx, p) }))
 }

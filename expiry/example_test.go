@@ -45,7 +45,7 @@ func Example() {
 
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(15 * time.Minute), Limit: 4}
 	// In a host: inside its SQL transaction, and the message after commit.
-	insert := func(ctx context.Context) error {
+	insert := func(ctx context.Context, p cancel.Placement) error {
 		if err := store.Place(ctx, p); err != nil {
 			return err
 		}

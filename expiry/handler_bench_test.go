@@ -56,7 +56,7 @@ func (e *benchEnv) place(b *testing.B, prefix string, n int, expireAt time.Time)
 	for i := range nos {
 		no := fmt.Sprintf("%s-%d", prefix, i)
 		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "show1", Seats: []string{no + "-a", no + "-b"}, ExpireAt: expireAt}
-		if err := e.seats.Lock(ctx, p.Hold(), 0); err != nil {
+		if _, err := e.seats.Lock(ctx, p.Hold(), 0); err != nil {
 			b.Fatal(err)
 		}
 		if err := e.store.Place(ctx, p); err != nil {

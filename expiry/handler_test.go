@@ -83,7 +83,7 @@ func newWorld(t *testing.T) *world {
 // place puts an order due in ttl, with its seats locked, as a host would.
 func (w *world) place(t *testing.T, no string, ttl time.Duration) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: w.userID, ShowID: "show", Seats: []string{no + "-a", no + "-b"}, ExpireAt: w.clock.Now().Add(ttl)}
-	err := w.seats.Lock(context.Background(), p.Hold(), 0)
+	_, err := w.seats.Lock(context.Background(), p.Hold(), 0)
 	require.NoError(t, err)
 	require.NoError(t, w.store.Place(context.Background(), p))
 	return p
@@ -161,7 +161,7 @@ func TestHandlerArticleCases(t *testing.T) {
 		// Another order takes one of the freed seats: a second release of o1
 		// must not touch it.
 		q := cancel.Placement{OrderNo: "o2", UserID: "u2", ShowID: "show", Seats: []string{"o1-a"}, ExpireAt: w.clock.Now().Add(time.Hour)}
-		err = w.seats.Lock(ctx, q.Hold(), 0)
+		_, err = w.seats.Lock(ctx, q.Hold(), 0)
 		require.NoError(t, err)
 		out, err = w.h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1})
 		require.NoError(t, err)

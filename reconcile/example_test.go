@@ -26,7 +26,7 @@ func Example() {
 
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1", "r1c2"}, ExpireAt: time.Now().Add(-time.Minute)}
 	// …placed, and its expiry message was never sent.
-	if err := svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+	if err := svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }); err != nil {
 		panic(err)
 	}
 

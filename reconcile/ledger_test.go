@@ -45,7 +45,7 @@ func TestLockPassNeverFreesANewerLockOfTheSameOrder(t *testing.T) {
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error { return nil }})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"a1"}, ExpireAt: e.clock().Add(time.Minute)}
-	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
+	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return e.store.Place(ctx, p) }))
 	e.advance(time.Minute)
 	e.seats.Fail = func(op string) error {
 		if op == "Release" {

@@ -78,6 +78,12 @@ type OrderState struct {
 	// order, how long it has been decided. AgeUnknown when the store does
 	// not record it (a host's table mapped without an updated-at column).
 	Age time.Duration
+	// LockID is the seat lock the order holds (cancel.Result.LockID), empty
+	// when the store kept none. A lock under the order's number with another
+	// id is not the order's (a crashed double submit's, a refused
+	// reinstatement's): scan #4 releases it past the grace period, whatever
+	// the order's status.
+	LockID string
 }
 
 // AgeUnknown is the OrderState.Age of an order whose store does not record
@@ -646,7 +652,16 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		ol, no := byLock[k], k.no
 		hold := cancel.Hold{ShowID: ol.show, OrderNo: no, UserID: ol.user, Seats: ol.seats, LockID: ol.lockID}
 		st, exists := statuses[no]
+		// A lock the order does not hold (its id is not the one the store
+		// kept) is nobody's once it is older than the grace period: a
+		// placement or a reinstatement that took it and has not committed
+		// yet is younger. It is never sold to the order.
+		orphan := exists && st.LockID != "" && ol.lockID != st.LockID
 		switch {
+		case orphan:
+			if fromSQL || ol.youngest < r.c.Grace {
+				continue
+			}
 		case exists && st.Status == expiry.StatusPending:
 			continue // the message path or scan #1 will decide it
 		case exists && !fromSQL && st.Age != AgeUnknown && st.Age < r.c.Settle:
@@ -660,19 +675,20 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 			}
 			rep.Sold += n
 			r.repaired(ctx, no, "sold", n)
+			continue
 		case fromSQL:
 			continue // a lock restored without its id: scan #4 releases it by the id it reads
 		case !exists && ol.youngest < r.c.Grace:
 			continue // its placing transaction may not have committed yet
-		default: // cancelled, or missing past the grace period
-			n, err := r.c.Seats.Release(ctx, hold)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("reconcile: release seats of %s: %w", no, err))
-				continue
-			}
-			rep.Released += n
-			r.repaired(ctx, no, "released", n)
 		}
+		// Cancelled, missing past the grace period, or not the order's lock.
+		n, err := r.c.Seats.Release(ctx, hold)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reconcile: release seats of %s: %w", no, err))
+			continue
+		}
+		rep.Released += n
+		r.repaired(ctx, no, "released", n)
 	}
 	return errors.Join(errs...)
 }

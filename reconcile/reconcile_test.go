@@ -56,7 +56,7 @@ func (e *env) reconciler(t *testing.T, batch, max int) *reconcile.Reconciler {
 
 func (e *env) place(t *testing.T, no string, ttl time.Duration) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{no + "a", no + "b"}, ExpireAt: e.clock().Add(ttl)}
-	require.NoError(t, e.svc.Place(context.Background(), p, func(ctx context.Context) error { return e.store.Place(ctx, p) }))
+	require.NoError(t, e.svc.Place(context.Background(), p, func(ctx context.Context, p cancel.Placement) error { return e.store.Place(ctx, p) }))
 	return p
 }
 
@@ -129,7 +129,7 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 	e.seats.Fail = nil
 	// Locked in Redis, but the SQL transaction never committed (crash).
 	ghost := cancel.Hold{ShowID: "s", OrderNo: "ghost", UserID: "u2", Seats: []string{"g1"}}
-	err = e.seats.Lock(ctx, ghost, 0)
+	_, err = e.seats.Lock(ctx, ghost, 0)
 	require.NoError(t, err)
 	live := e.place(t, "live", time.Hour)
 

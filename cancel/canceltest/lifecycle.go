@@ -24,27 +24,31 @@ type claimer struct {
 	calls atomic.Int32
 	fail  error // returned instead of claiming, when set
 	limit int   // the purchase limit of the last claim
+	// lockID is the id the last successful claim returned (a seat store's
+	// Lock returns the new lock's).
+	lockID string
 }
 
 func newClaimer() *claimer { return &claimer{held: map[string]string{}} }
 
-func (c *claimer) claim(_ context.Context, h cancel.Hold, limit int) error {
-	c.calls.Add(1)
+func (c *claimer) claim(_ context.Context, h cancel.Hold, limit int) (string, error) {
+	n := c.calls.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.limit = limit
 	if c.fail != nil {
-		return c.fail
+		return "", c.fail
 	}
 	for _, s := range h.Seats {
 		if _, ok := c.held[h.ShowID+"/"+s]; ok {
-			return fmt.Errorf("claimer: seat %s: %w", s, cancel.ErrSeatUnavailable)
+			return "", fmt.Errorf("claimer: seat %s: %w", s, cancel.ErrSeatUnavailable)
 		}
 	}
 	for _, s := range h.Seats {
 		c.held[h.ShowID+"/"+s] = h.OrderNo
 	}
-	return nil
+	c.lockID = fmt.Sprintf("%d.%d", 1700000000000+int64(n), n)
+	return c.lockID, nil
 }
 
 // runLifecycle is RunStore's part for the optional transitions (issue 12):

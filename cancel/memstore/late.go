@@ -16,7 +16,7 @@ import (
 // succeeds; claim runs with the store locked, as sqlstore runs it inside the
 // transaction that holds the order's row, so concurrent calls for one order
 // wait for each other.
-func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) error) (cancel.Result, error) {
+func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("memstore: reinstate: %w", err)
 	}
@@ -49,7 +49,8 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: payment %s decided before: %w", p.OrderNo, p.PaymentID, cancel.ErrDiscrepancy)
 	}
 	h := cancel.Hold{ShowID: o.o.ShowID, OrderNo: o.o.No, UserID: o.o.UserID, Seats: slices.Clone(o.placed)}
-	if err := claim(ctx, h, o.limit); err != nil {
+	lockID, err := claim(ctx, h, o.limit)
+	if err != nil {
 		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: %w", p.OrderNo, err)
 	}
 	// The id is decided: honoured (settled at once, never refunded).
@@ -60,9 +61,9 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 		s.claims[[2]string{o.o.ShowID, seat}] = o.o.No
 	}
 	o.seats = slices.Clone(o.placed)
-	o.o.Status, o.paymentID, o.written = expiry.StatusPaid, p.PaymentID, s.now()
+	o.o.Status, o.paymentID, o.lockID, o.written = expiry.StatusPaid, p.PaymentID, lockID, s.now()
 	cur.Status = expiry.StatusPaid
-	return cancel.Result{Changed: true, Order: cur, Seats: slices.Clone(o.placed), PaymentID: p.PaymentID}, nil
+	return cancel.Result{Changed: true, Order: cur, Seats: slices.Clone(o.placed), PaymentID: p.PaymentID, LockID: lockID}, nil
 }
 
 // SetDeadline implements cancel.DeadlineStore like sqlstore's, by the

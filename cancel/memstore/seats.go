@@ -122,30 +122,30 @@ func (s *Seats) index(show, seat string, locked bool) {
 
 // Lock implements cancel.SeatLocker (see redisseat.Seats.Lock): every seat
 // must be free; a seat listed twice is refused by Hold.Validate.
-func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) error {
+func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) (string, error) {
 	if err := h.Validate(); err != nil {
-		return err
+		return "", err
 	}
 	if limit < 0 {
-		return fmt.Errorf("memstore: lock %s: negative limit %d", h.OrderNo, limit)
+		return "", fmt.Errorf("memstore: lock %s: negative limit %d", h.OrderNo, limit)
 	}
 	if err := s.fail("Lock"); err != nil {
-		return err
+		return "", err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(h.Seats) == 0 {
-		return nil
+		return "", nil
 	}
 	s.listed[h.ShowID] = struct{}{} // as redisseat: every attempt lists the show
 	for _, seat := range h.Seats {
 		if _, ok := s.seats[h.ShowID][seat]; ok {
-			return fmt.Errorf("memstore: seat %s: %w", seat, cancel.ErrSeatUnavailable)
+			return "", fmt.Errorf("memstore: seat %s: %w", seat, cancel.ErrSeatUnavailable)
 		}
 	}
 	key := [2]string{h.ShowID, h.UserID}
 	if limit > 0 && s.held[key]+len(h.Seats) > limit {
-		return fmt.Errorf("memstore: user %s: %w", h.UserID, cancel.ErrLimitExceeded)
+		return "", fmt.Errorf("memstore: user %s: %w", h.UserID, cancel.ErrLimitExceeded)
 	}
 	now := s.now().Truncate(time.Millisecond)
 	show := s.show(h.ShowID)
@@ -155,7 +155,7 @@ func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) error {
 		s.index(h.ShowID, seat, true)
 	}
 	s.held[key] += len(h.Seats)
-	return nil
+	return id, nil
 }
 
 // Release implements cancel.SeatReleaser (see redisseat.Seats.Release).
@@ -386,6 +386,9 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 		if err := (cancel.Hold{ShowID: c.ShowID, OrderNo: c.OrderNo, UserID: c.UserID, Seats: []string{c.SeatID}}).Validate(); err != nil {
 			return 0, err
 		}
+		if err := cancel.ValidateLockID(c.LockID); err != nil {
+			return 0, err
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -401,6 +404,13 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 		switch {
 		case !ok && c.Status == expiry.StatusPaid:
 			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}
+		case !ok && c.LockID != "":
+			// The order's own lock again, under its id (and the time in it):
+			// the reconciler keeps telling it from any other lock.
+			ms, _, _ := strings.Cut(c.LockID, ".")
+			n, _ := strconv.ParseInt(ms, 10, 64)
+			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: time.UnixMilli(n).UTC(), LockID: c.LockID}
+			s.index(c.ShowID, c.SeatID, true)
 		case !ok:
 			if ids[c.ShowID] == "" {
 				ids[c.ShowID] = s.lockID(c.ShowID, now)

@@ -36,7 +36,8 @@ type order struct {
 	// created is its placement by the store's clock (sqlstore's
 	// created_at_ms): the maximum hold is measured from it.
 	created time.Time
-	warned  bool // its expiry warning fired (sqlstore's warned_at_ms)
+	warned  bool   // its expiry warning fired (sqlstore's warned_at_ms)
+	lockID  string // the seat lock it holds (sqlstore's lock_id)
 	// written is its last write by the store's clock (sqlstore's
 	// updated_at_ms): Statuses answers its age.
 	written time.Time
@@ -126,7 +127,7 @@ func (s *Store) Place(_ context.Context, p cancel.Placement) error {
 	}
 	seats := slices.Clone(p.Seats)
 	sort.Strings(seats)
-	s.orders[p.OrderNo] = &order{o: expiry.Order{No: p.OrderNo, UserID: p.UserID, ShowID: p.ShowID, ExpireAt: p.ExpireAt.Truncate(time.Millisecond)}, seats: seats, placed: slices.Clone(seats), limit: p.Limit, written: s.now(), created: s.now()}
+	s.orders[p.OrderNo] = &order{o: expiry.Order{No: p.OrderNo, UserID: p.UserID, ShowID: p.ShowID, ExpireAt: p.ExpireAt.Truncate(time.Millisecond)}, seats: seats, placed: slices.Clone(seats), limit: p.Limit, lockID: p.LockID, written: s.now(), created: s.now()}
 	return nil
 }
 
@@ -279,7 +280,7 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 		}
 		o.seats = nil
 	}
-	return cancel.Result{Changed: true, Order: cur, Seats: seats, PaymentID: o.paymentID}, nil
+	return cancel.Result{Changed: true, Order: cur, Seats: seats, PaymentID: o.paymentID, LockID: o.lockID}, nil
 }
 
 // Expired implements reconcile.ExpiredFinder like sqlstore's: pending orders
@@ -364,7 +365,7 @@ func (s *Store) Statuses(_ context.Context, nos []string) (map[string]reconcile.
 	out := make(map[string]reconcile.OrderState, len(nos))
 	for _, no := range nos {
 		if o, ok := s.orders[no]; ok {
-			out[no] = reconcile.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond)}
+			out[no] = reconcile.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond), LockID: o.lockID}
 		}
 	}
 	return out, nil
@@ -383,7 +384,7 @@ func (s *Store) Claims(_ context.Context, cursor string, limit int) ([]cancel.Cl
 	var all []cancel.Claim
 	for key, no := range s.claims {
 		o := s.orders[no]
-		all = append(all, cancel.Claim{ShowID: key[0], SeatID: key[1], OrderNo: no, UserID: o.o.UserID, Status: o.o.Status})
+		all = append(all, cancel.Claim{ShowID: key[0], SeatID: key[1], OrderNo: no, UserID: o.o.UserID, Status: o.o.Status, LockID: o.lockID})
 	}
 	sort.Slice(all, func(i, j int) bool {
 		if all[i].ShowID != all[j].ShowID {

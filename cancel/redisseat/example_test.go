@@ -29,8 +29,9 @@ func Example() {
 	}
 
 	a := cancel.Hold{ShowID: "show42", OrderNo: "A1", UserID: "alice", Seats: []string{"r1c1", "r1c2"}}
-	fmt.Println("locked:", seats.Lock(ctx, a, 4))
-	err = seats.Lock(ctx, cancel.Hold{ShowID: "show42", OrderNo: "B1", UserID: "bob", Seats: []string{"r1c2"}}, 4)
+	_, err = seats.Lock(ctx, a, 4)
+	fmt.Println("locked:", err)
+	_, err = seats.Lock(ctx, cancel.Hold{ShowID: "show42", OrderNo: "B1", UserID: "bob", Seats: []string{"r1c2"}}, 4)
 	fmt.Println("bob:", errors.Is(err, cancel.ErrSeatUnavailable))
 
 	for _, what := range []string{"released", "released again"} {

@@ -43,14 +43,14 @@ func TestClusterClientFollowsAPromotion(t *testing.T) {
 	require.NoError(t, err)
 	h := cancel.Hold{ShowID: "s1", OrderNo: "o1", UserID: "u1", Seats: []string{"A1"}}
 
-	err = s.Lock(ctx, h, 0)
+	_, err = s.Lock(ctx, h, 0)
 	require.Error(t, err, "the first call goes to the dead master")
 	assert.Contains(t, err.Error(), "redisseat: lock o1", "a clear error, naming the operation and the order")
 	// The reload runs in the background: a few calls, 50 ms apart, instead
 	// of a minute of failures.
 	var errs []error
 	for range 10 {
-		if err = s.Lock(ctx, h, 0); err == nil {
+		if _, err = s.Lock(ctx, h, 0); err == nil {
 			break
 		}
 		errs = append(errs, err)

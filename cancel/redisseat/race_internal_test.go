@@ -69,7 +69,7 @@ func TestLockScanRaceKeepsLockedShowsListed(t *testing.T) {
 				}
 				time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond)
 				prev = cancel.Hold{ShowID: show, OrderNo: fmt.Sprintf("o%d", round), UserID: "u1", Seats: []string{fmt.Sprintf("A%d", round)}}
-				require.NoError(t, s.Lock(ctx, prev, 0))
+				require.NoError(t, lockErr(s.Lock(ctx, prev, 0)))
 				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
 				close(done)
 				scans.Wait()

@@ -270,22 +270,23 @@ func (s *Seats) list(ctx context.Context, show string) error {
 // hold that fails Hold.Validate (a seat listed twice, more than
 // cancel.MaxSeats), expiry.ErrInvalidID. On error nothing was locked, except
 // after a connection error, when the script may have run (see the package
-// doc on retries).
-func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
+// doc on retries). It returns the lock's id, "<ms>.<gen>" (empty for a hold
+// without seats).
+func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, error) {
 	if err := validateHold(h); err != nil {
-		return err
+		return "", err
 	}
 	if limit < 0 {
-		return fmt.Errorf("redisseat: lock %s: negative limit %d", h.OrderNo, limit)
+		return "", fmt.Errorf("redisseat: lock %s: negative limit %d", h.OrderNo, limit)
 	}
 	if len(h.Seats) == 0 {
-		return nil
+		return "", nil
 	}
 	// The show is listed before the script, so that every Lock attempt in a
 	// show lists it (see ScanLocks for why this and the SADD after are
 	// enough), and a lock in an unlisted show is never left behind.
 	if err := s.seen(s.rdb.SAdd(ctx, s.showsKey(), h.ShowID).Err()); err != nil {
-		return fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
+		return "", fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
 	}
 	s.at("lock: listed, before the script")
 	res, err := lockScript.Run(ctx, s.rdb, s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, limit}, h.Seats)...).Slice()
@@ -294,28 +295,35 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
 		// The script may have run (a lost reply): list the show again in
 		// case a scan unlisted it meanwhile.
 		_ = s.list(ctx, h.ShowID)
-		return fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
+		return "", fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
 	}
-	if len(res) != 2 {
-		return fmt.Errorf("redisseat: lock %s: unexpected reply %v", h.OrderNo, res)
+	if len(res) < 2 {
+		return "", fmt.Errorf("redisseat: lock %s: unexpected reply %v", h.OrderNo, res)
 	}
 	switch code, _ := res[0].(int64); code {
 	case 1:
+		if len(res) != 3 {
+			return "", fmt.Errorf("redisseat: lock %s: unexpected reply %v", h.OrderNo, res)
+		}
 		if first, _ := res[1].(int64); first == 1 {
 			// The index was empty: a scan may have unlisted the show since
 			// our SADD. The seats are locked whatever this returns; if it
 			// fails, the next Lock attempt in the show lists it again.
 			_ = s.list(ctx, h.ShowID)
 		}
-		return nil
+		id, _ := res[2].(string)
+		if cancel.ValidateLockID(id) != nil || id == "" {
+			return "", fmt.Errorf("redisseat: lock %s: unexpected lock id in reply %v", h.OrderNo, res)
+		}
+		return id, nil
 	case 0:
-		return fmt.Errorf("redisseat: lock %s: seat %v of show %s: %w", h.OrderNo, res[1], h.ShowID, cancel.ErrSeatUnavailable)
+		return "", fmt.Errorf("redisseat: lock %s: seat %v of show %s: %w", h.OrderNo, res[1], h.ShowID, cancel.ErrSeatUnavailable)
 	case -1:
-		return fmt.Errorf("redisseat: lock %s: user %s holds %v of %d: %w", h.OrderNo, h.UserID, res[1], limit, cancel.ErrLimitExceeded)
+		return "", fmt.Errorf("redisseat: lock %s: user %s holds %v of %d: %w", h.OrderNo, h.UserID, res[1], limit, cancel.ErrLimitExceeded)
 	case -2:
-		return fmt.Errorf("redisseat: lock %s: %w: seat %v listed twice", h.OrderNo, expiry.ErrInvalidID, res[1])
+		return "", fmt.Errorf("redisseat: lock %s: %w: seat %v listed twice", h.OrderNo, expiry.ErrInvalidID, res[1])
 	default:
-		return fmt.Errorf("redisseat: lock %s: unexpected reply %v", h.OrderNo, res)
+		return "", fmt.Errorf("redisseat: lock %s: unexpected reply %v", h.OrderNo, res)
 	}
 }
 
@@ -725,7 +733,8 @@ func (s *Seats) MarkRestored(ctx context.Context, token string) error {
 // their SQL claims (locked at the server's time for a pending order, sold for
 // a paid one), raising the user's counter for each, and turns a paid order's
 // locks (same order and user) into sales; seats held otherwise are left
-// alone. It is idempotent and returns the number of seats changed. A claim
+// alone. A pending claim's lock is restored under the claim's LockID when it
+// has one. It is idempotent and returns the number of seats changed. A claim
 // with an invalid id fails the whole call before anything changes.
 func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error) {
 	byShow := map[string][]any{}
@@ -736,6 +745,9 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 				return 0, fmt.Errorf("redisseat: restore: %w", err)
 			}
 		}
+		if err := cancel.ValidateLockID(c.LockID); err != nil {
+			return 0, fmt.Errorf("redisseat: restore: %w", err)
+		}
 		kind := "L"
 		if c.Status == expiry.StatusPaid {
 			kind = "S"
@@ -745,7 +757,9 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 		if _, ok := byShow[c.ShowID]; !ok {
 			shows = append(shows, c.ShowID)
 		}
-		byShow[c.ShowID] = append(byShow[c.ShowID], c.SeatID, c.OrderNo, c.UserID, kind)
+		// The order's own lock comes back under its id (and the time in
+		// it), so the reconciler keeps telling it from any other lock.
+		byShow[c.ShowID] = append(byShow[c.ShowID], c.SeatID, c.OrderNo, c.UserID, kind, strings.Replace(c.LockID, ".", "|", 1))
 	}
 	changed := 0
 	for _, show := range shows {

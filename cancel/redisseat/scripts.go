@@ -64,10 +64,10 @@ end
 // is refused too (Hold.Validate refuses it before the script runs; the script
 // checks again so that a caller bypassing Validate cannot count one seat
 // twice against the limit).
-// Returns {1, first}: every seat is now "L|<order>|<user>|<now>|<gen>" and in the
+// Returns {1, first, id}: every seat is now "L|<order>|<user>|<now>|<gen>" and in the
 // index, and the user's counter went up by their number; first is 1 when the
 // index was empty before (the caller then lists the show again, see
-// Seats.ScanLocks). {0, seat}: that seat is not free. {-1, held}: the user
+// Seats.ScanLocks); id is the lock's id, "<now>.<gen>". {0, seat}: that seat is not free. {-1, held}: the user
 // holds held seats and the new ones would pass the limit. {-2, seat}: that
 // seat is listed twice. On every reply but {1, …} nothing changed.
 var lockScript = redis.NewScript(timeLua + `
@@ -84,13 +84,14 @@ local limit = tonumber(ARGV[3])
 if limit > 0 and held + n > limit then return {-1, held} end
 local first = 0
 if redis.call('SCARD', KEYS[3]) == 0 then first = 1 end
-local value = 'L|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. nowms() .. '|' .. redis.call('INCR', KEYS[4])
+local ms, gen = nowms(), redis.call('INCR', KEYS[4])
+local value = 'L|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ms .. '|' .. gen
 for i = 4, #ARGV do
   redis.call('HSET', KEYS[1], ARGV[i], value)
   redis.call('SADD', KEYS[3], ARGV[i])
 end
 redis.call('HINCRBY', KEYS[2], ARGV[2], n)
-return {1, first}
+return {1, first, ms .. '.' .. gen}
 `)
 
 // releaseScript frees the seats still locked by one order.
@@ -161,9 +162,11 @@ return sold
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show;
 // KEYS[3] lock index of the show; KEYS[4] the show's lock generation.
-// ARGV, per claim, four values: seat id, order number, user id, and "L" (the
-// order is pending) or "S" (paid).
-// A free seat gets the claim's state ("L|<order>|<user>|<now>|<gen>", added to the
+// ARGV, per claim, five values: seat id, order number, user id, "L" (the
+// order is pending) or "S" (paid), and the lock's tail as SQL kept its id
+// ("<ms>|<gen>" or "<ms>", the id's dot a bar; "" when SQL kept none).
+// A free seat gets the claim's state ("L|<order>|<user>|<tail>", or
+// "L|<order>|<user>|<now>|<gen>" without a tail, added to the
 // index, or "S|<order>|<user>") and the user's counter goes up by one; a seat
 // locked by the claim's order and user becomes sold on a paid claim (it
 // leaves the index, the counter is unchanged); anything else (the same state
@@ -176,16 +179,19 @@ var restoreScript = redis.NewScript(timeLua + `
 local changed, added = 0, 0
 local now = nowms()
 local gen = nil
-for i = 1, #ARGV, 4 do
-  local seat, order, user, kind = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+for i = 1, #ARGV, 5 do
+  local seat, order, user, kind, tail = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local v = redis.call('HGET', KEYS[1], seat)
   local mine = 'L|' .. order .. '|' .. user .. '|'
   if not v then
     if kind == 'S' then
       redis.call('HSET', KEYS[1], seat, 'S|' .. order .. '|' .. user)
     else
-      if not gen then gen = redis.call('INCR', KEYS[4]) end
-      redis.call('HSET', KEYS[1], seat, mine .. now .. '|' .. gen)
+      if tail == '' then
+        if not gen then gen = redis.call('INCR', KEYS[4]) end
+        tail = now .. '|' .. gen
+      end
+      redis.call('HSET', KEYS[1], seat, mine .. tail)
       redis.call('SADD', KEYS[3], seat)
       added = added + 1
     end

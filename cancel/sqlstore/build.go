@@ -29,14 +29,15 @@ const (
 	aLimit                 // a page size
 	aSeats                 // the placement's seats as a list (the library's schema: oe_order.seats)
 	aSeatLimit             // the placement's purchase limit (the library's schema: oe_order.seat_limit)
+	aLockID                // the placement's seat lock id (the library's schema: oe_order.lock_id)
 )
 
 // vals are the run-time values of one call.
 type vals struct {
-	no, user, show, seat, reason, payment, showKey, seatKey, seats string
-	userNum                                                        int64
-	status, deadline, key                                          any
-	limit, seatLimit                                               int
+	no, user, show, seat, reason, payment, showKey, seatKey, seats, lockID string
+	userNum                                                                int64
+	status, deadline, key                                                  any
+	limit, seatLimit                                                       int
 }
 
 // stmt is a statement and the arguments it takes, in order.
@@ -81,6 +82,8 @@ func (st stmt) args(v vals, numericUser bool) []any {
 			out[i] = v.seats
 		case aSeatLimit:
 			out[i] = v.seatLimit
+		case aLockID:
+			out[i] = nullIfEmpty(v.lockID)
 		}
 	}
 	return out
@@ -417,7 +420,7 @@ func (r *resolved) oneRenamed(extra string, extraSlot slot, owner, due, pay bool
 	b := &sb{}
 	b.w("WITH cas AS (")
 	r.cas(b, extra, extraSlot, owner, due)
-	b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw)")
+	b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ", r.lockCol(""), " AS lk)")
 	if pay {
 		decide(b)
 	}
@@ -440,7 +443,7 @@ func (r *resolved) oneRenamed(extra string, extraSlot slot, owner, due, pay bool
 	} else {
 		b.w(")")
 	}
-	b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, rel.seat FROM cas LEFT JOIN rel ON TRUE ORDER BY rel.seat")
+	b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, rel.seat, cas.lk FROM cas LEFT JOIN rel ON TRUE ORDER BY rel.seat")
 	return b.done(r.d)
 }
 
@@ -473,7 +476,7 @@ func (r *resolved) build() queries {
 	// One round trip for the order and its seats (NULL seat: none).
 	b = (&sb{}).w("SELECT o.", r.user, ", o.", r.show, ", ", r.expireMS("o."), ", ", nowMS[d], ", ")
 	if r.claims {
-		b.w("s.", r.cSeat, " FROM ", r.o, " o LEFT JOIN ", r.c, " s ON ")
+		b.w("s.", r.cSeat, ", ", r.lockCol("o."), " FROM ", r.o, " o LEFT JOIN ", r.c, " s ON ")
 		r.eq(b, "s."+r.cNo, aNo)
 		conds(b, "s.", r.cWhere)
 		r.lockedOnly(b, "s.")
@@ -482,7 +485,7 @@ func (r *resolved) build() queries {
 		conds(b, "o.", r.where)
 		b.w(" ORDER BY s.", r.cSeat)
 	} else {
-		b.w("NULL FROM ", r.o, " o WHERE ")
+		b.w("NULL, ", r.lockCol("o."), " FROM ", r.o, " o WHERE ")
 		r.eq(b, "o."+r.no, aNo)
 		conds(b, "o.", r.where)
 	}
@@ -507,7 +510,12 @@ func (r *resolved) build() queries {
 		sub("o." + r.show)
 		b.w(", ")
 		sub(r.expireMS("o."))
-		b.w(", ", nowMS[d], ", ", r.cSeat)
+		b.w(", ", nowMS[d], ", ", r.cSeat, ", ")
+		if r.defaultSchema {
+			sub("o.lock_id")
+		} else {
+			b.w("NULL")
+		}
 		q.deleteReturning = b.done(d)
 	}
 	q.sellSeats = r.sell()
@@ -534,7 +542,7 @@ func (r *resolved) build() queries {
 		b.w(", ", r.updated)
 	}
 	if r.defaultSchema {
-		b.w(", seats, seat_limit") // what a late payment reinstates, and its limit (late.go)
+		b.w(", seats, seat_limit, lock_id") // what a late payment reinstates, its limit (late.go), the seat lock
 	}
 	for _, c := range r.where {
 		b.w(", ", c.col)
@@ -552,7 +560,7 @@ func (r *resolved) build() queries {
 		b.w(", ", nowAs(d, r.updatedType, 0))
 	}
 	if r.defaultSchema {
-		b.w(", ").p(aSeats).w(", ").p(aSeatLimit)
+		b.w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID)
 	}
 	for _, c := range r.where {
 		b.w(", ", c.v.sql)
@@ -576,7 +584,7 @@ func (r *resolved) build() queries {
 		q.insertSeat = b.w(")").done(d)
 
 		// Claims of pending and paid orders, keyset on (show, seat).
-		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", o.", r.status,
+		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", o.", r.status, ", ", r.lockCol("o."),
 			" FROM ", r.c, " s JOIN ", r.o, " o ON o.", r.no, " = s.", r.cNo)
 		if r.exactIDs {
 			b.w(" AND CAST(o.", r.no, " AS BINARY) = CAST(s.", r.cNo, " AS BINARY)")
@@ -635,11 +643,20 @@ func (r *resolved) build() queries {
 	if r.updated != "" {
 		age = "(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"
 	}
-	q.statusesPre = "SELECT " + r.no + ", " + r.status + ", " + age + " FROM " + r.o + " WHERE " + r.no + " IN ("
+	q.statusesPre = "SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.lockCol("") + " FROM " + r.o + " WHERE " + r.no + " IN ("
 	b = &sb{}
 	conds(b, "", r.where)
 	q.statusesPost = ")" + b.b.String()
 	return q
+}
+
+// lockCol is the order's seat lock id column with its table prefix, or NULL
+// for a host's table mapped without one.
+func (r *resolved) lockCol(prefix string) string {
+	if r.defaultSchema {
+		return prefix + "lock_id"
+	}
+	return "NULL"
 }
 
 // oneOrPlain is the single-statement transition on PostgreSQL, with or
@@ -649,11 +666,11 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 		b := &sb{}
 		b.w("WITH cas AS (")
 		r.cas(b, extra, s, owner, due)
-		b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw)")
+		b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ", r.lockCol(""), " AS lk)")
 		if pay {
 			decide(b)
 		}
-		b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, NULL FROM cas")
+		b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, NULL, cas.lk FROM cas")
 		return b.done(r.d)
 	}
 	return r.oneRenamed(extra, s, owner, due, pay)

@@ -42,6 +42,11 @@ var lateColumns = []struct {
 		Postgres: "ALTER TABLE oe_order ADD COLUMN seat_limit INTEGER",
 		SQLite:   "ALTER TABLE oe_order ADD COLUMN seat_limit INTEGER",
 	}},
+	{"lock_id", map[Dialect]string{
+		MySQL:    "ALTER TABLE oe_order ADD COLUMN lock_id VARCHAR(41) CHARACTER SET ascii COLLATE ascii_bin NULL",
+		Postgres: "ALTER TABLE oe_order ADD COLUMN lock_id VARCHAR(41)",
+		SQLite:   "ALTER TABLE oe_order ADD COLUMN lock_id TEXT",
+	}},
 	{"warned_at_ms", map[Dialect]string{
 		MySQL:    "ALTER TABLE oe_order ADD COLUMN warned_at_ms BIGINT NULL",
 		Postgres: "ALTER TABLE oe_order ADD COLUMN warned_at_ms BIGINT",
@@ -88,7 +93,7 @@ func (s *Store) lateSQL(q string) string {
 // placed before the seats column existed gives cancel.ErrNoSeatRecord, and
 // so does every order of a store with a Mapping: the host's tables keep no
 // record of a cancelled order's seats, so its late payment is refunded.
-func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) error) (cancel.Result, error) {
+func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate: %w", err)
 	}
@@ -136,7 +141,7 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 
 // reinstateTx is one attempt of ReinstateCancelled; claimed reports that
 // claim ran and succeeded (the attempt must not be repeated then).
-func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, args []any, claim func(ctx context.Context, h cancel.Hold, limit int) error) (res cancel.Result, changed, claimed bool, err error) {
+func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, args []any, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (res cancel.Result, changed, claimed bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return res, false, false, err
@@ -205,14 +210,21 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 			return res, false, false, err
 		}
 	}
-	if err := claim(ctx, cancel.Hold{ShowID: o.ShowID, OrderNo: p.OrderNo, UserID: o.UserID, Seats: list}, int(limit.Int64)); err != nil {
+	lockID, err := claim(ctx, cancel.Hold{ShowID: o.ShowID, OrderNo: p.OrderNo, UserID: o.UserID, Seats: list}, int(limit.Int64))
+	if err != nil {
 		return res, false, false, fmt.Errorf("claim: %w", err)
+	}
+	// The new lock is the order's from this commit on: a cancel's release
+	// that runs late names the old one, and the reconciler tells the two
+	// apart (reconcile.OrderState.LockID).
+	if _, err := tx.ExecContext(ctx, s.lateSQL("UPDATE oe_order SET lock_id = ? WHERE order_no = ?"), nullIfEmpty(lockID), p.OrderNo); err != nil {
+		return res, false, true, fmt.Errorf("keep the lock id: %w", err) // rolled back: the caller releases the lock
 	}
 	committed = true
 	if err := tx.Commit(); err != nil {
 		return res, false, true, fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
 	}
-	return cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID}, true, true, nil
+	return cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID, LockID: lockID}, true, true, nil
 }
 
 // SetDeadline implements cancel.DeadlineStore: a compare-and-set of

@@ -58,9 +58,9 @@ func TestMigrateAddsLateColumns(t *testing.T) {
 		res, err := s.CancelPending(ctx, cancel.Request{OrderNo: "old-1", Reason: cancel.ReasonTimeout, OnlyIfDue: true})
 		require.NoError(t, err)
 		require.True(t, res.Changed)
-		_, err = s.ReinstateCancelled(ctx, cancel.Payment{OrderNo: "old-1", PaymentID: "pay-1"}, func(context.Context, cancel.Hold, int) error {
+		_, err = s.ReinstateCancelled(ctx, cancel.Payment{OrderNo: "old-1", PaymentID: "pay-1"}, func(context.Context, cancel.Hold, int) (string, error) {
 			t.Error("nothing to claim")
-			return nil
+			return "", nil
 		})
 		assert.ErrorIs(t, err, cancel.ErrNoSeatRecord)
 		o, err := s.Order(ctx, "old-1")

@@ -349,7 +349,7 @@ func TestMappedStoreRefusesTheLibrarysOwnTransitions(t *testing.T) {
 	ctx := context.Background()
 	db := openSQLite(t)
 	s := hostStore(t, db, sqlstore.SQLite, seatflow)
-	_, err := s.ReinstateCancelled(ctx, cancel.Payment{OrderNo: "o-1", PaymentID: "p-1"}, func(context.Context, cancel.Hold, int) error { return nil })
+	_, err := s.ReinstateCancelled(ctx, cancel.Payment{OrderNo: "o-1", PaymentID: "p-1"}, func(context.Context, cancel.Hold, int) (string, error) { return "", nil })
 	require.ErrorIs(t, err, cancel.ErrNoSeatRecord)
 	_, err = s.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: "o-1", In: time.Minute})
 	require.ErrorIs(t, err, cancel.ErrUnsupported)

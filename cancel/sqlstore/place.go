@@ -10,25 +10,26 @@ import (
 )
 
 // Insert returns the placing transaction for cancel.Service.Place on
-// database/sql: one transaction on db that inserts p (Place), then the host's
-// own rows (rows, nil: none) and, once it has committed, sends p's expiry
-// message with sched (nil: none; the reconciler alone expires the order). A
-// failed COMMIT is reported wrapping expiry.ErrCommitUnknown, so Place keeps
-// the seats locked. With another transaction manager, write the same
-// function with its transaction and its after-commit hook.
+// database/sql: one transaction on db that inserts the placement Place hands
+// it (Place, which keeps its seat lock id), then the host's own rows (rows,
+// nil: none) and, once it has committed, sends its expiry message with sched
+// (nil: none; the reconciler alone expires the order). A failed COMMIT is
+// reported wrapping expiry.ErrCommitUnknown, so Place keeps the seats
+// locked. With another transaction manager, write the same function with its
+// transaction and its after-commit hook.
 //
-//	err := svc.Place(ctx, p, store.Insert(db, sched, p, func(ctx context.Context, tx *sql.Tx) error {
+//	err := svc.Place(ctx, p, store.Insert(db, sched, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
 //		_, err := tx.ExecContext(ctx, "INSERT INTO my_order_extra …", p.OrderNo)
 //		return err
 //	}))
-func (s *Store) Insert(db *sql.DB, sched *expiry.Scheduler, p cancel.Placement, rows func(ctx context.Context, tx *sql.Tx) error) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
+func (s *Store) Insert(db *sql.DB, sched *expiry.Scheduler, rows func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error) func(ctx context.Context, p cancel.Placement) error {
+	return func(ctx context.Context, p cancel.Placement) error {
 		fn := func(tx *sql.Tx, after *expiry.AfterCommit) error {
 			if err := s.Place(ctx, tx, p); err != nil {
 				return err
 			}
 			if rows != nil {
-				if err := rows(ctx, tx); err != nil {
+				if err := rows(ctx, tx, p); err != nil {
 					return err
 				}
 			}

@@ -432,7 +432,7 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 	if !ok {
 		return fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
 	}
-	v.deadline, v.seats, v.seatLimit = s.timeArg(p.ExpireAt), seatList(p.Seats), p.Limit
+	v.deadline, v.seats, v.seatLimit, v.lockID = s.timeArg(p.ExpireAt), seatList(p.Seats), p.Limit, p.LockID
 	if _, err := tx.ExecContext(ctx, s.q.insertOrder.sql, s.args(s.q.insertOrder, v)...); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
@@ -452,6 +452,14 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 		}
 	}
 	return nil
+}
+
+// nullIfEmpty is s, or NULL for "" (an id not known).
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // user sets the user of v; false when the mapping's user column is numeric
@@ -740,19 +748,20 @@ func (s *Store) transitionOne(ctx context.Context, one stmt, v vals) (cancel.Res
 	}
 }
 
-// readForTransition reads the order and its seats from rows of (user, show,
-// deadline ms, now ms, seat or NULL), and closes them; sql.ErrNoRows when
-// there are none.
+// readForTransition reads the order, its seats and its lock id from rows of
+// (user, show, deadline ms, now ms, seat or NULL, lock id or NULL), and
+// closes them; sql.ErrNoRows when there are none.
 func readForTransition(rows *sql.Rows, orderNo string) (cancel.Result, error) {
 	defer rows.Close()
 	res := cancel.Result{Order: expiry.Order{No: orderNo}}
 	found := false
 	for rows.Next() {
 		var expireMS, nowMS int64
-		var seat sql.NullString
-		if err := rows.Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS, &seat); err != nil {
+		var seat, lockID sql.NullString
+		if err := rows.Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS, &seat, &lockID); err != nil {
 			return res, err
 		}
+		res.LockID = lockID.String
 		found = true
 		res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
 		if seat.Valid {
@@ -996,7 +1005,8 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 		for rows.Next() {
 			var no, key string
 			var ageMS sql.NullInt64
-			if err := rows.Scan(&no, &key, &ageMS); err != nil {
+			var lockID sql.NullString
+			if err := rows.Scan(&no, &key, &ageMS, &lockID); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 			}
@@ -1010,7 +1020,7 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 				age = time.Duration(max(0, ageMS.Int64)) * time.Millisecond
 			}
 			if want[no] {
-				out[no] = reconcile.OrderState{Status: st, Age: age}
+				out[no] = reconcile.OrderState{Status: st, Age: age, LockID: lockID.String}
 			}
 		}
 		err = rows.Err()
@@ -1041,9 +1051,11 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	for rows.Next() {
 		var c cancel.Claim
 		var key string
-		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &key); err != nil {
+		var lockID sql.NullString
+		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &key, &lockID); err != nil {
 			return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 		}
+		c.LockID = lockID.String
 		if c.Status, err = s.status(key); err != nil {
 			return nil, "", fmt.Errorf("sqlstore: claims: order %s: %w", c.OrderNo, err)
 		}

@@ -156,7 +156,7 @@ func (s *Service) Place(ctx context.Context, o Order, window time.Duration) erro
 	}
 	due := now.Add(window).Truncate(time.Second).Add(time.Second) // the column holds whole seconds: round up
 	p := cancel.Placement{OrderNo: o.No, UserID: o.User, ShowID: o.Show, Seats: o.Seats, ExpireAt: due, Limit: s.limit}
-	return s.svc.Place(ctx, p, func(ctx context.Context) error {
+	return s.svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		return s.sched.InTx(ctx, s.db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
 			_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO order_info (order_no, user_id, show_id, status, expire_time, amount_cents, create_time, channel, remark)
 				VALUES (?, ?, ?, 0, `+s.ts()+`, ?, `+s.ts()+`, ?, ?)`), o.No, o.User, o.Show, utc(due), o.AmountCents, utc(now), o.Channel, o.Remark)

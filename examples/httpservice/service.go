@@ -237,7 +237,7 @@ func (s scanOverdue) Overdue(ctx context.Context) (int, time.Duration, error) {
 // transaction and Flush it from the manager's after-commit hook.
 func (a *App) Place(ctx context.Context, p cancel.Placement) error {
 	p.Limit = a.limit
-	return a.svc.Place(ctx, p, a.store.Insert(a.db, a.sched, p, func(ctx context.Context, tx *sql.Tx) error {
+	return a.svc.Place(ctx, p, a.store.Insert(a.db, a.sched, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
 		return nil // the service's own rows go here, in the same transaction
 	}))
 }

@@ -47,7 +47,7 @@ func newWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, dbFlag string) world
 	require.NoError(t, err)
 	place := func(no string, expireAt time.Time, seatIDs ...string) {
 		p := cancel.Placement{OrderNo: no, UserID: "alice", ShowID: "s1", Seats: seatIDs, ExpireAt: expireAt}
-		require.NoError(t, svc.Place(ctx, p, func(ctx context.Context) error {
+		require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
 				return err

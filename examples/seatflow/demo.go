@@ -375,7 +375,11 @@ func (d *demo) take(show string, count int) []string {
 // keeps them: the order may exist, and the reconciler decides.
 func (d *demo) place(ctx context.Context, p cancel.Placement, check func(ctx context.Context, tx *sql.Tx) error) error {
 	p.Limit = purchaseLimit
-	return d.svc.Place(ctx, p, d.store.Insert(d.env.db, d.sched, p, check))
+	var rows func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
+	if check != nil {
+		rows = func(ctx context.Context, tx *sql.Tx, _ cancel.Placement) error { return check(ctx, tx) }
+	}
+	return d.svc.Place(ctx, p, d.store.Insert(d.env.db, d.sched, rows))
 }
 
 // scenario places the batch, acts on it, waits until no order is pending and

@@ -48,7 +48,7 @@ func wire(ctx context.Context, db *sql.DB, rdb redis.UniversalClient, rt expiry.
 	place = func(ctx context.Context, p cancel.Placement) error {
 		// At most 4 seats of a show per user, late payments included.
 		p.Limit = 4
-		return svc.Place(ctx, p, store.Insert(db, sched, p, nil)) // nil: no rows of the host's own
+		return svc.Place(ctx, p, store.Insert(db, sched, nil)) // nil: no rows of the host's own
 	}
 	pay = func(ctx context.Context, p cancel.Payment) error {
 		_, err := svc.Pay(ctx, p)

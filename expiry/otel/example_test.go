@@ -47,7 +47,7 @@ func Example() {
 	// The placing request's span (an instrumented HTTP handler's, in a host).
 	ctx, req := tp.Tracer("host").Start(context.Background(), "POST /orders")
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(time.Minute)}
-	err = svc.Place(ctx, p, func(ctx context.Context) error {
+	err = svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		if err := store.Place(ctx, p); err != nil { // in a host: its SQL transaction
 			return err
 		}

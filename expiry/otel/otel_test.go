@@ -83,7 +83,7 @@ func (w *world) place(t *testing.T, no string, ttl time.Duration) trace.SpanCont
 	ctx, span := w.tp.Tracer("host").Start(context.Background(), "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s1", Seats: []string{no + "-a"}, ExpireAt: w.clock.Now().Add(ttl)}
-	require.NoError(t, w.svc.Place(ctx, p, func(ctx context.Context) error {
+	require.NoError(t, w.svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		if err := w.store.Place(ctx, p); err != nil {
 			return err
 		}
@@ -193,7 +193,8 @@ func TestBadTraceContextStartsANewRoot(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			w := newWorld(t)
 			p := cancel.Placement{OrderNo: "B1", UserID: "u1", ShowID: "s1", Seats: []string{"b"}, ExpireAt: w.clock.Now().Add(5 * time.Second)}
-			require.NoError(t, w.seats.Lock(context.Background(), p.Hold(), 0))
+			_, err := w.seats.Lock(context.Background(), p.Hold(), 0)
+			require.NoError(t, err)
 			require.NoError(t, w.store.Place(context.Background(), p))
 			// Sent as a foreign or older producer would: the trace context
 			// is the message's, not this process's.

@@ -78,7 +78,7 @@ func TestOneTraceThroughRocketMQ(t *testing.T) {
 
 	ctx, span := tp.Tracer("host").Start(context.Background(), "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
 	p := cancel.Placement{OrderNo: "rmq-" + testenv.Unique(), UserID: "u1", ShowID: "s1", Seats: []string{"a"}, ExpireAt: time.Now().Add(3 * time.Second)}
-	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context) error {
+	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		if err := store.Place(ctx, p); err != nil {
 			return err
 		}

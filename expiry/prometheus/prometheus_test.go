@@ -172,7 +172,7 @@ func TestThroughTheLibrary(t *testing.T) {
 
 	place := func(no string, ttl time.Duration) {
 		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{no + "-a", no + "-b"}, ExpireAt: clock.Now().Add(ttl)}
-		err := seats.Lock(ctx, p.Hold(), 0)
+		_, err := seats.Lock(ctx, p.Hold(), 0)
 		require.NoError(t, err)
 		require.NoError(t, store.Place(ctx, p))
 		require.True(t, sched.Schedule(ctx, p.OrderNo, p.ExpireAt))

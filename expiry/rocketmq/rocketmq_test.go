@@ -145,7 +145,7 @@ func (c *chain) place(t *testing.T, no string, ttl time.Duration) cancel.Placeme
 	now, err := c.w.Store.Now(ctx)
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: c.w.ShowID + "-" + no, UserID: "u1", ShowID: c.w.ShowID, Seats: []string{no + "-1", no + "-2"}, ExpireAt: now.Add(ttl)}
-	require.NoError(t, c.w.Service.Place(ctx, p, c.w.Store.Insert(c.w.DB, c.sched, p, nil)))
+	require.NoError(t, c.w.Service.Place(ctx, p, c.w.Store.Insert(c.w.DB, c.sched, nil)))
 	return p
 }
 
@@ -290,7 +290,7 @@ func TestBrokerDownAtCommit(t *testing.T) {
 	now, err := w.Store.Now(ctx)
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: w.ShowID + "-1", UserID: "u1", ShowID: w.ShowID, Seats: []string{"a"}, ExpireAt: now.Add(time.Second)}
-	err = w.Service.Place(ctx, p, w.Store.Insert(w.DB, sched, p, nil))
+	err = w.Service.Place(ctx, p, w.Store.Insert(w.DB, sched, nil))
 	require.NoError(t, err, "the buyer's order is placed")
 	assert.Equal(t, 1, w.Ledger.Kind(expiry.KindSendFailed))
 	time.Sleep(time.Until(p.ExpireAt) + 100*time.Millisecond)

@@ -337,7 +337,7 @@ func (c *common) hopsBroker(tbl levels.Table, expiries []time.Duration, n int) e
 				p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "show", Seats: []string{no + "-s"}, ExpireAt: at}
 				// The in-memory store has no transaction: its insert is the
 				// commit, and the message is sent after it.
-				if err := r.svc.Place(ctx, p, func(ctx context.Context) error { return r.store.Place(ctx, p) }); err != nil {
+				if err := r.svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return r.store.Place(ctx, p) }); err != nil {
 					return err
 				}
 				r.rec.mu.Lock()

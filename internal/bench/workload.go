@@ -130,7 +130,7 @@ func lockAll(ctx context.Context, seats cancel.SeatLocker, holds []cancel.Hold, 
 				if i >= len(holds) {
 					return
 				}
-				if err := seats.Lock(ctx, holds[i], 0); err != nil {
+				if _, err := seats.Lock(ctx, holds[i], 0); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err

@@ -716,7 +716,7 @@ func (s *mOrders) PayPending(ctx context.Context, p cancel.Payment) (cancel.Resu
 
 // ReinstateCancelled is the late-payment side of the store. A lost
 // acknowledgement is a commit whose answer was lost (expiry.ErrCommitUnknown).
-func (s *mOrders) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) error) (cancel.Result, error) {
+func (s *mOrders) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
 	mode, hit := s.m.fault("ReinstateCancelled", p.OrderNo)
 	if mode == mBefore {
 		return cancel.Result{}, injected("ReinstateCancelled")
@@ -829,12 +829,12 @@ type mSeats struct {
 	inner canceltest.SeatStore
 }
 
-func (s *mSeats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
+func (s *mSeats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, error) {
 	mode, hit := s.m.fault("Lock", h.OrderNo)
 	if mode == mBefore {
-		return injected("Lock")
+		return "", injected("Lock")
 	}
-	err := s.inner.Lock(ctx, h, limit)
+	id, err := s.inner.Lock(ctx, h, limit)
 	// A seat this order locks again (a late payment's reinstatement, whose
 	// lock may be left behind when the reinstatement fails) may be released
 	// again: "released twice" counts releases per lock. Checked even when
@@ -846,9 +846,9 @@ func (s *mSeats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
 		}
 	}
 	if hit {
-		return injected("Lock")
+		return "", injected("Lock")
 	}
-	return err
+	return id, err
 }
 
 func (s *mSeats) Lost(ctx context.Context) (string, bool, error) { return s.inner.Lost(ctx) }
@@ -1086,7 +1086,7 @@ func (m *machine) place(t *rapid.T, no, user, show string, seats []string, expir
 		want = cancel.ErrOrderExists // refused before any lock
 	}
 	p.Limit = m.limit
-	err = m.svc.Place(m.ctx, p, func(ctx context.Context) error {
+	err = m.svc.Place(m.ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		if err := m.fo.Place(ctx, p); err != nil {
 			return err
 		}
@@ -1119,7 +1119,7 @@ func (m *machine) PlaceDupSeat(t *rapid.T) {
 	no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
 	p := cancel.Placement{OrderNo: no, UserID: m.users[0], ShowID: m.shows[0], Seats: []string{seat, seat}, ExpireAt: m.storeNow(t).Add(time.Second)}
 	p.Limit = m.limit
-	err := m.svc.Place(m.ctx, p, func(ctx context.Context) error {
+	err := m.svc.Place(m.ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		m.violate("an order with a seat listed twice reached the store")
 		return nil
 	})

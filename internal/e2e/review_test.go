@@ -124,11 +124,11 @@ func (e *rvEnv) service(mod func(*cancel.Config)) *cancel.Service {
 	return svc
 }
 
-func (e *rvEnv) insert(p cancel.Placement) func(context.Context) error {
+func (e *rvEnv) insert() func(context.Context, cancel.Placement) error {
 	if e.mem != nil {
-		return func(ctx context.Context) error { return e.mem.Place(ctx, p) }
+		return e.mem.Place
 	}
-	return e.sqls.Insert(e.db, nil, p, nil)
+	return e.sqls.Insert(e.db, nil, nil)
 }
 
 // soon is a deadline that due() passes.
@@ -157,7 +157,7 @@ func (e *rvEnv) due() {
 }
 
 func (e *rvEnv) place(svc *cancel.Service, p cancel.Placement) error {
-	return svc.Place(e.ctx, p, e.insert(p))
+	return svc.Place(e.ctx, p, e.insert())
 }
 
 // status is the order's status in the order store.
@@ -459,7 +459,7 @@ func TestReviewLimitOfOrderPlacedBeforeUpgradeKept(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, `INSERT INTO oe_order_seat (show_id, seat_id, order_no, state) VALUES ('ev', 'a1', 'A', 1), ('ev', 'a2', 'A', 1)`)
 	require.NoError(t, err)
-	require.NoError(t, seats.Lock(ctx, cancel.Hold{ShowID: "ev", OrderNo: "A", UserID: "u1", Seats: []string{"a1", "a2"}}, 3))
+	require.NoError(t, lockErr(seats.Lock(ctx, cancel.Hold{ShowID: "ev", OrderNo: "A", UserID: "u1", Seats: []string{"a1", "a2"}}, 3)))
 
 	// The upgrade.
 	store, err := sqlstore.New(db, sqlstore.SQLite)
@@ -476,7 +476,7 @@ func TestReviewLimitOfOrderPlacedBeforeUpgradeKept(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, changed)
 	b := cancel.Placement{OrderNo: "B", UserID: "u1", ShowID: "ev", Seats: []string{"b1", "b2"}, ExpireAt: time.Now().Add(time.Hour), Limit: 3}
-	require.NoError(t, svc.Place(ctx, b, store.Insert(db, nil, b, nil)))
+	require.NoError(t, svc.Place(ctx, b, store.Insert(db, nil, nil)))
 	_, _ = svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: "P"})
 
 	e := &rvEnv{t: t, ctx: ctx, store: store, seats: seats}
@@ -620,7 +620,7 @@ func TestReviewHoldsShortenWarnsBeforeNewDeadline(t *testing.T) {
 	require.NoError(t, err)
 
 	p := cancel.Placement{OrderNo: "A", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: clock.Now().Add(15 * time.Minute)}
-	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context) error {
+	require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		if err := store.Place(ctx, p); err != nil {
 			return err
 		}
@@ -721,7 +721,7 @@ func TestReviewRecheckSparesReinstatedLock(t *testing.T) {
 	rec, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Runtime: rvQuiet})
 	require.NoError(t, err)
 	a := cancel.Placement{OrderNo: "A", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: clock.Now().Add(time.Minute), Limit: 1}
-	require.NoError(t, svc.Place(ctx, a, func(ctx context.Context) error { return store.Place(ctx, a) }))
+	require.NoError(t, svc.Place(ctx, a, func(ctx context.Context, a cancel.Placement) error { return store.Place(ctx, a) }))
 	seats.WipeShow("ev") // a partial loss: the claims pass restores A's lock
 
 	done := make(chan struct{})
@@ -749,7 +749,7 @@ func TestReviewRecheckSparesReinstatedLock(t *testing.T) {
 	assert.Equal(t, "A", st["a1"].OrderNo, "I15: the paid order's new lock was freed by a release that judged another lock")
 	assert.Equal(t, 1, rvHeld(t, seats, "u1"), "I8: u1 holds one paid seat")
 	d := cancel.Placement{OrderNo: "D", UserID: "u1", ShowID: "ev", Seats: []string{"d1"}, ExpireAt: clock.Now().Add(time.Hour), Limit: 1}
-	err = svc.Place(ctx, d, func(ctx context.Context) error { return store.Place(ctx, d) })
+	err = svc.Place(ctx, d, func(ctx context.Context, d cancel.Placement) error { return store.Place(ctx, d) })
 	assert.ErrorIs(t, err, cancel.ErrLimitExceeded, "I17: u1 already holds A's seat (paid) at a limit of 1")
 }
 
@@ -787,7 +787,7 @@ func TestReviewHoldsLockPassSparesReinstatedLock(t *testing.T) {
 	}
 	r1, r2 := newRec(), newRec()
 	a := cancel.Placement{OrderNo: "A", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: clock.Now().Add(time.Minute), Limit: 1}
-	require.NoError(t, svc.Place(ctx, a, func(ctx context.Context) error { return store.Place(ctx, a) }))
+	require.NoError(t, svc.Place(ctx, a, func(ctx context.Context, a cancel.Placement) error { return store.Place(ctx, a) }))
 	clock.Advance(2 * time.Minute)
 	failRelease.Store(true)
 	changed, _, err := svc.Timeout(ctx, "A")
@@ -922,7 +922,7 @@ func TestReviewOneTenantOneScope(t *testing.T) {
 		require.NoError(t, err)
 		p := cancel.Placement{OrderNo: fmt.Sprintf("o%d", i), UserID: "u1", ShowID: "ev", Seats: []string{fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)},
 			ExpireAt: time.Now().Add(time.Hour), Limit: 2}
-		if err := svc.Place(ctx, p, store.Insert(db, nil, p, nil)); err == nil {
+		if err := svc.Place(ctx, p, store.Insert(db, nil, nil)); err == nil {
 			placed = append(placed, p)
 		}
 	}
@@ -973,7 +973,7 @@ func TestReviewTenantPerTableHasItsScope(t *testing.T) {
 	seats = seats.Scoped(store2.Scope()) // what tenant 2's buyer holds
 
 	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "ev2", Seats: []string{"x1"}, ExpireAt: time.Now().Add(time.Hour), Limit: 1}
-	require.NoError(t, svc2.Place(ctx, p, store2.Insert(db, nil, p, nil)))
+	require.NoError(t, svc2.Place(ctx, p, store2.Insert(db, nil, nil)))
 	clock.Advance(2 * reconcile.GraceDefault)
 	_, err := rec1.Round(ctx)
 	require.NoError(t, err)
@@ -982,7 +982,7 @@ func TestReviewTenantPerTableHasItsScope(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "o1", st["x1"].OrderNo, "I16: tenant 1's reconciler freed tenant 2's pending order's seat")
 	q := cancel.Placement{OrderNo: "o2", UserID: "u1", ShowID: "ev2", Seats: []string{"x2"}, ExpireAt: time.Now().Add(time.Hour), Limit: 1}
-	_ = svc2.Place(ctx, q, store2.Insert(db, nil, q, nil))
+	_ = svc2.Place(ctx, q, store2.Insert(db, nil, nil))
 	n := 0
 	for _, pl := range []cancel.Placement{p, q} {
 		if o, err := store2.Order(ctx, pl.OrderNo); err == nil && o.Status == expiry.StatusPending {
@@ -1012,7 +1012,7 @@ func TestReviewReconcilerRefusesServiceOfAnotherScope(t *testing.T) {
 		user  string
 	}{{svc7, store7, "u7"}, {svc8, store8, "u8"}} {
 		p := cancel.Placement{OrderNo: "o1", UserID: w.user, ShowID: "ev", Seats: []string{"x1"}, ExpireAt: clock.Now().Add(time.Minute)}
-		require.NoError(t, w.svc.Place(ctx, p, func(ctx context.Context) error { return w.store.Place(ctx, p) }))
+		require.NoError(t, w.svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return w.store.Place(ctx, p) }))
 	}
 	clock.Advance(2 * time.Minute)
 	rec7, err := reconcile.New(reconcile.Config{Orders: store7, Seats: shared.Scoped("tenant_id=7"), Service: svc8, Runtime: rvQuiet})
@@ -1114,7 +1114,7 @@ func TestReviewRepeatedCallbackNeverRefundedOnTableWithoutPaymentID(t *testing.T
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: memstore.NewSeats(nil).Scoped(store.Scope()), Discrepancies: store, OnDiscrepancy: refunds.hook, Runtime: rvQuiet})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "A", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: time.Now().Add(time.Hour)}
-	require.NoError(t, svc.Place(ctx, p, store.Insert(db, nil, p, nil)))
+	require.NoError(t, svc.Place(ctx, p, store.Insert(db, nil, nil)))
 	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: "P"})
 	require.NoError(t, err)
 	for i := 0; i < 3; i++ {
@@ -1125,3 +1125,6 @@ func TestReviewRepeatedCallbackNeverRefundedOnTableWithoutPaymentID(t *testing.T
 	require.Equal(t, expiry.StatusPaid, o.Status, "P paid A")
 	assert.Equal(t, 0, refunds.count("P"), "I14/I9: P honoured (it paid A) and refunded")
 }
+
+// lockErr is the error of a seat store's Lock, for asserting on it.
+func lockErr(_ string, err error) error { return err }

@@ -126,7 +126,7 @@ func newSecWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, rdb *redis.Client
 }
 
 func (w *secWorld) place(t *testing.T, p cancel.Placement) {
-	require.NoError(t, w.svc.Place(context.Background(), p, w.store.Insert(w.db, nil, p, nil)))
+	require.NoError(t, w.svc.Place(context.Background(), p, w.store.Insert(w.db, nil, nil)))
 }
 
 // snapshot is every row of both tables and every Redis key of the namespace.
@@ -280,7 +280,7 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 		n, err = w.seats.Sell(ctx, cancel.Hold{ShowID: show, OrderNo: b.OrderNo, UserID: "bob", Seats: append(slices.Clone(a.Seats), paid.Seats...)})
 		assert.NoError(t, err)
 		assert.Zero(t, n, "selling alice's seats to bob's order marks nothing")
-		err = w.seats.Lock(ctx, cancel.Hold{ShowID: show, OrderNo: "sec-new", UserID: "bob", Seats: []string{"a1"}}, 0)
+		_, err = w.seats.Lock(ctx, cancel.Hold{ShowID: show, OrderNo: "sec-new", UserID: "bob", Seats: []string{"a1"}}, 0)
 		assert.ErrorIs(t, err, cancel.ErrSeatUnavailable)
 		assert.Equal(t, before, w.snapshot(t), "nothing changed")
 		assert.Zero(t, w.obs.kinds[expiry.KindDiscrepancy], "a refused payment is not a discrepancy")
@@ -336,7 +336,7 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 							var err error
 							switch op {
 							case "Lock":
-								err = s.Lock(ctx, hold, 0)
+								_, err = s.Lock(ctx, hold, 0)
 							case "Release":
 								_, err = s.Release(ctx, hold)
 							default:
@@ -482,21 +482,22 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`"(" + now + " - " + amount + ")"`:         "nowAs: a clock expression minus a number of the mapping's window",
 		`"strftime('%Y-%m-%d %H:%M:%f', 'now', '-" + sec + " seconds')"`: "nowAs: sec is strconv of the window",
 		`"(" + col + " * 1000)"`: "asMS: col is a quoted mapped column",
-		`"CAST(FLOOR(UNIX_TIMESTAMP(" + col + ") * 1000) AS SIGNED)"`:                                   "asMS: as above",
-		`"(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ") DIV 1000)"`:                   "asMS: as above",
-		`"CAST(FLOOR(EXTRACT(EPOCH FROM " + col + ") * 1000) AS BIGINT)"`:                               "asMS: as above",
-		`"CAST(ROUND((julianday(" + col + ") - 2440587.5) * 86400000) AS INTEGER)"`:                     "asMS: as above",
-		`"(" + e + " + " + strconv.FormatInt(add.Milliseconds(), 10) + ")"`:                             "asMS: an expression above plus the window's milliseconds",
-		`"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"`:                              "keyOf: col is a quoted mapped column",
-		`"CAST(EXTRACT(EPOCH FROM " + col + ") * 1000000 AS BIGINT)"`:                                   "keyOf: as above",
-		`"INTERVAL " + us + " MICROSECOND"`:                                                             "nowAs: us is strconv of the window",
-		`"INTERVAL '" + us + " microseconds'"`:                                                          "nowAs: as above",
-		`what + " condition on " + c.Column`:                                                            "an error message of resolve, never SQL",
-		`what + " condition column"`:                                                                    "an error message of resolve, never SQL",
-		`"cancelled status for " + string(reason)`:                                                      "an error message of resolve, never SQL",
-		`"(SELECT " + now + ")"`:                                                                        "due: a clock expression of nowAs",
-		`"SELECT " + r.no + ", " + r.status + ", " + age + " FROM " + r.o + " WHERE " + r.no + " IN ("`: "the Statuses query's head: quoted mapped names and the age below",
-		`"(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"`:                           "the Statuses age: the clock constant minus asMS of the quoted updated-at column",
+		`"CAST(FLOOR(UNIX_TIMESTAMP(" + col + ") * 1000) AS SIGNED)"`:                                                          "asMS: as above",
+		`"(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ") DIV 1000)"`:                                          "asMS: as above",
+		`"CAST(FLOOR(EXTRACT(EPOCH FROM " + col + ") * 1000) AS BIGINT)"`:                                                      "asMS: as above",
+		`"CAST(ROUND((julianday(" + col + ") - 2440587.5) * 86400000) AS INTEGER)"`:                                            "asMS: as above",
+		`"(" + e + " + " + strconv.FormatInt(add.Milliseconds(), 10) + ")"`:                                                    "asMS: an expression above plus the window's milliseconds",
+		`"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"`:                                                     "keyOf: col is a quoted mapped column",
+		`"CAST(EXTRACT(EPOCH FROM " + col + ") * 1000000 AS BIGINT)"`:                                                          "keyOf: as above",
+		`"INTERVAL " + us + " MICROSECOND"`:                                                                                    "nowAs: us is strconv of the window",
+		`"INTERVAL '" + us + " microseconds'"`:                                                                                 "nowAs: as above",
+		`what + " condition on " + c.Column`:                                                                                   "an error message of resolve, never SQL",
+		`what + " condition column"`:                                                                                           "an error message of resolve, never SQL",
+		`"cancelled status for " + string(reason)`:                                                                             "an error message of resolve, never SQL",
+		`"(SELECT " + now + ")"`:                                                                                               "due: a clock expression of nowAs",
+		`"SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.lockCol("") + " FROM " + r.o + " WHERE " + r.no + " IN ("`: "the Statuses query's head: quoted mapped names, the age below and lockCol",
+		`prefix + "lock_id"`: "lockCol: a table alias (\"\" or \"o.\" at every call) and the library's own column",
+		`"(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"`: "the Statuses age: the clock constant minus asMS of the quoted updated-at column",
 		`")" + b.b.String()`: "the Statuses query's tail: the conditions built by the builder",
 		`s.q.statusesPre + "?" + strings.Repeat(", ?", len(chunk)-1) + s.q.statusesPost`: "the IN list: placeholders only, between the two parts above",
 		`last + "|" + no`: "the Expired cursor returned to the caller, never SQL text (it goes back in as arguments)",
@@ -515,7 +516,7 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 	}
 	// stable rewrites a clock expression of nowAs or nowMS; the others build
 	// expressions of a quoted column and numbers of the mapping.
-	builderCalls := map[string]bool{"nowAs": true, "asMS": true, "keyOf": true, "keyArg": true, "r.expireMS": true, "stable": true}
+	builderCalls := map[string]bool{"nowAs": true, "asMS": true, "keyOf": true, "keyArg": true, "r.expireMS": true, "stable": true, "r.lockCol": true}
 	dir := filepath.Join("..", "..", "cancel", "sqlstore")
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	require.NoError(t, err)

@@ -152,5 +152,5 @@ func (w *World) Reconciler(t testing.TB) *reconcile.Reconciler {
 // tests deliver themselves).
 func (w *World) Place(ctx context.Context, p cancel.Placement) error {
 	p.Limit = w.Limit
-	return w.Service.Place(ctx, p, w.Store.Insert(w.DB, nil, p, nil))
+	return w.Service.Place(ctx, p, w.Store.Insert(w.DB, nil, nil))
 }

@@ -30,13 +30,17 @@ func withLimit(p cancel.Placement, limit int) cancel.Placement {
 }
 
 // place calls svc.Place with p (from withLimit) and the purchase limit
-// wherever the library takes it.
-func place(ctx context.Context, svc *cancel.Service, p cancel.Placement, limit int, insert func(context.Context) error) error {
+// wherever the library takes it; insert gets the placement as Place hands
+// it to the host (with its lock id, since locks are named).
+func place(ctx context.Context, svc *cancel.Service, p cancel.Placement, limit int, insert func(context.Context, cancel.Placement) error) error {
+	bound := func(ctx context.Context) error { return insert(ctx, p) }
 	switch call := any(svc.Place).(type) {
-	case func(context.Context, cancel.Placement, func(context.Context) error) error:
+	case func(context.Context, cancel.Placement, func(context.Context, cancel.Placement) error) error:
 		return call(ctx, p, insert)
+	case func(context.Context, cancel.Placement, func(context.Context) error) error:
+		return call(ctx, p, bound)
 	case func(context.Context, cancel.Placement, int, func(context.Context) error) error:
-		return call(ctx, p, limit, insert)
+		return call(ctx, p, limit, bound)
 	default:
 		panic(fmt.Sprintf("explore: cancel.Service.Place has a signature this package does not know: %T", svc.Place))
 	}

@@ -407,10 +407,14 @@ func (s *gatedSeats) write(ctx context.Context, name, args string, exec func() (
 	})
 }
 
-func (s *gatedSeats) Lock(ctx context.Context, h cancel.Hold, limit int) error {
-	return s.write(ctx, "Lock", holdArgs(h), func() (string, error) {
-		return "ok", s.Seats.Lock(ctx, h, limit)
+func (s *gatedSeats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, error) {
+	var id string
+	err := s.write(ctx, "Lock", holdArgs(h), func() (string, error) {
+		var err error
+		id, err = s.Seats.Lock(ctx, h, limit)
+		return "ok", err // not the id: it holds the clock, and summaries are hashed
 	})
+	return id, err
 }
 
 func (s *gatedSeats) Release(ctx context.Context, h cancel.Hold) (int, error) {

@@ -370,7 +370,7 @@ func placeKind(tn, inst int, no, user string, seats ...string) kind {
 			t := w.tenants[tn-1]
 			start := w.clk.Now()
 			p := withLimit(cancel.Placement{OrderNo: no, UserID: user, ShowID: t.show, Seats: seats, ExpireAt: start.Add(ttl)}, limit)
-			err := place(ctx, t.svc[inst], p, limit, func(ictx context.Context) error {
+			err := place(ctx, t.svc[inst], p, limit, func(ictx context.Context, p cancel.Placement) error {
 				err := w.do(ictx, "Insert", no, true, func() (string, error) {
 					// The host's transaction is bounded by PlaceTimeout (by
 					// the real clock in production; by the fake one here,

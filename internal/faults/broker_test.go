@@ -104,7 +104,7 @@ func TestBrokerFaults(t *testing.T) {
 		now, err := w.Store.Now(ctx)
 		require.NoError(t, err)
 		p := cancel.Placement{OrderNo: fmt.Sprintf("%s-%d", w.ShowID, i), UserID: fmt.Sprintf("u%d", i%3), ShowID: w.ShowID, Seats: []string{fmt.Sprintf("s%d", i)}, ExpireAt: now.Add(ttl)}
-		require.NoError(t, w.Service.Place(ctx, p, w.Store.Insert(w.DB, sched, p, nil)), "the order is placed whatever the broker does")
+		require.NoError(t, w.Service.Place(ctx, p, w.Store.Insert(w.DB, sched, nil)), "the order is placed whatever the broker does")
 		placed = append(placed, p)
 	}
 

@@ -255,7 +255,7 @@ func (c chainCase) run(ctx context.Context, orders int) (string, error) {
 		p := cancel.Placement{OrderNo: no, UserID: "u", ShowID: "s", Seats: []string{no}, ExpireAt: time.Now().Add(c.expiry)}
 		// The in-memory store has no transaction: its insert is the commit,
 		// and the message is sent after it.
-		if err := svc.Place(ctx, p, func(ctx context.Context) error { return store.Place(ctx, p) }); err != nil {
+		if err := svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error { return store.Place(ctx, p) }); err != nil {
 			return "", err
 		}
 		expireAt[no] = p.ExpireAt

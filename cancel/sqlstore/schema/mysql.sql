@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS oe_order (
     payment_id    VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NULL, -- the payment that paid it
     seats         VARCHAR(3300) CHARACTER SET ascii COLLATE ascii_bin NULL, -- the seats it was placed with, sorted, comma-separated (kept after a cancel: a late payment reinstates from it)
     seat_limit    INT          NULL, -- the purchase limit it was placed with (0: none), kept for a late payment
+    lock_id       VARCHAR(41)  CHARACTER SET ascii COLLATE ascii_bin NULL, -- the seat lock it holds (cancel.Placement.LockID)
     warned_at_ms  BIGINT       NULL, -- its expiry warning fired
     PRIMARY KEY (order_no),
     -- The reconciler's scan: pending orders by expiry, never a table scan.

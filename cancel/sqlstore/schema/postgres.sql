@@ -13,6 +13,7 @@ CREATE TABLE IF NOT EXISTS oe_order (
     payment_id    VARCHAR(64), -- the payment that paid it
     seats         TEXT,       -- the seats it was placed with, sorted, comma-separated (kept after a cancel: a late payment reinstates from it)
     seat_limit    INTEGER,    -- the purchase limit it was placed with (0: none), kept for a late payment
+    lock_id       VARCHAR(41), -- the seat lock it holds (cancel.Placement.LockID)
     warned_at_ms  BIGINT      -- its expiry warning fired
 );
 -- The reconciler's scan: pending orders by expiry, never a table scan, in

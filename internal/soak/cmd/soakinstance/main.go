@@ -264,7 +264,7 @@ func run(ctx context.Context, c config) error {
 			return
 		}
 		pl := cancel.Placement{OrderNo: p.No, UserID: p.User, ShowID: p.Show, Seats: p.Seats, ExpireAt: time.UnixMilli(p.ExpireMs), Limit: c.limit}
-		err := svc.Place(r.Context(), pl, store.Insert(db, sched, pl, nil))
+		err := svc.Place(r.Context(), pl, store.Insert(db, sched, nil))
 		answer(w, err)
 	})
 	mux.HandleFunc("POST /pay", func(w http.ResponseWriter, r *http.Request) {
