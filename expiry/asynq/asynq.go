@@ -444,7 +444,10 @@ func (c *Consumer) ProcessTask(ctx context.Context, t *aq.Task) error {
 	case bad != nil:
 		c.poisoned.Add(1)
 		return fmt.Errorf("%w: %w (%w)", ErrPoison, bad, aq.SkipRetry)
-	case v == expiry.Retry && ctx.Err() != nil:
+	case v == expiry.Retry && errors.Is(ctx.Err(), context.Canceled):
+		// The server's shutdown cancelled it. A TaskTimeout is a deadline,
+		// not this, and uses up a retry like any failure: a handler that
+		// always hangs must not be retried for ever.
 		return errInterrupted
 	case v == expiry.Retry:
 		return errors.New("expiry/asynq: the processor asked for a retry")
@@ -467,8 +470,9 @@ func (c *Consumer) enter() bool {
 // Close stops taking tasks, waits (until ctx is done) for the ones in
 // progress, then shuts the server down: a task still running after
 // Config.ShutdownTimeout has its context cancelled and goes back to the
-// queue. Close waits for those handlers too, until ctx is done. Closing a
-// Consumer again does nothing.
+// queue, so Close can take up to ShutdownTimeout past ctx. It waits for
+// those handlers too, until ctx is done, and closes the Redis client.
+// Closing a Consumer again does nothing.
 func (c *Consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {

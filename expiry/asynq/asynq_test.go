@@ -410,3 +410,34 @@ func TestCloseUnstarted(t *testing.T) {
 	require.NoError(t, c.Close(context.Background()))
 	assert.ErrorContains(t, c.Start(), "Start after Close")
 }
+
+// hanging never finishes on its own: it waits for its context, then asks
+// for a retry, as the Shell does when the store call is cancelled.
+type hanging struct{ calls atomic.Int32 }
+
+func (h *hanging) Process(ctx context.Context, _ []byte, _ string) expiry.Verdict {
+	h.calls.Add(1)
+	<-ctx.Done()
+	return expiry.Retry
+}
+
+// A handler that outlives TaskTimeout uses up a retry like any failure (only
+// a shutdown's cancel does not), so a hanging store cannot keep a task
+// going for ever: after MaxRetry it is archived.
+func TestTaskTimeoutUsesRetries(t *testing.T) {
+	opt := redisOpt(t)
+	cfg := oeasynq.Config{Queue: queue(t, opt), TaskTimeout: time.Second, MaxRetry: 1, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: 500 * time.Millisecond}
+	p := &hanging{}
+	startConsumer(t, opt, cfg, p)
+	require.NoError(t, newSender(t, opt, cfg).Send(context.Background(), expiry.Message{OrderNo: "H1", Hop: 1}, 0))
+	in := aq.NewInspector(opt)
+	defer in.Close()
+	var tasks []*aq.TaskInfo
+	require.Eventually(t, func() bool {
+		var err error
+		tasks, err = in.ListArchivedTasks(cfg.Queue)
+		return err == nil && len(tasks) == 1
+	}, 30*time.Second, 100*time.Millisecond, "archived after its one retry")
+	assert.Equal(t, 1, tasks[0].Retried)
+	assert.EqualValues(t, 2, p.calls.Load())
+}
