@@ -2,8 +2,6 @@ module github.com/seatflow/orderexpiry/expiry/river
 
 go 1.26.0
 
-replace github.com/seatflow/orderexpiry => ../..
-
 require (
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver v0.51.2
@@ -45,3 +43,5 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+replace github.com/seatflow/orderexpiry => ../..

@@ -178,7 +178,9 @@ func TestTraceContextTravels(t *testing.T) {
 // stubCanceller answers Timeout from a function.
 type stubCanceller func(orderNo string) (bool, expiry.Order, error)
 
-func (f stubCanceller) Timeout(_ context.Context, no string) (bool, expiry.Order, error) { return f(no) }
+func (f stubCanceller) Timeout(_ context.Context, no string) (bool, expiry.Order, error) {
+	return f(no)
+}
 
 // events counts the observer's events by kind.
 type events struct {
