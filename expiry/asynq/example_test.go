@@ -59,7 +59,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	p := cancel.Placement{OrderNo: "A1001", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(15 * time.Minute), Limit: 6}
-	err = svc.Place(ctx, p, func(ctx context.Context) error {
+	err = svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
 		return sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
 			// INSERT the order and its seats here (sqlstore.Store.Place).
 			after.Add(p.OrderNo, p.ExpireAt)

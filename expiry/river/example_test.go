@@ -68,19 +68,30 @@ func Example() {
 	check(client.Start(ctx))
 	defer func() { check(client.Stop(ctx)) }()
 
-	// Placing: the order and its expiry job in one transaction.
+	// Placing: Service.Place locks the seats, then runs this transaction,
+	// which inserts the order (with its seat lock's id, in the p it gets)
+	// and its expiry job: both commit, or neither.
 	now, err := store.Now(ctx) // the database's clock
 	check(err)
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: now.Add(time.Second)}
-	tx, err := db.BeginTx(ctx, nil)
-	check(err)
-	if err := store.Place(ctx, tx, p); err != nil {
-		check(errors.Join(err, tx.Rollback()))
-	}
-	if err := sender.ScheduleTx(ctx, tx, p.OrderNo, p.ExpireAt); err != nil {
-		check(errors.Join(err, tx.Rollback()))
-	}
-	check(tx.Commit()) // nothing left to do after the commit: the job is in
+	check(svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := store.Place(ctx, tx, p); err != nil {
+			return errors.Join(err, tx.Rollback())
+		}
+		if err := sender.ScheduleTx(ctx, tx, p.OrderNo, p.ExpireAt); err != nil {
+			return errors.Join(err, tx.Rollback())
+		}
+		if err := tx.Commit(); err != nil {
+			// The order may exist: Place keeps its seats locked, and the
+			// reconciler decides.
+			return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
+		}
+		return nil // nothing left to do after the commit: the job is in
+	}))
 
 	for o, err := store.Order(ctx, "A1"); o.Status == expiry.StatusPending; o, err = store.Order(ctx, "A1") {
 		check(err)
