@@ -30,14 +30,15 @@ const (
 	aSeats                 // the placement's seats as a list (the library's schema: oe_order.seats)
 	aSeatLimit             // the placement's purchase limit (the library's schema: oe_order.seat_limit)
 	aLockID                // the placement's seat lock id (the library's schema: oe_order.lock_id)
+	aScope                 // the store's scope (Store.Scope): the key of its rows in the library's own tables
 )
 
 // vals are the run-time values of one call.
 type vals struct {
-	no, user, show, seat, reason, payment, showKey, seatKey, seats, lockID string
-	userNum                                                                int64
-	status, deadline, key                                                  any
-	limit, seatLimit                                                       int
+	no, user, show, seat, reason, payment, showKey, seatKey, seats, lockID, scope string
+	userNum, showNum, showKeyNum                                                  int64
+	status, deadline, key                                                         any
+	limit, seatLimit                                                              int
 }
 
 // stmt is a statement and the arguments it takes, in order.
@@ -46,20 +47,28 @@ type stmt struct {
 	slots []slot
 }
 
-func (st stmt) args(v vals, numericUser bool) []any {
+// numeric says which id columns are integers (Orders.NumericUserID,
+// NumericShowID): their arguments are bound as int64.
+type numeric struct{ user, show bool }
+
+func (st stmt) args(v vals, num numeric) []any {
 	out := make([]any, len(st.slots))
 	for i, s := range st.slots {
 		switch s {
 		case aNo:
 			out[i] = v.no
 		case aUser:
-			if numericUser {
+			if num.user {
 				out[i] = v.userNum
 			} else {
 				out[i] = v.user
 			}
 		case aShow:
-			out[i] = v.show
+			if num.show {
+				out[i] = v.showNum
+			} else {
+				out[i] = v.show
+			}
 		case aSeat:
 			out[i] = v.seat
 		case aStatus:
@@ -73,7 +82,11 @@ func (st stmt) args(v vals, numericUser bool) []any {
 		case aKey:
 			out[i] = v.key
 		case aShowKey:
-			out[i] = v.showKey
+			if num.show {
+				out[i] = v.showKeyNum
+			} else {
+				out[i] = v.showKey
+			}
 		case aSeatKey:
 			out[i] = v.seatKey
 		case aLimit:
@@ -84,6 +97,8 @@ func (st stmt) args(v vals, numericUser bool) []any {
 			out[i] = v.seatLimit
 		case aLockID:
 			out[i] = nullIfEmpty(v.lockID)
+		case aScope:
+			out[i] = v.scope
 		}
 	}
 	return out
@@ -281,6 +296,7 @@ type queries struct {
 	statusesPre, statusesPost                                                                   string
 	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
 	decidePayment                                                                               string
+	insertSide                                                                                  stmt // a host's table: the side row of Place
 }
 
 // eq writes "col = ?" for an id, and on MySQL over a host's columns (whose
@@ -420,7 +436,9 @@ func (r *resolved) oneRenamed(extra string, extraSlot slot, owner, due, pay bool
 	b := &sb{}
 	b.w("WITH cas AS (")
 	r.cas(b, extra, extraSlot, owner, due)
-	b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ", r.lockCol(""), " AS lk)")
+	b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ")
+	r.lock(b, "")
+	b.w(" AS lk)")
 	if pay {
 		decide(b)
 	}
@@ -453,11 +471,15 @@ func (r *resolved) build() queries {
 	var q queries
 	q.now = (&sb{}).w("SELECT ", nowMS[d]).done(d)
 
-	payment := "NULL"
+	b := (&sb{}).w("SELECT ", r.user, ", ", r.show, ", ", r.status, ", ", r.expireMS(""), ", ", nowMS[d], ", ")
 	if r.payment != "" {
-		payment = r.payment
+		b.w(r.payment)
+	} else {
+		// No payment column: the payment that paid the order is its
+		// decision row's (status 0), in this store's scope.
+		b.w("(SELECT MIN(d.payment_id) FROM oe_payment_discrepancy d WHERE d.scope = ").p(aScope).w(" AND d.order_no = ").p(aNo).w(" AND d.status = 0)")
 	}
-	b := (&sb{}).w("SELECT ", r.user, ", ", r.show, ", ", r.status, ", ", r.expireMS(""), ", ", nowMS[d], ", ", payment, " FROM ", r.o, " WHERE ")
+	b.w(" FROM ", r.o, " WHERE ")
 	r.eq(b, r.no, aNo)
 	conds(b, "", r.where)
 	q.order = b.done(d)
@@ -476,7 +498,9 @@ func (r *resolved) build() queries {
 	// One round trip for the order and its seats (NULL seat: none).
 	b = (&sb{}).w("SELECT o.", r.user, ", o.", r.show, ", ", r.expireMS("o."), ", ", nowMS[d], ", ")
 	if r.claims {
-		b.w("s.", r.cSeat, ", ", r.lockCol("o."), " FROM ", r.o, " o LEFT JOIN ", r.c, " s ON ")
+		b.w("s.", r.cSeat, ", ")
+		r.lock(b, "o.")
+		b.w(" FROM ", r.o, " o LEFT JOIN ", r.c, " s ON ")
 		r.eq(b, "s."+r.cNo, aNo)
 		conds(b, "s.", r.cWhere)
 		r.lockedOnly(b, "s.")
@@ -485,7 +509,12 @@ func (r *resolved) build() queries {
 		conds(b, "o.", r.where)
 		b.w(" ORDER BY s.", r.cSeat)
 	} else {
-		b.w("NULL, ", r.lockCol("o."), " FROM ", r.o, " o WHERE ")
+		// No claims table: the seats the order was placed with, as a
+		// list (readForTransition splits it).
+		r.sideSeats(b)
+		b.w(", ")
+		r.lock(b, "o.")
+		b.w(" FROM ", r.o, " o WHERE ")
 		r.eq(b, "o."+r.no, aNo)
 		conds(b, "o.", r.where)
 	}
@@ -514,7 +543,7 @@ func (r *resolved) build() queries {
 		if r.defaultSchema {
 			sub("o.lock_id")
 		} else {
-			b.w("NULL")
+			r.lock(b, "")
 		}
 		q.deleteReturning = b.done(d)
 	}
@@ -566,6 +595,19 @@ func (r *resolved) build() queries {
 		b.w(", ", c.v.sql)
 	}
 	q.insertOrder = b.w(")").done(d)
+	if !r.defaultSchema {
+		// What the host's table lacks, kept beside it (oe_order_side):
+		// the seats, the limit and the seat lock, for the order's scope.
+		// An old row of a number the host deleted is replaced.
+		b = (&sb{}).w("INSERT INTO oe_order_side (scope, order_no, seats, seat_limit, lock_id, created_at_ms) VALUES (").
+			p(aScope).w(", ").p(aNo).w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID).w(", ", nowMS[d], ")")
+		if d == MySQL {
+			b.w(" ON DUPLICATE KEY UPDATE seats = VALUES(seats), seat_limit = VALUES(seat_limit), lock_id = VALUES(lock_id), created_at_ms = VALUES(created_at_ms)")
+		} else {
+			b.w(" ON CONFLICT (scope, order_no) DO UPDATE SET seats = excluded.seats, seat_limit = excluded.seat_limit, lock_id = excluded.lock_id, created_at_ms = excluded.created_at_ms")
+		}
+		q.insertSide = b.done(d)
+	}
 	if r.claims {
 		b = (&sb{}).w("INSERT INTO ", r.c, " (", r.cShow, ", ", r.cSeat, ", ", r.cNo)
 		if r.cState != "" {
@@ -584,7 +626,7 @@ func (r *resolved) build() queries {
 		q.insertSeat = b.w(")").done(d)
 
 		// Claims of pending and paid orders, keyset on (show, seat).
-		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", o.", r.status, ", ", r.lockCol("o."),
+		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", o.", r.status, ", ", r.ownLock("o."),
 			" FROM ", r.c, " s JOIN ", r.o, " o ON o.", r.no, " = s.", r.cNo)
 		if r.exactIDs {
 			b.w(" AND CAST(o.", r.no, " AS BINARY) = CAST(s.", r.cNo, " AS BINARY)")
@@ -643,20 +685,49 @@ func (r *resolved) build() queries {
 	if r.updated != "" {
 		age = "(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"
 	}
-	q.statusesPre = "SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.lockCol("") + " FROM " + r.o + " WHERE " + r.no + " IN ("
+	q.statusesPre = "SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.ownLock("") + " FROM " + r.o + " WHERE " + r.no + " IN ("
 	b = &sb{}
 	conds(b, "", r.where)
 	q.statusesPost = ")" + b.b.String()
 	return q
 }
 
-// lockCol is the order's seat lock id column with its table prefix, or NULL
-// for a host's table mapped without one.
-func (r *resolved) lockCol(prefix string) string {
+// ownLock is the order's seat lock id column of the library's schema with
+// its table prefix, or NULL on a host's table (the caller reads the side
+// table: Store.sideLocks).
+func (r *resolved) ownLock(prefix string) string {
 	if r.defaultSchema {
 		return prefix + "lock_id"
 	}
 	return "NULL"
+}
+
+// lock writes the order's seat lock id: oe_order.lock_id (with its table
+// prefix), or on a host's table the side table's, for the order number
+// argument.
+func (r *resolved) lock(b *sb, prefix string) {
+	if r.defaultSchema {
+		b.w(prefix, "lock_id")
+		return
+	}
+	r.side(b, "lock_id")
+}
+
+// sideSeats writes the seats the order was placed with, as a list: on a
+// host's table, from the side table; NULL on the library's (its seats are
+// claims).
+func (r *resolved) sideSeats(b *sb) {
+	if r.defaultSchema {
+		b.w("NULL")
+		return
+	}
+	r.side(b, "seats")
+}
+
+// side writes a scalar subquery of oe_order_side's column col (a literal
+// of this file) for the order number argument in the store's scope.
+func (r *resolved) side(b *sb, col string) {
+	b.w("(SELECT sd.", col, " FROM oe_order_side sd WHERE sd.scope = ").p(aScope).w(" AND sd.order_no = ").p(aNo).w(")")
 }
 
 // oneOrPlain is the single-statement transition on PostgreSQL, with or
@@ -666,11 +737,15 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 		b := &sb{}
 		b.w("WITH cas AS (")
 		r.cas(b, extra, s, owner, due)
-		b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ", r.lockCol(""), " AS lk)")
+		b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ")
+		r.sideSeats(b)
+		b.w(" AS st, ")
+		r.lock(b, "")
+		b.w(" AS lk)")
 		if pay {
 			decide(b)
 		}
-		b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, NULL, cas.lk FROM cas")
+		b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, cas.st, cas.lk FROM cas")
 		return b.done(r.d)
 	}
 	return r.oneRenamed(extra, s, owner, due, pay)
@@ -682,8 +757,8 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 // (refunded, or another order's payment) with a unique violation, which
 // aborts the whole statement: the order is not paid then.
 func decide(b *sb) {
-	b.w(", dec AS (INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) SELECT ").
-		p(aPayment).w(", ").p(aNo).w(", CAST(cas.u AS VARCHAR(64)), 0, cas.nw, cas.nw, cas.nw FROM cas)")
+	b.w(", dec AS (INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) SELECT ").
+		p(aPayment).w(", ").p(aScope).w(", ").p(aNo).w(", CAST(cas.u AS VARCHAR(64)), 0, cas.nw, cas.nw, cas.nw FROM cas)")
 }
 
 // after writes the keyset condition "(a, b) > (x, ?)" in the form the

@@ -63,7 +63,7 @@ func (s *Store) Check(ctx context.Context) error {
 		} else {
 			want("user", o.UserID, "string")
 		}
-		want("show", o.ShowID, "string")
+		want("show", o.ShowID, idClass(o.NumericShowID))
 		want("status", o.Status, kindClass(r.pending))
 		want("deadline", o.Deadline.Column, timeClass(s.dialect, o.Deadline.Type))
 		want("created-at", o.CreatedAt.Column, timeClass(s.dialect, o.CreatedAt.Type))
@@ -120,7 +120,7 @@ func (s *Store) Check(ctx context.Context) error {
 					bad("claims column %s.%s (%s): is %s (%s), the mapping needs %s", c.Table, col, what, t, got, class)
 				}
 			}
-			want("show", c.ShowID, "string")
+			want("show", c.ShowID, idClass(o.NumericShowID))
 			want("seat", c.SeatID, "string")
 			want("order number", c.OrderNo, "string")
 			if r.cLocked != nil {
@@ -485,4 +485,13 @@ func timeClass(d Dialect, t TimeType) string {
 	default:
 		return "timestamp"
 	}
+}
+
+// idClass is the column class an id column needs: "integer" for a numeric
+// one (Orders.NumericUserID, NumericShowID), else "string".
+func idClass(numeric bool) string {
+	if numeric {
+		return "integer"
+	}
+	return "string"
 }

@@ -62,7 +62,7 @@ func ExampleSchema() {
 	stmts, err := sqlstore.Schema(sqlstore.Postgres)
 	check(err)
 	fmt.Println(len(stmts), "statements")
-	// Output: 7 statements
+	// Output: 9 statements
 }
 
 // check stops an example at an error; a host handles it.

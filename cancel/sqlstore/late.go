@@ -183,11 +183,11 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	// honoured by another reinstatement), and makes a concurrent
 	// RecordDiscrepancy of this id wait for this transaction and then find
 	// it decided. status 0: honoured, settled at once, never refunded.
-	decide := "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)"
+	decide := "INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)"
 	if s.dialect != MySQL {
 		decide += " ON CONFLICT (payment_id) DO NOTHING"
 	}
-	r, err = tx.ExecContext(ctx, s.lateSQL(decide), p.PaymentID, p.OrderNo, o.UserID)
+	r, err = tx.ExecContext(ctx, s.lateSQL(decide), p.PaymentID, s.m.scope, p.OrderNo, o.UserID)
 	if err != nil {
 		if isDuplicate(err) {
 			return res, false, false, fmt.Errorf("payment %s decided before: %w", p.PaymentID, cancel.ErrDiscrepancy)

@@ -23,7 +23,8 @@ import (
 //
 // The zero Mapping is the library's own schema (Schema, Migrate), the same as
 // DefaultMapping. With any other mapping the store creates only its own
-// table (oe_payment_discrepancy, in Migrate) and never alters the host's:
+// tables (oe_payment_discrepancy and oe_order_side, in Migrate), keeping
+// there what the host's table lacks, and never alters the host's:
 // call Check at startup, which reads the live database and names every
 // missing or unusable table, column and index.
 type Mapping struct {
@@ -49,8 +50,13 @@ type Orders struct {
 	// canonical decimal form of an int64 ("42", never "042" or "+42"); any
 	// other user id owns no order, and Place refuses it.
 	NumericUserID bool
-	// ShowID is the show's column (string typed).
+	// ShowID is the show's column, string typed unless NumericShowID.
 	ShowID string
+	// NumericShowID says ShowID, and the claims table's show column, are
+	// integer columns (a show is an event row's numeric key). Show ids are
+	// then the canonical decimal form of an int64, as with NumericUserID;
+	// Place refuses any other.
+	NumericShowID bool
 	// Status is the status column, integer or string typed as the values in
 	// Statuses are.
 	Status string

@@ -319,7 +319,7 @@ func TestHostSchemas(t *testing.T) {
 
 // TestDefaultMappingIsTheSchema: DefaultMapping given to New is the zero
 // Mapping (Migrate creates the whole schema), and an edited copy is a
-// host's (Migrate creates only the library's own table).
+// host's (Migrate creates only the library's own tables).
 func TestDefaultMappingIsTheSchema(t *testing.T) {
 	ctx := context.Background()
 	db := openSQLite(t)
@@ -337,7 +337,7 @@ func TestDefaultMappingIsTheSchema(t *testing.T) {
 	require.NoError(t, s2.Migrate(ctx))
 	var n int
 	require.NoError(t, other.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'oe_%'").Scan(&n))
-	require.Equal(t, 1, n, "only oe_payment_discrepancy")
+	require.Equal(t, 2, n, "only oe_payment_discrepancy and oe_order_side")
 	require.ErrorIs(t, s2.Check(ctx), sqlstore.ErrMapping, "the host's orders table does not exist")
 }
 

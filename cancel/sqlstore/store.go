@@ -183,9 +183,13 @@ func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
 	// MySQL: a duplicate key is error 1062 (INSERT IGNORE would hide other
 	// errors, and ON DUPLICATE KEY UPDATE reports 1 row either way with
 	// clientFoundRows). The others: 0 rows when recorded before.
-	recordSQL := "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES (?, ?, ?, ?, NOW_MS, NOW_MS)"
+	//
+	// Every row carries the store's scope: a store claims, settles and
+	// looks up only its own (one tenant's refunds are never another's),
+	// while the primary key decides each payment id once across scopes.
+	recordSQL := "INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES (?, ?, ?, ?, ?, NOW_MS, NOW_MS)"
 	if d != MySQL {
-		recordSQL = "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES (?, ?, ?, ?, NOW_MS, NOW_MS) ON CONFLICT (payment_id) DO NOTHING"
+		recordSQL += " ON CONFLICT (payment_id) DO NOTHING"
 	}
 	// The compare-and-set of a claim: only the claimer that read this
 	// tried_at wins. The new tried_at is always greater than the old, so the
@@ -197,14 +201,14 @@ func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
 		claimSQL = "UPDATE oe_payment_discrepancy SET tried_at_ms = MAX(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"
 	}
 	q.recordDiscrepancy = bind(recordSQL)
-	q.dueDiscrepancies = bind("SELECT payment_id, order_no, user_id, status, tried_at_ms FROM oe_payment_discrepancy WHERE settled_at_ms IS NULL AND tried_at_ms <= (SELECT NOW_MS) - ? ORDER BY tried_at_ms, payment_id LIMIT ?")
+	q.dueDiscrepancies = bind("SELECT payment_id, order_no, user_id, status, tried_at_ms FROM oe_payment_discrepancy WHERE scope = ? AND settled_at_ms IS NULL AND tried_at_ms <= (SELECT NOW_MS) - ? ORDER BY tried_at_ms, payment_id LIMIT ?")
 	q.claimDiscrepancy = bind(claimSQL)
-	q.settleDiscrepancy = bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND settled_at_ms IS NULL")
-	q.discrepancyExists = bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ?")
+	q.settleDiscrepancy = bind("UPDATE oe_payment_discrepancy SET settled_at_ms = NOW_MS WHERE payment_id = ? AND scope = ? AND settled_at_ms IS NULL")
+	q.discrepancyExists = bind("SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = ? AND scope = ?")
 	// A payment's decision row, in its transaction: the id recorded as
 	// honoured (status 0, settled), so that one primary key decides every
 	// payment id once, on time, late or refused (see late.go).
-	q.decidePayment = bind("INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)")
+	q.decidePayment = bind("INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)")
 	return &Store{db: db, dialect: d, m: r, q: q, stmts: map[string]*sql.Stmt{}}, nil
 }
 
@@ -220,7 +224,10 @@ func (s *Store) Scope() string {
 }
 
 // args binds v to st for this store.
-func (s *Store) args(st stmt, v vals) []any { return st.args(v, s.m.raw.Orders.NumericUserID) }
+func (s *Store) args(st stmt, v vals) []any {
+	v.scope = s.m.scope
+	return st.args(v, numeric{user: s.m.raw.Orders.NumericUserID, show: s.m.raw.Orders.NumericShowID})
+}
 
 // rebind turns ? placeholders into $n for PostgreSQL. Queries here contain no
 // string literals with '?', so a plain scan is exact.
@@ -292,18 +299,33 @@ func (s *Store) Close() error {
 // once). Every step looks before it changes anything, so Migrate is
 // idempotent, and safe to run from several hosts at once.
 //
-// On a store with a Mapping, Migrate creates only the library's own table,
-// oe_payment_discrepancy (the statements of Schema that name it), and never
-// touches the host's tables: their migrations are the host's.
+// On a store with a Mapping, Migrate creates only the library's own tables,
+// oe_payment_discrepancy and oe_order_side (the statements of Schema that
+// name them), and never touches the host's tables: their migrations are the
+// host's. On every store it adds oe_payment_discrepancy.scope where it is
+// missing (rows recorded before it are the library's schema's, scope "").
 func (s *Store) Migrate(ctx context.Context) error {
 	stmts, err := Schema(s.dialect)
 	if err != nil {
 		return err
 	}
+	var onScope []string // indexes on oe_payment_discrepancy.scope: after upgradeScope
 	for _, q := range stmts {
-		if !s.m.defaultSchema && !strings.Contains(q, "oe_payment_discrepancy") {
+		if !s.m.defaultSchema && !strings.Contains(q, "oe_payment_discrepancy") && !strings.Contains(q, "oe_order_side") {
 			continue
 		}
+		if strings.HasPrefix(q, "CREATE INDEX") && strings.Contains(q, "(scope,") {
+			onScope = append(onScope, q)
+			continue
+		}
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+	}
+	if err := s.upgradeScope(ctx); err != nil {
+		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
+	}
+	for _, q := range onScope {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
@@ -335,6 +357,28 @@ var addPaymentID = map[Dialect]string{
 	MySQL:    "ALTER TABLE oe_order ADD COLUMN payment_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL",
 	Postgres: "ALTER TABLE oe_order ADD COLUMN payment_id VARCHAR(64)",
 	SQLite:   "ALTER TABLE oe_order ADD COLUMN payment_id TEXT",
+}
+
+// addScope adds oe_payment_discrepancy.scope (and on MySQL its indexes, which
+// the other dialects create with Schema's statements after it), by dialect.
+// Rows recorded before it belong to the library's own schema's scope, "".
+var addScope = map[Dialect]string{
+	MySQL:    "ALTER TABLE oe_payment_discrepancy ADD COLUMN scope VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '', ADD KEY oe_payment_discrepancy_scope_due (scope, settled_at_ms, tried_at_ms), ADD KEY oe_payment_discrepancy_order (scope, order_no, status)",
+	Postgres: "ALTER TABLE oe_payment_discrepancy ADD COLUMN scope VARCHAR(255) NOT NULL DEFAULT ''",
+	SQLite:   "ALTER TABLE oe_payment_discrepancy ADD COLUMN scope VARCHAR(255) NOT NULL DEFAULT ''",
+}
+
+// upgradeScope adds oe_payment_discrepancy.scope where it is missing
+// (Migrate, on every store).
+func (s *Store) upgradeScope(ctx context.Context) error {
+	has, err := s.hasColumn(ctx, "oe_payment_discrepancy", "scope")
+	if err != nil || has {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, addScope[s.dialect]); err != nil && !isDuplicateColumn(err) {
+		return fmt.Errorf("add oe_payment_discrepancy.scope: %w", err)
+	}
+	return nil
 }
 
 // upgrade is Migrate's second half: see there.
@@ -432,12 +476,20 @@ func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error
 	if !ok {
 		return fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
 	}
+	if v.showNum, ok = s.numericShow(p.ShowID); !ok {
+		return fmt.Errorf("sqlstore: place order %s: %w: show id %q is not a canonical integer (the mapping's show column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.ShowID)
+	}
 	v.deadline, v.seats, v.seatLimit, v.lockID = s.timeArg(p.ExpireAt), seatList(p.Seats), p.Limit, p.LockID
 	if _, err := tx.ExecContext(ctx, s.q.insertOrder.sql, s.args(s.q.insertOrder, v)...); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 		}
 		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+	}
+	if st := s.q.insertSide; st.sql != "" {
+		if _, err := tx.ExecContext(ctx, st.sql, s.args(st, v)...); err != nil {
+			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
+		}
 	}
 	if !s.m.claims {
 		return nil
@@ -462,6 +514,23 @@ func nullIfEmpty(s string) any {
 	return s
 }
 
+// numericShow is show as the integer of a numeric show column; false when
+// the column is numeric and show is not the canonical decimal form of an
+// int64 (0, true when the column is a string).
+func (s *Store) numericShow(show string) (int64, bool) {
+	if !s.m.raw.Orders.NumericShowID {
+		return 0, true
+	}
+	return canonicalInt(show)
+}
+
+// canonicalInt parses the canonical decimal form of an int64 ("42", never
+// "042" or "+42").
+func canonicalInt(v string) (int64, bool) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil && strconv.FormatInt(n, 10) == v
+}
+
 // user sets the user of v; false when the mapping's user column is numeric
 // and u is not the canonical decimal form of an int64 (no order is u's).
 func (s *Store) user(v vals, u string) (vals, bool) {
@@ -469,12 +538,9 @@ func (s *Store) user(v vals, u string) (vals, bool) {
 	if !s.m.raw.Orders.NumericUserID || u == "" {
 		return v, true
 	}
-	n, err := strconv.ParseInt(u, 10, 64)
-	if err != nil || strconv.FormatInt(n, 10) != u {
-		return v, false
-	}
+	n, ok := canonicalInt(u)
 	v.userNum = n
-	return v, true
+	return v, ok
 }
 
 // timeArg is the deadline argument of Place for at: epoch milliseconds
@@ -654,13 +720,13 @@ func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt)
 		if err != nil {
 			return err
 		}
-		if res, err = readForTransition(rows, v.no); err != nil {
+		if res, err = readForTransition(rows, v.no, !s.m.claims); err != nil {
 			return err
 		}
 		if stmts[3] != nil {
 			// The payment id's decision row (see decidePayment): a
 			// duplicate key rolls the whole transaction back.
-			if _, err := tx.StmtContext(ctx, stmts[3]).ExecContext(ctx, v.payment, v.no, res.Order.UserID); err != nil {
+			if _, err := tx.StmtContext(ctx, stmts[3]).ExecContext(ctx, v.payment, s.m.scope, v.no, res.Order.UserID); err != nil {
 				return err
 			}
 		}
@@ -704,12 +770,12 @@ func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals)
 		if err != nil {
 			return err
 		}
-		res, err = readForTransition(rows, v.no)
+		res, err = readForTransition(rows, v.no, !s.m.claims)
 		if errors.Is(err, sql.ErrNoRows) {
 			if rows, err = tx.StmtContext(ctx, stmts[2]).QueryContext(ctx, s.args(s.q.orderSeats, v)...); err != nil {
 				return err
 			}
-			res, err = readForTransition(rows, v.no)
+			res, err = readForTransition(rows, v.no, !s.m.claims)
 		}
 		slices.Sort(res.Seats) // RETURNING has no ORDER BY
 		return err
@@ -731,7 +797,7 @@ func (s *Store) transitionOne(ctx context.Context, one stmt, v vals) (cancel.Res
 		var rows *sql.Rows
 		rows, err = st.QueryContext(ctx, s.args(one, v)...)
 		if err == nil {
-			res, err = readForTransition(rows, v.no)
+			res, err = readForTransition(rows, v.no, !s.m.claims)
 			changed = err == nil
 			if errors.Is(err, sql.ErrNoRows) {
 				return cancel.Result{}, false, nil
@@ -750,8 +816,10 @@ func (s *Store) transitionOne(ctx context.Context, one stmt, v vals) (cancel.Res
 
 // readForTransition reads the order, its seats and its lock id from rows of
 // (user, show, deadline ms, now ms, seat or NULL, lock id or NULL), and
-// closes them; sql.ErrNoRows when there are none.
-func readForTransition(rows *sql.Rows, orderNo string) (cancel.Result, error) {
+// closes them; sql.ErrNoRows when there are none. With list, the seat
+// column holds the order's seats as a list (a host's table without claims:
+// the side table's).
+func readForTransition(rows *sql.Rows, orderNo string, list bool) (cancel.Result, error) {
 	defer rows.Close()
 	res := cancel.Result{Order: expiry.Order{No: orderNo}}
 	found := false
@@ -764,7 +832,12 @@ func readForTransition(rows *sql.Rows, orderNo string) (cancel.Result, error) {
 		res.LockID = lockID.String
 		found = true
 		res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
-		if seat.Valid {
+		switch {
+		case seat.Valid && list:
+			if seat.String != "" {
+				res.Seats = strings.Split(seat.String, ",")
+			}
+		case seat.Valid:
 			res.Seats = append(res.Seats, seat.String)
 		}
 	}
@@ -1028,8 +1101,45 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 		}
+		if err := s.sideLocks(ctx, chunk, func(no, lockID string) {
+			if st, ok := out[no]; ok {
+				st.LockID = lockID
+				out[no] = st
+			}
+		}); err != nil {
+			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
+		}
 	}
 	return out, nil
+}
+
+// sideLocks calls found with the seat lock id the side table keeps for each
+// of nos that has one, on a host's table (the library's keeps it in
+// oe_order: nothing to do). The side table's ids are byte-exact (ascii_bin
+// on MySQL), so no case variant answers.
+func (s *Store) sideLocks(ctx context.Context, nos []string, found func(no, lockID string)) error {
+	if s.m.defaultSchema || len(nos) == 0 {
+		return nil
+	}
+	q := rebind(s.dialect, "SELECT order_no, lock_id FROM oe_order_side WHERE scope = ? AND lock_id IS NOT NULL AND order_no IN (?"+strings.Repeat(", ?", len(nos)-1)+")")
+	args := make([]any, 0, len(nos)+1)
+	args = append(args, s.m.scope)
+	for _, no := range nos {
+		args = append(args, no)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("side rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var no, lockID string
+		if err := rows.Scan(&no, &lockID); err != nil {
+			return fmt.Errorf("side rows: %w", err)
+		}
+		found(no, lockID)
+	}
+	return rows.Err()
 }
 
 // Claims returns up to limit seat claims of pending and paid orders in
@@ -1042,27 +1152,29 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 		return nil, "", nil
 	}
 	show, seat, _ := strings.Cut(cursor, "|")
-	rows, err := s.db.QueryContext(ctx, s.q.claims.sql, s.claimsArgs(show, seat, limit)...)
+	out, err := s.readClaims(ctx, show, seat, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 	}
-	defer rows.Close()
-	out := make([]cancel.Claim, 0, limit)
-	for rows.Next() {
-		var c cancel.Claim
-		var key string
-		var lockID sql.NullString
-		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &key, &lockID); err != nil {
+	// A host's table: each order's lock id is in the side table.
+	var nos []string
+	at := map[string][]int{}
+	for i, c := range out {
+		if _, ok := at[c.OrderNo]; !ok {
+			nos = append(nos, c.OrderNo)
+		}
+		at[c.OrderNo] = append(at[c.OrderNo], i)
+	}
+	for len(nos) > 0 {
+		chunk := nos[:min(len(nos), maxIn)]
+		nos = nos[len(chunk):]
+		if err := s.sideLocks(ctx, chunk, func(no, lockID string) {
+			for _, i := range at[no] {
+				out[i].LockID = lockID
+			}
+		}); err != nil {
 			return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 		}
-		c.LockID = lockID.String
-		if c.Status, err = s.status(key); err != nil {
-			return nil, "", fmt.Errorf("sqlstore: claims: order %s: %w", c.OrderNo, err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 	}
 	if len(out) < limit {
 		return out, "", nil
@@ -1071,10 +1183,35 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	return out, last.ShowID + "|" + last.SeatID, nil
 }
 
+// readClaims reads one page of Claims.
+func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) ([]cancel.Claim, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.claims.sql, s.claimsArgs(show, seat, limit)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]cancel.Claim, 0, limit)
+	for rows.Next() {
+		var c cancel.Claim
+		var key string
+		var lockID sql.NullString
+		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &key, &lockID); err != nil {
+			return nil, err
+		}
+		c.LockID = lockID.String
+		if c.Status, err = s.status(key); err != nil {
+			return nil, fmt.Errorf("order %s: %w", c.OrderNo, err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
 // claimsArgs are the arguments of the claims query for a page of limit
 // after (show, seat).
 func (s *Store) claimsArgs(show, seat string, limit int) []any {
-	return s.args(s.q.claims, vals{showKey: show, seatKey: seat, limit: limit})
+	num, _ := s.numericShow(show) // the cursor's show came from a numeric column: canonical
+	return s.args(s.q.claims, vals{showKey: show, showKeyNum: num, seatKey: seat, limit: limit})
 }
 
 // RecordDiscrepancy implements cancel.DiscrepancyStore: it inserts d into
@@ -1092,7 +1229,7 @@ func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bo
 	}
 	var recorded bool
 	err = s.retry(ctx, func(tx *sql.Tx) error {
-		r, err := tx.StmtContext(ctx, st).ExecContext(ctx, d.PaymentID, d.OrderNo, d.UserID, uint8(d.Status))
+		r, err := tx.StmtContext(ctx, st).ExecContext(ctx, d.PaymentID, s.m.scope, d.OrderNo, d.UserID, uint8(d.Status))
 		if err != nil {
 			return err
 		}
@@ -1140,7 +1277,7 @@ func (s *Store) ClaimDiscrepancies(ctx context.Context, lease time.Duration, lim
 		triedMS int64
 	}
 	var cands []candidate
-	rows, err := due.QueryContext(ctx, leaseMS, limit)
+	rows, err := due.QueryContext(ctx, s.m.scope, leaseMS, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
 	}
@@ -1187,7 +1324,7 @@ func (s *Store) SettleDiscrepancy(ctx context.Context, paymentID string) error {
 	if err != nil {
 		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
 	}
-	r, err := st.ExecContext(ctx, paymentID)
+	r, err := st.ExecContext(ctx, paymentID, s.m.scope)
 	if err != nil {
 		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
 	}
@@ -1195,7 +1332,7 @@ func (s *Store) SettleDiscrepancy(ctx context.Context, paymentID string) error {
 		return err
 	}
 	var n int
-	if err := s.db.QueryRowContext(ctx, s.q.discrepancyExists, paymentID).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.discrepancyExists, paymentID, s.m.scope).Scan(&n); err != nil {
 		return fmt.Errorf("sqlstore: settle discrepancy of payment %s: %w", paymentID, err)
 	}
 	if n == 0 {

@@ -495,9 +495,10 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`what + " condition column"`:                                                                                           "an error message of resolve, never SQL",
 		`"cancelled status for " + string(reason)`:                                                                             "an error message of resolve, never SQL",
 		`"(SELECT " + now + ")"`:                                                                                               "due: a clock expression of nowAs",
-		`"SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.lockCol("") + " FROM " + r.o + " WHERE " + r.no + " IN ("`: "the Statuses query's head: quoted mapped names, the age below and lockCol",
-		`prefix + "lock_id"`: "lockCol: a table alias (\"\" or \"o.\" at every call) and the library's own column",
-		`"(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"`: "the Statuses age: the clock constant minus asMS of the quoted updated-at column",
+		`"SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.ownLock("") + " FROM " + r.o + " WHERE " + r.no + " IN ("`: "the Statuses query's head: quoted mapped names, the age below and ownLock",
+		`prefix + "lock_id"`: "ownLock: a table alias (\"\" or \"o.\" at every call) and the library's own column",
+		`"SELECT order_no, lock_id FROM oe_order_side WHERE scope = ? AND lock_id IS NOT NULL AND order_no IN (?" + strings.Repeat(", ?", len(nos)-1) + ")"`: "sideLocks: placeholders only",
+		`"(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"`:                                                                                "the Statuses age: the clock constant minus asMS of the quoted updated-at column",
 		`")" + b.b.String()`: "the Statuses query's tail: the conditions built by the builder",
 		`s.q.statusesPre + "?" + strings.Repeat(", ?", len(chunk)-1) + s.q.statusesPost`: "the IN list: placeholders only, between the two parts above",
 		`last + "|" + no`: "the Expired cursor returned to the caller, never SQL text (it goes back in as arguments)",
@@ -508,15 +509,16 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 	}
 	// The builder's arguments that are not string literals.
 	builderArgs := map[string]string{
-		"col": "a quoted mapped column (the callers pass r.… fields or \"alias.\"+field)", "extra": "a quoted mapped column or \"\"",
+		"col": "a quoted mapped column (the callers pass r.… fields or \"alias.\"+field), or a literal column of oe_order_side (side)", "extra": "a quoted mapped column or \"\"",
 		"alias": "\"\", \"o.\", \"s.\" or \"c.\" at every call", "now": "a clock expression of nowAs", "seat": "\"NULL\" or \"rel.seat\"",
 		"pre": "the text around a placeholder of keyArg", "post": "as pre", "a": "a quoted mapped column", "c": "a quoted mapped column",
 		"payment": "\"NULL\" or a quoted mapped column", "x": "keyArg's SQL",
-		"expr": "a quoted mapped column after \"o.\", or r.expireMS(\"o.\")",
+		"expr":   "a quoted mapped column after \"o.\", or r.expireMS(\"o.\")",
+		"prefix": "a table alias: \"\" or \"o.\" at every call of lock",
 	}
 	// stable rewrites a clock expression of nowAs or nowMS; the others build
 	// expressions of a quoted column and numbers of the mapping.
-	builderCalls := map[string]bool{"nowAs": true, "asMS": true, "keyOf": true, "keyArg": true, "r.expireMS": true, "stable": true, "r.lockCol": true}
+	builderCalls := map[string]bool{"nowAs": true, "asMS": true, "keyOf": true, "keyArg": true, "r.expireMS": true, "stable": true, "r.ownLock": true}
 	dir := filepath.Join("..", "..", "cancel", "sqlstore")
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	require.NoError(t, err)

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS oe_order_seat (
 -- tried again until it succeeds (invariant I9).
 CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     payment_id     VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    scope          VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '', -- the store's (Store.Scope): its rows only are its
     order_no       VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     user_id        VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     status         SMALLINT    NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled, 0 it reinstated the order (honoured, settled at once)
@@ -49,6 +50,22 @@ CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     tried_at_ms    BIGINT      NOT NULL, -- the hook's last start: claimed again a lease later
     settled_at_ms  BIGINT      NULL,     -- the hook succeeded
     PRIMARY KEY (payment_id),
-    -- The retry scan: unsettled by last try (InnoDB appends payment_id).
-    KEY oe_payment_discrepancy_due (settled_at_ms, tried_at_ms)
+    -- The retry scan of one scope: unsettled by last try (InnoDB appends
+    -- payment_id), and the payment that paid an order.
+    KEY oe_payment_discrepancy_scope_due (scope, settled_at_ms, tried_at_ms),
+    KEY oe_payment_discrepancy_order (scope, order_no, status)
+) ENGINE=InnoDB;
+
+-- What a host's own orders table (a Mapping) lacks, kept beside it: the seats
+-- an order was placed with, its purchase limit and its seat lock, keyed by
+-- the store's scope (Store.Scope) and the host's order number. The library's
+-- own schema keeps these in oe_order.
+CREATE TABLE IF NOT EXISTS oe_order_side (
+    scope         VARCHAR(255)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    order_no      VARCHAR(64)   CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    seats         VARCHAR(3300) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, -- sorted, comma-separated
+    seat_limit    INT           NOT NULL,
+    lock_id       VARCHAR(41)   CHARACTER SET ascii COLLATE ascii_bin NULL,
+    created_at_ms BIGINT        NOT NULL,
+    PRIMARY KEY (scope, order_no)
 ) ENGINE=InnoDB;

@@ -38,6 +38,7 @@ CREATE INDEX IF NOT EXISTS oe_order_seat_order ON oe_order_seat (order_no);
 -- tried again until it succeeds (invariant I9).
 CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     payment_id     VARCHAR(64) PRIMARY KEY,
+    scope          VARCHAR(255) NOT NULL DEFAULT '', -- the store's (Store.Scope): its rows only are its
     order_no       VARCHAR(64) NOT NULL,
     user_id        VARCHAR(64) NOT NULL,
     status         SMALLINT    NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled, 0 it reinstated the order (honoured, settled at once)
@@ -45,5 +46,21 @@ CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     tried_at_ms    BIGINT      NOT NULL, -- the hook's last start: claimed again a lease later
     settled_at_ms  BIGINT                -- the hook succeeded
 );
--- The retry scan: unsettled by last try.
-CREATE INDEX IF NOT EXISTS oe_payment_discrepancy_due ON oe_payment_discrepancy (settled_at_ms, tried_at_ms, payment_id);
+-- The retry scan of one scope: unsettled by last try. And the payment that
+-- paid an order.
+CREATE INDEX IF NOT EXISTS oe_payment_discrepancy_scope_due ON oe_payment_discrepancy (scope, settled_at_ms, tried_at_ms, payment_id);
+CREATE INDEX IF NOT EXISTS oe_payment_discrepancy_order ON oe_payment_discrepancy (scope, order_no, status);
+
+-- What a host's own orders table (a Mapping) lacks, kept beside it: the seats
+-- an order was placed with, its purchase limit and its seat lock, keyed by
+-- the store's scope (Store.Scope) and the host's order number. The library's
+-- own schema keeps these in oe_order.
+CREATE TABLE IF NOT EXISTS oe_order_side (
+    scope         VARCHAR(255) NOT NULL,
+    order_no      VARCHAR(64)  NOT NULL,
+    seats         TEXT         NOT NULL, -- sorted, comma-separated
+    seat_limit    INTEGER      NOT NULL,
+    lock_id       VARCHAR(41),
+    created_at_ms BIGINT       NOT NULL,
+    PRIMARY KEY (scope, order_no)
+);
