@@ -108,7 +108,7 @@ func statusSum(t *testing.T, cfgs []*mysql.Config, name string) int64 {
 		require.NoError(t, err)
 		var k string
 		var v int64
-		err = db.QueryRow("SHOW GLOBAL STATUS LIKE '" + name + "'").Scan(&k, &v)
+		err = db.QueryRow("SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&k, &v)
 		_ = db.Close()
 		if err == nil {
 			sum += v

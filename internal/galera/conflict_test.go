@@ -160,4 +160,3 @@ func certificationConflicts(t *testing.T, params map[string]string) {
 	}
 	assert.Greater(t, certFailures+bfAborts, int64(0), "no certification conflict happened: the test proved nothing")
 }
-
