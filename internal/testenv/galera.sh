@@ -195,7 +195,7 @@ _gal_launch() {
         --wsrep-node-address="127.0.0.1:$(_gal_gcomm "$n")" \
         --wsrep-node-incoming-address="127.0.0.1:$(_gal_port "$n")" \
         --wsrep-sst-method=rsync --wsrep-sst-receive-address="127.0.0.1:$(_gal_sst "$n")" \
-        --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:$(_gal_gcomm "$n");ist.recv_addr=127.0.0.1:$(_gal_ist "$n");gcache.size=128M;evs.suspect_timeout=PT3S;evs.inactive_timeout=PT6S;evs.install_timeout=PT6S" \
+        --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:$(_gal_gcomm "$n");ist.recv_addr=127.0.0.1:$(_gal_ist "$n");gcache.size=128M;evs.keepalive_period=PT0.5S;evs.suspect_timeout=PT2S;evs.inactive_timeout=PT4S;evs.install_timeout=PT4S" \
         --wsrep-slave-threads=2 \
         "$@" 9>&-
 }
@@ -262,6 +262,25 @@ GRANT ALL PRIVILEGES ON *.* TO 'oe'@'127.0.0.1' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON *.* TO 'oe'@'localhost' WITH GRANT OPTION;
 CREATE DATABASE IF NOT EXISTS oe CHARACTER SET utf8mb4;
 SQL
+}
+
+# _gal_recover N: after a crash (grastate.dat's seqno is -1) print node N's last committed
+# position (uuid:seqno) as InnoDB has it, read by mariadbd --wsrep-recover, as mysqld_safe does:
+# started with it, the node asks for an IST of what it missed, not a full SST.
+_gal_recover() {
+    local n="$1" d user_opt=() line
+    d="$(_gal_dir "$n")"
+    grep -q '^seqno: *-1' "$d/data/grastate.dat" 2>/dev/null || return 0
+    [[ $EUID -eq 0 ]] && user_opt=(--user=mysql)
+    timeout 60 "$_GAL_MARIADBD" --no-defaults "${user_opt[@]}" --datadir="$d/data" \
+        --socket="$d/recover.sock" --pid-file="$d/recover.pid" --skip-networking \
+        --log-error="$d/recover.log" --innodb-buffer-pool-size=128M --innodb-log-file-size=48M \
+        --binlog-format=ROW --wsrep-on=ON --wsrep-provider="$GAL_PROVIDER" --wsrep-recover \
+        --wsrep-cluster-address="gcomm://127.0.0.1:$(_gal_gcomm 1)" --wsrep-sst-method=rsync \
+        </dev/null >/dev/null 2>&1 9>&- || return 0
+    line="$(grep -o 'WSREP: Recovered position: [0-9a-f-]*:[0-9-]*' "$d/recover.log" | tail -n1)"
+    line="${line##* }"
+    [[ $line == *:-1 || -z $line ]] || echo "$line"
 }
 
 # _gal_safe N: node N's grastate.dat says it may bootstrap (it was the last one down, cleanly).
@@ -361,9 +380,15 @@ gal_start_node() {
     ((ok)) || { _gal_log "node $n: no other node serves a Primary component to join (start all: gal_start)"; return 1; }
     _gal_kill "$n" || return 1
     _gal_mkdirs "$n" || return 1
-    _gal_launch "$n" || { _gal_tail "$n"; return 1; }
+    local pos=()
+    if pos=("$(_gal_recover "$n")") && [[ -n ${pos[0]} ]]; then
+        pos=(--wsrep-start-position="${pos[0]}")
+    else
+        pos=()
+    fi
+    _gal_launch "$n" "${pos[@]}" || { _gal_tail "$n"; return 1; }
     _gal_await "$n" "$GAL_READY_TIMEOUT" || return 1
-    _gal_log "node $n: rejoined and Synced after $((SECONDS - t0))s ($(grep -o -m1 -E 'IST received|SST (received|succeeded)[^.]*|State transfer required' "$(_gal_dir "$n")/mariadbd.log" | tail -n1))"
+    _gal_log "node $n: rejoined and Synced after $((SECONDS - t0))s (${pos[*]:-no recovered position}; $(grep -o -E 'IST received|SST received' "$(_gal_dir "$n")/mariadbd.log" | tail -n1))"
 }
 
 gal_status() {
