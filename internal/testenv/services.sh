@@ -10,7 +10,8 @@
 #   bash internal/testenv/services.sh start-one NAME  start one server again on the data it has
 #     NAME: redis-primary, redis-replica, redis-pair (both, and the replica following the
 #     primary again after a promotion), redis-cluster-PORT (one node of the Redis Cluster, on
-#     its nodes.conf), broker-a, broker-b. The fault tests (internal/soak) SIGKILL a server by
+#     its nodes.conf), broker-a, broker-b, galera-N (node N of the Galera cluster, 1-3, rejoining
+#     it by IST or SST). The fault tests (internal/soak) SIGKILL a server by
 #     its pid and bring it back with start-one.
 #
 # Each server has its own data directory under ${OE_STATE_DIR:-/tmp/orderexpiry-services} and
@@ -23,11 +24,15 @@
 #               AOF (appendfsync everysec), maxmemory-policy noeviction: what cancel/redisseat asks
 #   Redis Cluster replicas 127.0.0.1:17004-17006, one per master (the failover case)
 #   RocketMQ (rocketmq.sh) name server 19876, brokers broker-a 20911 and broker-b 20921
+#   MariaDB Galera Cluster (galera.sh) 127.0.0.1:13316-13318, three nodes, user oe/oe, database oe
+#               (group communication 14567-14569, IST 14577-14579, SST 14587-14589)
 # Data directories survive stop, so a second start is quick; tests create their own databases.
 #
 # If internal/testenv/rocketmq.sh exists it is sourced: start ends with rmq_start, stop begins
 # with rmq_stop, and env prints the OE_ROCKETMQ_NAMESRV that rmq_start exported.
 # OE_SKIP_ROCKETMQ=1 leaves RocketMQ alone (then its tests skip, or fail when servers are required).
+# Likewise internal/testenv/galera.sh: start ends with gal_start, stop begins with gal_stop, status
+# reports its nodes and env prints OE_GALERA_DSNS and OE_GALERA_SH; OE_SKIP_GALERA=1 leaves it alone.
 #
 # Progress goes to stderr; only `env` writes to stdout.
 set -euo pipefail
@@ -39,6 +44,7 @@ PG_PORT="${OE_PG_PORT:-15432}"
 READY_TIMEOUT="${OE_READY_TIMEOUT:-60}" # seconds each server gets to answer
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RMQ_SCRIPT="$HERE/rocketmq.sh"
+GAL_SCRIPT="$HERE/galera.sh"
 
 REDIS_CLUSTER_PORTS=(${OE_REDIS_CLUSTER_PORTS:-17001 17002 17003})
 REDIS_CLUSTER_REPLICA_PORTS=(${OE_REDIS_CLUSTER_REPLICA_PORTS:-17004 17005 17006}) # one per master, in order
@@ -617,6 +623,16 @@ rmq_load() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# MariaDB Galera Cluster (optional, provided by galera.sh)
+
+# OE_SKIP_GALERA=1 ignores galera.sh (its tests then skip, or fail when servers are required).
+gal_load() {
+	[[ ${OE_SKIP_GALERA:-0} != 1 && -f $GAL_SCRIPT ]] || return 1
+	# shellcheck source=/dev/null
+	source "$GAL_SCRIPT"
+}
+
+# ---------------------------------------------------------------------------------------------
 # Commands
 
 lock_state() {
@@ -641,6 +657,9 @@ cmd_start() {
 		[[ -n ${OE_ROCKETMQ_NAMESRV:-} ]] || die "rmq_start did not export OE_ROCKETMQ_NAMESRV"
 		printf '%s\n' "$OE_ROCKETMQ_NAMESRV" >"$RMQ_ENV_FILE"
 	fi
+	if gal_load; then
+		gal_start 9>&- || die "galera: gal_start failed (OE_SKIP_GALERA=1 skips the Galera cluster)" # 9>&-: mariadbd must not hold the lock
+	fi
 	log "all services ready in $((SECONDS - t0))s (state: $STATE_DIR)"
 }
 
@@ -654,6 +673,12 @@ cmd_stop() {
 			log "rmq_stop failed (exit $rc)"
 		}
 		rm -f "$RMQ_ENV_FILE"
+	fi
+	if gal_load; then
+		gal_stop || {
+			rc=$?
+			log "gal_stop failed (exit $rc)"
+		}
 	fi
 	redis_stop
 	redis_pair_stop
@@ -698,6 +723,11 @@ cmd_status() {
 		log "postgres: not running"
 		ok=1
 	fi
+	if gal_load; then
+		local line out
+		out="$(gal_status 2>&1)" || ok=1
+		while IFS= read -r line; do log "galera $line"; done <<<"$out"
+	fi
 	return "$ok"
 }
 
@@ -717,6 +747,9 @@ cmd_env() {
 		[[ -z $namesrv ]] || echo "export OE_ROCKETMQ_NAMESRV='$namesrv'"
 		[[ -z $namesrv ]] || echo "export OE_ROCKETMQ_BROKER='127.0.0.1:${RMQ_BROKER_PORT:-20911}'"
 		[[ -z $namesrv ]] || echo "export OE_ROCKETMQ_BROKER_B='127.0.0.1:$RMQ_BROKER_B_PORT'"
+	fi
+	if gal_load; then
+		gal_env
 	fi
 }
 
@@ -741,7 +774,11 @@ cmd_pid() {
 		[[ $1 == broker-b ]] && b=broker-b
 		_rmq_pid "$b"
 		;;
-	*) die "pid: unknown server '${1:-}' (redis-primary, redis-replica, redis-cluster-PORT, broker-a, broker-b)" ;;
+	galera-[123])
+		gal_load || die "the Galera cluster is not enabled here"
+		gal_pid "${1#galera-}"
+		;;
+	*) die "pid: unknown server '${1:-}' (redis-primary, redis-replica, redis-cluster-PORT, broker-a, broker-b, galera-N)" ;;
 	esac
 }
 
@@ -759,7 +796,11 @@ cmd_start_one() {
 		[[ $1 == broker-b ]] && b=broker-b
 		rmq_start_broker "$b" 9>&-
 		;;
-	*) die "start-one: unknown server '${1:-}' (redis-primary, redis-replica, redis-pair, redis-cluster-PORT, broker-a, broker-b)" ;;
+	galera-[123])
+		gal_load || die "the Galera cluster is not enabled here"
+		gal_start_node "${1#galera-}" 9>&-
+		;;
+	*) die "start-one: unknown server '${1:-}' (redis-primary, redis-replica, redis-pair, redis-cluster-PORT, broker-a, broker-b, galera-N)" ;;
 	esac
 }
 
