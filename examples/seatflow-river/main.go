@@ -13,10 +13,13 @@
 // checks passed, 1 a violation (listed above the summary) or a failure, 2
 // bad flags or setup.
 //
-//	go run ./examples/seatflow-river
-//	go run ./examples/seatflow-river -orders 40 -kill-after 8s -seed 7
-//	go run ./examples/seatflow-river -db /tmp/sf.db -kill-after 5s   # run 1, kills itself
-//	go run ./examples/seatflow-river -db /tmp/sf.db                  # run 2, finishes and checks
+// It is a module of its own, so that River stays out of the library's
+// go.mod; from the repository's root:
+//
+//	go -C examples/seatflow-river run .
+//	go -C examples/seatflow-river run . -orders 40 -kill-after 8s -seed 7
+//	go -C examples/seatflow-river run . -db /tmp/sf.db -kill-after 5s   # run 1, kills itself
+//	go -C examples/seatflow-river run . -db /tmp/sf.db                  # run 2, finishes and checks
 package main
 
 import (
@@ -60,7 +63,7 @@ last line is:
 
 Exit status: 0 every check passed; 1 a violation or a failure; 2 bad flags.
 
-Usage: go run ./examples/seatflow-river [flags]
+Usage: go -C examples/seatflow-river run . [flags]
 
 Flags:
 `
