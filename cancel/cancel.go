@@ -333,7 +333,8 @@ func (h Hold) Validate() error {
 // a placer whose insert then fails may release all of them without touching
 // a live order of the same number. The lock's time is the seat store's own
 // clock. It returns the new lock's id (SeatLock.LockID), which no other
-// lock of the seat store shares; h.LockID is ignored. Safe for concurrent
+// lock of the same show shares (ids of two shows may be equal: a lock is
+// named by its show and its id); h.LockID is ignored. Safe for concurrent
 // use.
 type SeatLocker interface {
 	Lock(ctx context.Context, h Hold, limit int) (lockID string, err error)
@@ -432,9 +433,9 @@ type SeatLock struct {
 	// the scan: the reconciler's grace period is measured with it, never by
 	// comparing two hosts' clocks (invariant I11).
 	Age time.Duration
-	// LockID identifies this very lock: every lock the seat store takes
-	// (Lock, a rebuild's Restore) gets an id that no later lock of the same
-	// seat and order number shares. Pass it in Hold.LockID to act on this
-	// lock only.
+	// LockID identifies this very lock within its show: every lock the
+	// seat store takes (Lock, or a rebuild's Restore without the order's
+	// kept id) gets an id that no other lock of the show shares. Pass it in
+	// Hold.LockID (with the show) to act on this lock only.
 	LockID string
 }

@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,12 +79,18 @@ type OrderState struct {
 	// order, how long it has been decided. AgeUnknown when the store does
 	// not record it (a host's table mapped without an updated-at column).
 	Age time.Duration
+	// ShowID is the order's show.
+	ShowID string
 	// LockID is the seat lock the order holds (cancel.Result.LockID), empty
-	// when the store kept none. A lock under the order's number with another
-	// id is not the order's (a crashed double submit's, a refused
-	// reinstatement's): scan #4 releases it past the grace period, whatever
-	// the order's status.
+	// when the store kept none. A lock under the order's number with
+	// another id, or in another show, is not the order's (a crashed double
+	// submit's, a refused reinstatement's, one a seat store that went back
+	// in time still has): scan #4 releases its seats past the grace period,
+	// except those Seats gives the order, which it treats as the order's.
 	LockID string
+	// Seats are the seats the order was placed with (nil when the store
+	// kept none).
+	Seats []string
 }
 
 // AgeUnknown is the OrderState.Age of an order whose store does not record
@@ -623,15 +630,16 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 	// lock judged (Hold.LockID), so a newer lock of the same order number
 	// taken after the statuses were read (a late payment's reinstatement)
 	// is never freed by this pass.
-	type lockKey struct{ no, lockID string }
+	// A lock id is unique within its show only: the show is in the key.
+	type lockKey struct{ no, show, lockID string }
 	byLock := make(map[lockKey]*orderLocks)
 	var keys []lockKey
 	var nos []string
 	seen := make(map[string]bool)
 	for _, l := range locks {
-		k := lockKey{l.OrderNo, l.LockID}
+		k := lockKey{l.OrderNo, l.ShowID, l.LockID}
 		ol := byLock[k]
-		if ol == nil { // an order's seats are all in one show
+		if ol == nil {
 			keys = append(keys, k)
 			ol = &orderLocks{no: l.OrderNo, show: l.ShowID, user: l.UserID, lockID: l.LockID, youngest: l.Age}
 			byLock[k] = ol
@@ -652,16 +660,33 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		ol, no := byLock[k], k.no
 		hold := cancel.Hold{ShowID: ol.show, OrderNo: no, UserID: ol.user, Seats: ol.seats, LockID: ol.lockID}
 		st, exists := statuses[no]
-		// A lock the order does not hold (its id is not the one the store
-		// kept) is nobody's once it is older than the grace period: a
-		// placement or a reinstatement that took it and has not committed
-		// yet is younger. It is never sold to the order.
-		orphan := exists && st.LockID != "" && ol.lockID != st.LockID
-		switch {
-		case orphan:
-			if fromSQL || ol.youngest < r.c.Grace {
+		if exists && st.LockID != "" && (ol.lockID != st.LockID || ol.show != st.ShowID) {
+			// A lock the order does not hold (not the id the store kept,
+			// or another show). Its seats that SQL gives the order are the
+			// order's all the same (a seat store that went back in time
+			// still has an older lock of the order): they are judged below
+			// as the order's, so a paid order's are sold, never freed. The
+			// others are nobody's once older than the grace period (a
+			// placement or a reinstatement that took them and has not
+			// committed yet is younger): released, never sold.
+			own, others := splitOwn(ol, st)
+			if len(others) > 0 && !fromSQL && ol.youngest >= r.c.Grace {
+				h := hold
+				h.Seats = others
+				n, err := r.c.Seats.Release(ctx, h)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("reconcile: release seats of %s: %w", no, err))
+				} else {
+					rep.Released += n
+					r.repaired(ctx, no, "released", n)
+				}
+			}
+			if len(own) == 0 {
 				continue
 			}
+			hold.Seats = own
+		}
+		switch {
 		case exists && st.Status == expiry.StatusPending:
 			continue // the message path or scan #1 will decide it
 		case exists && !fromSQL && st.Age != AgeUnknown && st.Age < r.c.Settle:
@@ -681,7 +706,7 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		case !exists && ol.youngest < r.c.Grace:
 			continue // its placing transaction may not have committed yet
 		}
-		// Cancelled, missing past the grace period, or not the order's lock.
+		// Cancelled, or missing past the grace period.
 		n, err := r.c.Seats.Release(ctx, hold)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reconcile: release seats of %s: %w", no, err))
@@ -691,6 +716,19 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		r.repaired(ctx, no, "released", n)
 	}
 	return errors.Join(errs...)
+}
+
+// splitOwn splits the seats of a lock the order does not hold into those
+// SQL gives the order (same show, among st.Seats) and the others.
+func splitOwn(ol *orderLocks, st OrderState) (own, others []string) {
+	for _, seat := range ol.seats {
+		if ol.show == st.ShowID && slices.Contains(st.Seats, seat) {
+			own = append(own, seat)
+		} else {
+			others = append(others, seat)
+		}
+	}
+	return own, others
 }
 
 func (r *Reconciler) repaired(ctx context.Context, no, what string, n int) {

@@ -365,7 +365,7 @@ func (s *Store) Statuses(_ context.Context, nos []string) (map[string]reconcile.
 	out := make(map[string]reconcile.OrderState, len(nos))
 	for _, no := range nos {
 		if o, ok := s.orders[no]; ok {
-			out[no] = reconcile.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond), LockID: o.lockID}
+			out[no] = reconcile.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond), ShowID: o.o.ShowID, LockID: o.lockID, Seats: slices.Clone(o.placed)}
 		}
 	}
 	return out, nil

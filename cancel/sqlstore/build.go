@@ -685,7 +685,7 @@ func (r *resolved) build() queries {
 	if r.updated != "" {
 		age = "(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"
 	}
-	q.statusesPre = "SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.ownLock("") + " FROM " + r.o + " WHERE " + r.no + " IN ("
+	q.statusesPre = "SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.show + ", " + r.ownLock("") + ", " + r.ownSeats() + " FROM " + r.o + " WHERE " + r.no + " IN ("
 	b = &sb{}
 	conds(b, "", r.where)
 	q.statusesPost = ")" + b.b.String()
@@ -698,6 +698,15 @@ func (r *resolved) build() queries {
 func (r *resolved) ownLock(prefix string) string {
 	if r.defaultSchema {
 		return prefix + "lock_id"
+	}
+	return "NULL"
+}
+
+// ownSeats is the seats column of the library's schema (the seats an order
+// was placed with), or NULL on a host's table (Store.sideRows reads them).
+func (r *resolved) ownSeats() string {
+	if r.defaultSchema {
+		return "seats"
 	}
 	return "NULL"
 }

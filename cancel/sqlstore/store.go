@@ -834,9 +834,7 @@ func readForTransition(rows *sql.Rows, orderNo string, list bool) (cancel.Result
 		res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
 		switch {
 		case seat.Valid && list:
-			if seat.String != "" {
-				res.Seats = strings.Split(seat.String, ",")
-			}
+			res.Seats = splitSeats(seat.String)
 		case seat.Valid:
 			res.Seats = append(res.Seats, seat.String)
 		}
@@ -1076,10 +1074,10 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 		}
 		for rows.Next() {
-			var no, key string
+			var no, key, show string
 			var ageMS sql.NullInt64
-			var lockID sql.NullString
-			if err := rows.Scan(&no, &key, &ageMS, &lockID); err != nil {
+			var lockID, seats sql.NullString
+			if err := rows.Scan(&no, &key, &ageMS, &show, &lockID, &seats); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 			}
@@ -1093,7 +1091,7 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 				age = time.Duration(max(0, ageMS.Int64)) * time.Millisecond
 			}
 			if want[no] {
-				out[no] = reconcile.OrderState{Status: st, Age: age, LockID: lockID.String}
+				out[no] = reconcile.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
 			}
 		}
 		err = rows.Err()
@@ -1101,9 +1099,9 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 		}
-		if err := s.sideLocks(ctx, chunk, func(no, lockID string) {
+		if err := s.sideRows(ctx, chunk, func(no, lockID, seats string) {
 			if st, ok := out[no]; ok {
-				st.LockID = lockID
+				st.LockID, st.Seats = lockID, splitSeats(seats)
 				out[no] = st
 			}
 		}); err != nil {
@@ -1113,15 +1111,16 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 	return out, nil
 }
 
-// sideLocks calls found with the seat lock id the side table keeps for each
-// of nos that has one, on a host's table (the library's keeps it in
-// oe_order: nothing to do). The side table's ids are byte-exact (ascii_bin
-// on MySQL), so no case variant answers.
-func (s *Store) sideLocks(ctx context.Context, nos []string, found func(no, lockID string)) error {
+// sideRows calls found with the seat lock id ("" if none) and the seats
+// list the side table keeps for each of nos that has a row, on a host's
+// table (the library's keeps them in oe_order: nothing to do). The side
+// table's ids are byte-exact (ascii_bin on MySQL), so no case variant
+// answers.
+func (s *Store) sideRows(ctx context.Context, nos []string, found func(no, lockID, seats string)) error {
 	if s.m.defaultSchema || len(nos) == 0 {
 		return nil
 	}
-	q := rebind(s.dialect, "SELECT order_no, lock_id FROM oe_order_side WHERE scope = ? AND lock_id IS NOT NULL AND order_no IN (?"+strings.Repeat(", ?", len(nos)-1)+")")
+	q := rebind(s.dialect, "SELECT order_no, lock_id, seats FROM oe_order_side WHERE scope = ? AND order_no IN (?"+strings.Repeat(", ?", len(nos)-1)+")")
 	args := make([]any, 0, len(nos)+1)
 	args = append(args, s.m.scope)
 	for _, no := range nos {
@@ -1133,13 +1132,23 @@ func (s *Store) sideLocks(ctx context.Context, nos []string, found func(no, lock
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var no, lockID string
-		if err := rows.Scan(&no, &lockID); err != nil {
+		var no, seats string
+		var lockID sql.NullString
+		if err := rows.Scan(&no, &lockID, &seats); err != nil {
 			return fmt.Errorf("side rows: %w", err)
 		}
-		found(no, lockID)
+		found(no, lockID.String, seats)
 	}
 	return rows.Err()
+}
+
+// splitSeats is a seats list as oe_order.seats and oe_order_side.seats keep
+// it ("" none).
+func splitSeats(list string) []string {
+	if list == "" {
+		return nil
+	}
+	return strings.Split(list, ",")
 }
 
 // Claims returns up to limit seat claims of pending and paid orders in
@@ -1168,7 +1177,7 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	for len(nos) > 0 {
 		chunk := nos[:min(len(nos), maxIn)]
 		nos = nos[len(chunk):]
-		if err := s.sideLocks(ctx, chunk, func(no, lockID string) {
+		if err := s.sideRows(ctx, chunk, func(no, lockID, _ string) {
 			for _, i := range at[no] {
 				out[i].LockID = lockID
 			}

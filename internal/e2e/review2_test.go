@@ -7,8 +7,8 @@ package e2e
 // (cancel, cancel/memstore, cancel/sqlstore on SQLite, reconcile), judged by
 // outcomes: who holds which seat, the counters, who paid, who was refunded.
 //
-// TestReview2Hole* fail: each is a hole found, kept failing until it is
-// fixed. TestReview2Holds* pass: attacks that held.
+// Two holes were found (the first two tests, named Hole* when committed,
+// b133618); both are fixed, and every test here passes: attacks that held.
 //
 // Shared with review_test.go: rvEnv, rvKinds, rvQuiet, rvRefunds.
 
@@ -74,7 +74,9 @@ func rv2Held(e *rvEnv, seats *memstore.Seats, show, user string) int {
 }
 
 // ---------------------------------------------------------------------------
-// Holes.
+// The two holes found, fixed: the lock pass groups and judges locks by
+// (show, id), and sells a paid order's own seats under a lock it does not
+// hold (reconcile.OrderState.ShowID, Seats).
 
 // A double submit of one order number for two shows (the buyer's two tabs,
 // one per show; a client retry after it changed the show) within one
@@ -95,7 +97,7 @@ func rv2Held(e *rvEnv, seats *memstore.Seats, show, user string) int {
 // (I15: SQL and Redis disagree after settle, a seat held by an order that
 // never held it; I8). SeatLocker's doc promises an id "which no other lock
 // of the seat store shares"; the stores only make it unique per show.
-func TestReview2HoleDoubleSubmitAcrossShowsLockIDCollides(t *testing.T) {
+func TestReview2HoldsDoubleSubmitAcrossShowsLockIDCollides(t *testing.T) {
 	for _, kind := range rvKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := newRvEnv(t, kind)
@@ -151,7 +153,7 @@ func TestReview2HoleDoubleSubmitAcrossShowsLockIDCollides(t *testing.T) {
 // buyer, at a limit of 1, places a second order: 2 seats at a limit of 1
 // (I17), and the counter ends at 2 (I8 holds only by the claims pass
 // restoring the sale afterwards).
-func TestReview2HoleStaleLockOfReinstatedOrderReleasedAfterFailover(t *testing.T) {
+func TestReview2HoldsStaleLockOfReinstatedOrderSoldAfterFailover(t *testing.T) {
 	for _, kind := range rvKinds {
 		t.Run(kind, func(t *testing.T) {
 			e := newRvEnv(t, kind)
@@ -201,7 +203,7 @@ func TestReview2HoleStaleLockOfReinstatedOrderReleasedAfterFailover(t *testing.T
 			}
 			rv2Rounds(e, recR, 6) // the claims pass reaches z1
 			n := e.holding(a, c)
-			assert.LessOrEqual(t, n, 1, "I17: u1 holds %d seats at a limit of 1 (A %v, C %v)", n, e.status("A"), e.status("C"))
+			assert.LessOrEqual(t, n, 1, "I17: u1 holds %d seats at a limit of 1", n)
 			assert.Equal(t, n, rv2Held(e, replica, "ev", "u1"), "I8")
 			st := rv2Seat(e, replica, "ev", "z1")
 			assert.Equal(t, "A", st.OrderNo)

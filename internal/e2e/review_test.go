@@ -192,11 +192,17 @@ func (e *rvEnv) ordersPaidBy(id string, nos ...string) []string {
 }
 
 // holding counts the seats of the placements whose order is pending or paid
-// (the seats their user holds, by the outcome).
+// (the seats their user holds, by the outcome); a placement that was
+// refused holds none.
 func (e *rvEnv) holding(ps ...cancel.Placement) int {
 	n := 0
 	for _, p := range ps {
-		if st := e.status(p.OrderNo); st == expiry.StatusPending || st == expiry.StatusPaid {
+		o, err := e.store.Order(e.ctx, p.OrderNo)
+		if errors.Is(err, expiry.ErrNotFound) {
+			continue
+		}
+		require.NoError(e.t, err)
+		if o.Status == expiry.StatusPending || o.Status == expiry.StatusPaid {
 			n += len(p.Seats)
 		}
 	}
