@@ -63,6 +63,14 @@ func TestMySQL(t *testing.T) {
 	})
 }
 
+// TestMySQL8 runs MySQL 8's statements (no DELETE … RETURNING) on the
+// MariaDB the tests have: no MySQL 8 can be installed here.
+func TestMySQL8(t *testing.T) {
+	canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness {
+		return harness(t, testenv.MySQL(t), sqlstore.MySQL8)
+	})
+}
+
 func TestPostgres(t *testing.T) {
 	canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness {
 		return harness(t, testenv.Postgres(t), sqlstore.Postgres)
