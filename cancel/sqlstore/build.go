@@ -1,9 +1,12 @@
 package sqlstore
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
 )
 
 // This file turns a resolved Mapping into the store's statements, once, in
@@ -31,6 +34,9 @@ const (
 	aSeatLimit             // the placement's purchase limit (the library's schema: oe_order.seat_limit)
 	aLockID                // the placement's seat lock id (the library's schema: oe_order.lock_id)
 	aScope                 // the store's scope (Store.Scope): the key of its rows in the library's own tables
+	aLead                  // a warning's lead, in milliseconds
+	aPrevMS                // a deadline change: the deadline read, in milliseconds
+	aTargetMS              // a deadline change: the new deadline, in milliseconds
 )
 
 // vals are the run-time values of one call.
@@ -39,6 +45,7 @@ type vals struct {
 	userNum, showNum, showKeyNum                                                  int64
 	status, deadline, key                                                         any
 	limit, seatLimit                                                              int
+	leadMS, prevMS, targetMS                                                      int64
 }
 
 // stmt is a statement and the arguments it takes, in order.
@@ -99,6 +106,12 @@ func (st stmt) args(v vals, num numeric) []any {
 			out[i] = nullIfEmpty(v.lockID)
 		case aScope:
 			out[i] = v.scope
+		case aLead:
+			out[i] = v.leadMS
+		case aPrevMS:
+			out[i] = v.prevMS
+		case aTargetMS:
+			out[i] = v.targetMS
 		}
 	}
 	return out
@@ -297,6 +310,14 @@ type queries struct {
 	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
 	decidePayment                                                                               string
 	insertSide                                                                                  stmt // a host's table: the side row of Place
+	// A host's table: a late payment's compare-and-set (cancelled by a
+	// timeout or the reconciler → paid; empty when the mapping cannot tell
+	// those cancels from the others), the sold claims it inserts, and the
+	// warning's compare-and-set on the side row.
+	reinstate, insertSold, warnSide stmt
+	// A host's table with a deadline column: a deadline moved later
+	// (extend) or earlier (shorten), by compare-and-set.
+	extend, shorten stmt
 }
 
 // eq writes "col = ?" for an id, and on MySQL over a host's columns (whose
@@ -596,15 +617,41 @@ func (r *resolved) build() queries {
 	}
 	q.insertOrder = b.w(")").done(d)
 	if !r.defaultSchema {
+		q.reinstate = r.reinstateCAS()
+		q.warnSide = r.warnSide()
+		if r.deadline.Column != "" {
+			q.extend, q.shorten = r.moveDeadline(true), r.moveDeadline(false)
+		}
+		if r.claims {
+			b = (&sb{}).w("INSERT INTO ", r.c, " (", r.cShow, ", ", r.cSeat, ", ", r.cNo)
+			if r.cState != "" {
+				b.w(", ", r.cState)
+			}
+			for _, c := range r.cWhere {
+				b.w(", ", c.col)
+			}
+			b.w(") VALUES (").p(aShow).w(", ").p(aSeat).w(", ").p(aNo)
+			if r.cState != "" {
+				st := r.cLocked
+				if r.cSold != nil {
+					st = r.cSold
+				}
+				b.w(", ", st.sql)
+			}
+			for _, c := range r.cWhere {
+				b.w(", ", c.v.sql)
+			}
+			q.insertSold = b.w(")").done(d)
+		}
 		// What the host's table lacks, kept beside it (oe_order_side):
 		// the seats, the limit and the seat lock, for the order's scope.
 		// An old row of a number the host deleted is replaced.
 		b = (&sb{}).w("INSERT INTO oe_order_side (scope, order_no, seats, seat_limit, lock_id, created_at_ms) VALUES (").
 			p(aScope).w(", ").p(aNo).w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID).w(", ", nowMS[d], ")")
 		if d == MySQL {
-			b.w(" ON DUPLICATE KEY UPDATE seats = VALUES(seats), seat_limit = VALUES(seat_limit), lock_id = VALUES(lock_id), created_at_ms = VALUES(created_at_ms)")
+			b.w(" ON DUPLICATE KEY UPDATE seats = VALUES(seats), seat_limit = VALUES(seat_limit), lock_id = VALUES(lock_id), created_at_ms = VALUES(created_at_ms), warned_at_ms = NULL")
 		} else {
-			b.w(" ON CONFLICT (scope, order_no) DO UPDATE SET seats = excluded.seats, seat_limit = excluded.seat_limit, lock_id = excluded.lock_id, created_at_ms = excluded.created_at_ms")
+			b.w(" ON CONFLICT (scope, order_no) DO UPDATE SET seats = excluded.seats, seat_limit = excluded.seat_limit, lock_id = excluded.lock_id, created_at_ms = excluded.created_at_ms, warned_at_ms = NULL")
 		}
 		q.insertSide = b.done(d)
 	}
@@ -690,6 +737,106 @@ func (r *resolved) build() queries {
 	conds(b, "", r.where)
 	q.statusesPost = ")" + b.b.String()
 	return q
+}
+
+// reinstateCAS is a late payment's compare-and-set on a host's table: a
+// cancelled order, cancelled by its timeout or the reconciler, becomes
+// paid. Which cancels those were is told by statuses (Statuses.CancelledBy)
+// that no other cancel writes, or else by the cancel reason column; a
+// mapping with neither gives an empty statement (the store cannot
+// reinstate: a late payment is refunded).
+func (r *resolved) reinstateCAS() stmt {
+	statusFor := func(reason cancel.Reason) lit {
+		if v, ok := r.by[reason]; ok {
+			return v
+		}
+		return r.cancelled[0]
+	}
+	late := map[string]lit{}
+	for _, reason := range []cancel.Reason{cancel.ReasonTimeout, cancel.ReasonReconcile} {
+		l := statusFor(reason)
+		late[l.key] = l
+	}
+	byStatus := true
+	for _, reason := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpired} {
+		if _, ok := late[statusFor(reason).key]; ok {
+			byStatus = false
+		}
+	}
+	if !byStatus && r.reason == "" {
+		return stmt{}
+	}
+	b := &sb{}
+	b.w("UPDATE ", r.o)
+	r.set(b, r.payment, aPayment)
+	b.w(" WHERE ")
+	r.eq(b, r.no, aNo)
+	conds(b, "", r.where)
+	b.w(" AND ", r.status, " IN (")
+	if byStatus {
+		keys := make([]string, 0, len(late))
+		for k := range late {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			if i > 0 {
+				b.w(", ")
+			}
+			b.w(late[k].sql)
+		}
+		b.w(")")
+	} else {
+		for i, l := range r.cancelled {
+			if i > 0 {
+				b.w(", ")
+			}
+			b.w(l.sql)
+		}
+		b.w(") AND ", r.reason, " IN ('timeout', 'reconcile')")
+	}
+	return b.done(r.d)
+}
+
+// moveDeadline is a deadline change's compare-and-set on a host's table: the
+// deadline column set to the new deadline (an argument in the column's
+// unit, aDeadline), on a pending order whose deadline is still the one read
+// (aPrevMS) and not due by the database's clock; an extension only to a
+// later deadline than the current (aTargetMS), a shortening only to an
+// earlier one.
+func (r *resolved) moveDeadline(later bool) stmt {
+	b := &sb{}
+	b.w("UPDATE ", r.o, " SET ", r.deadline.Column, " = ")
+	fromArg(r.d, r.deadline.Type, b, aDeadline)
+	if r.updated != "" {
+		b.w(", ", r.updated, " = ", nowAs(r.d, r.updatedType, 0))
+	}
+	if r.version != "" {
+		b.w(", ", r.version, " = ", r.version, " + 1")
+	}
+	b.w(" WHERE ")
+	r.eq(b, r.no, aNo)
+	conds(b, "", r.where)
+	b.w(" AND ", r.status, " = ", r.pending.sql, " AND ", r.expireMS(""), " = ").p(aPrevMS).w(" AND ", r.expireMS(""), " > ", nowMS[r.d], " AND ", r.expireMS(""))
+	if later {
+		b.w(" < ").p(aTargetMS)
+	} else {
+		b.w(" > ").p(aTargetMS)
+	}
+	return b.done(r.d)
+}
+
+// warnSide is the warning's compare-and-set on a host's table: the side
+// row's warned_at_ms, NULL to the database's clock, while the order is
+// pending, due within the lead and not yet due by that clock.
+func (r *resolved) warnSide() stmt {
+	b := &sb{}
+	b.w("UPDATE oe_order_side SET warned_at_ms = ", nowMS[r.d], " WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNo).
+		w(" AND warned_at_ms IS NULL AND EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
+	r.eq(b, "o."+r.no, aNo)
+	conds(b, "o.", r.where)
+	b.w(" AND o.", r.status, " = ", r.pending.sql, " AND ", r.expireMS("o."), " > ", nowMS[r.d], " AND ", r.expireMS("o."), " <= ", nowMS[r.d], " + ").p(aLead).w(")")
+	return b.done(r.d)
 }
 
 // ownLock is the order's seat lock id column of the library's schema with

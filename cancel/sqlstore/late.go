@@ -90,16 +90,32 @@ func (s *Store) lateSQL(q string) string {
 // key of oe_order_seat refuses a seat another live order holds), then claim,
 // then COMMIT. The compare-and-set holds the order's row until the commit,
 // so a concurrent late payment waits and then finds the order paid. An order
-// placed before the seats column existed gives cancel.ErrNoSeatRecord, and
-// so does every order of a store with a Mapping: the host's tables keep no
-// record of a cancelled order's seats, so its late payment is refunded.
+// placed before the seats column existed gives cancel.ErrNoSeatRecord. On a
+// store with a Mapping the seats and the limit are the side row's
+// (oe_order_side, written by Place), and the cancels a late payment may undo
+// are told by statuses no other cancel writes (Statuses.CancelledBy) or by
+// the cancel reason column: a mapping with neither, or an order without a
+// side row, gives cancel.ErrNoSeatRecord (its late payment is refunded).
 func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate: %w", err)
 	}
+	var tx func(ctx context.Context) (cancel.Result, bool, bool, error)
 	if !s.m.defaultSchema {
-		return cancel.Result{}, fmt.Errorf("sqlstore: reinstate %s: %w (a store with a Mapping keeps no record of a cancelled order's seats)", p.OrderNo, cancel.ErrNoSeatRecord)
+		if s.q.reinstate.sql == "" {
+			return cancel.Result{}, fmt.Errorf("sqlstore: reinstate %s: %w (the mapping cannot tell a timeout's cancel from a user's: map CancelReason, or give Statuses.CancelledBy a timeout value no other cancel writes)", p.OrderNo, cancel.ErrNoSeatRecord)
+		}
+		v := vals{no: p.OrderNo, payment: p.PaymentID, status: s.m.paid[0].arg}
+		tx = func(ctx context.Context) (cancel.Result, bool, bool, error) {
+			return s.reinstateMappedTx(ctx, p, v, claim)
+		}
 	}
+	return s.reinstate(ctx, p, claim, tx)
+}
+
+// reinstate runs ReinstateCancelled's attempts: tx when set (a host's
+// table), else the library's schema's.
+func (s *Store) reinstate(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error), tx func(ctx context.Context) (cancel.Result, bool, bool, error)) (cancel.Result, error) {
 	cas := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 2 AND cancel_reason IN ('timeout', 'reconcile')"
 	args := []any{p.PaymentID, p.OrderNo}
 	if p.UserID != "" {
@@ -110,7 +126,11 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 	var changed, claimed bool
 	var err error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		res, changed, claimed, err = s.reinstateTx(ctx, p, s.lateSQL(cas), args, claim)
+		if tx != nil {
+			res, changed, claimed, err = tx(ctx)
+		} else {
+			res, changed, claimed, err = s.reinstateTx(ctx, p, s.lateSQL(cas), args, claim)
+		}
 		if err == nil || claimed || !retryable(err) || ctx.Err() != nil {
 			break
 		}
@@ -227,6 +247,83 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	return cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID, LockID: lockID}, true, true, nil
 }
 
+// reinstateMappedTx is one attempt of ReinstateCancelled on a host's table:
+// the compare-and-set (q.reinstate), the order and its side row read, the
+// payment id decided, the claims inserted again as sold, claim, the side
+// row's lock id, COMMIT. claimed reports that claim ran and succeeded.
+func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (res cancel.Result, changed, claimed bool, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return res, false, false, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback() // the error that matters is the statement's
+		}
+	}()
+	r, err := tx.ExecContext(ctx, s.q.reinstate.sql, s.args(s.q.reinstate, v)...)
+	if err != nil {
+		return res, false, false, err
+	}
+	if n, err := r.RowsAffected(); err != nil || n != 1 {
+		return res, false, false, err
+	}
+	o := expiry.Order{No: p.OrderNo, Status: expiry.StatusPaid}
+	var status string
+	var expireMS, nowMS int64
+	var paymentID sql.NullString
+	if err := tx.QueryRowContext(ctx, s.q.order.sql, s.args(s.q.order, vals{no: p.OrderNo})...).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID); err != nil {
+		return res, false, false, err
+	}
+	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	if p.UserID != "" && o.UserID != p.UserID {
+		return res, false, false, fmt.Errorf("order %s: %w", p.OrderNo, cancel.ErrNotOwner) // rolled back
+	}
+	var seats string
+	var limit int
+	err = tx.QueryRowContext(ctx, s.lateSQL("SELECT seats, seat_limit FROM oe_order_side WHERE scope = ? AND order_no = ?"), s.m.scope, p.OrderNo).Scan(&seats, &limit)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && seats == "" {
+		return res, false, false, fmt.Errorf("no side row keeps its seats: %w", cancel.ErrNoSeatRecord)
+	}
+	if err != nil {
+		return res, false, false, err
+	}
+	decide := "INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)"
+	if _, err := tx.ExecContext(ctx, s.lateSQL(decide), p.PaymentID, s.m.scope, p.OrderNo, o.UserID); err != nil {
+		if isDuplicate(err) {
+			return res, false, false, fmt.Errorf("payment %s decided before: %w", p.PaymentID, cancel.ErrDiscrepancy)
+		}
+		return res, false, false, err
+	}
+	list := splitSeats(seats)
+	if st := s.q.insertSold; st.sql != "" {
+		sv := vals{no: p.OrderNo, show: o.ShowID}
+		sv.showNum, _ = s.numericShow(o.ShowID) // read from the column: canonical
+		for _, seat := range list {
+			sv.seat = seat
+			if _, err := tx.ExecContext(ctx, st.sql, s.args(st, sv)...); err != nil {
+				if isDuplicate(err) {
+					return res, false, false, fmt.Errorf("seat %s/%s: %w", o.ShowID, seat, cancel.ErrSeatUnavailable)
+				}
+				return res, false, false, err
+			}
+		}
+	}
+	lockID, err := claim(ctx, cancel.Hold{ShowID: o.ShowID, OrderNo: p.OrderNo, UserID: o.UserID, Seats: list}, limit)
+	if err != nil {
+		return res, false, false, fmt.Errorf("claim: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.lateSQL("UPDATE oe_order_side SET lock_id = ? WHERE scope = ? AND order_no = ?"), nullIfEmpty(lockID), s.m.scope, p.OrderNo); err != nil {
+		return res, false, true, fmt.Errorf("keep the lock id: %w", err) // rolled back: the caller releases the lock
+	}
+	committed = true
+	if err := tx.Commit(); err != nil {
+		return res, false, true, fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
+	}
+	return cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID, LockID: lockID}, true, true, nil
+}
+
 // SetDeadline implements cancel.DeadlineStore: a compare-and-set of
 // expire_at_ms on the value just read (so Previous is exact), guarded by the
 // database's clock in the same statement: pending, and for an extension not
@@ -234,8 +331,8 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 // of the deadline makes it read again (a few times at most). On the
 // library's schema only: with a Mapping it gives cancel.ErrUnsupported.
 func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
-	if !s.m.defaultSchema {
-		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w (the library's schema only, not a Mapping)", c.OrderNo, cancel.ErrUnsupported)
+	if !s.m.defaultSchema && s.q.extend.sql == "" {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w (the mapping has no deadline column: the host's window decides)", c.OrderNo, cancel.ErrUnsupported)
 	}
 	if err := validateIDs(c.OrderNo, c.UserID); err != nil {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline: %w", err)
@@ -245,6 +342,9 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 	}
 	if c.MaxHold < 0 || c.MaxHold > maxDeadlineIn {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: maximum hold %v outside 0..%v", c.OrderNo, c.MaxHold, maxDeadlineIn)
+	}
+	if !s.m.defaultSchema {
+		return s.setDeadlineMapped(ctx, c)
 	}
 	// The new deadline is now+In; for an extension with a maximum hold, no
 	// later than the placement (created_at_ms) plus it.
@@ -301,20 +401,95 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 	}
 }
 
+// setDeadlineMapped is SetDeadline on a host's table with a deadline
+// column. The new deadline is the database's clock as read with the order,
+// plus c.In (for an extension, no later than the placement, kept in the
+// side row, plus c.MaxHold), written in the column's unit (rounded up to the
+// second for a column of seconds: never earlier than asked); the
+// compare-and-set guards it with the database's clock at the write.
+func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	q := s.q.extend
+	if c.Shorten {
+		q = s.q.shorten
+	}
+	st, err := s.prepared(ctx, q.sql)
+	if err != nil {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+	}
+	capMS := int64(-1)
+	if c.MaxHold > 0 && !c.Shorten {
+		var created int64
+		err := s.db.QueryRowContext(ctx, s.lateSQL("SELECT created_at_ms FROM oe_order_side WHERE scope = ? AND order_no = ?"), s.m.scope, c.OrderNo).Scan(&created)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			capMS = 0 // placed without Place: when it was placed is unknown, so never extended
+		case err != nil:
+			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+		default:
+			capMS = created + c.MaxHold.Milliseconds()
+		}
+	}
+	o, _, err := s.orderRow(ctx, c.OrderNo)
+	if err != nil {
+		return cancel.DeadlineResult{}, err
+	}
+	for attempt := 1; ; attempt++ {
+		if c.UserID != "" && o.UserID != c.UserID {
+			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: order %s: %w", c.OrderNo, cancel.ErrNotOwner)
+		}
+		if o.Status != expiry.StatusPending {
+			return cancel.DeadlineResult{Order: o}, nil
+		}
+		// In a column of seconds an extension rounds up (at least c.In),
+		// a shortening and the cap round down (never later than asked).
+		targetMS, up := o.ReadAt.Add(c.In).UnixMilli(), !c.Shorten
+		if capMS >= 0 && targetMS > capMS {
+			targetMS, up = capMS, false
+		}
+		var arg any = targetMS
+		if s.m.scanCol().Type != EpochMillis {
+			sec := targetMS / 1000 // epoch times here are positive
+			if up && targetMS%1000 != 0 {
+				sec++
+			}
+			arg, targetMS = sec, sec*1000
+		}
+		r, err := st.ExecContext(ctx, s.args(q, vals{no: c.OrderNo, deadline: arg, prevMS: o.ExpireAt.UnixMilli(), targetMS: targetMS})...)
+		if err != nil {
+			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+		}
+		after, _, err := s.orderRow(ctx, c.OrderNo)
+		if err != nil {
+			return cancel.DeadlineResult{}, err
+		}
+		if n == 1 {
+			return cancel.DeadlineResult{Changed: true, Order: after, Previous: o.ExpireAt}, nil
+		}
+		if after.Status == o.Status && after.ExpireAt.Equal(o.ExpireAt) || attempt == maxAttempts {
+			return cancel.DeadlineResult{Order: after}, nil // the guard refused it
+		}
+		o = after // someone moved it between the read and the compare-and-set
+	}
+}
+
 // MarkWarned implements cancel.WarnStore: one compare-and-set of
 // warned_at_ms (NULL to the database's clock, so it always changes the
 // row), on a pending order due within lead and not yet due by that clock.
-// On the library's schema only: with a Mapping it gives
-// cancel.ErrUnsupported.
+// On a store with a Mapping the flag is the side row's (oe_order_side): an
+// order without one (not placed through Place) is never warned.
 func (s *Store) MarkWarned(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
-	if !s.m.defaultSchema {
-		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w (the library's schema only, not a Mapping)", orderNo, cancel.ErrUnsupported)
-	}
 	if err := expiry.ValidateID("order number", orderNo); err != nil {
 		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn: %w", err)
 	}
 	if lead < 0 || lead > maxDeadlineIn {
 		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: lead %v outside 0..%v", orderNo, lead, maxDeadlineIn)
+	}
+	if !s.m.defaultSchema {
+		return s.markWarnedMapped(ctx, orderNo, lead)
 	}
 	st, err := s.prepared(ctx, s.lateSQL("UPDATE oe_order SET warned_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND warned_at_ms IS NULL AND expire_at_ms > NOW_MS AND expire_at_ms <= NOW_MS + ?"))
 	if err != nil {
@@ -346,6 +521,37 @@ func (s *Store) MarkWarned(ctx context.Context, orderNo string, lead time.Durati
 		// committed since does not make this call's warning a false one).
 		o.Status = expiry.StatusPending
 		return expiry.WarnResult{Fired: true, Order: o}, nil
+	}
+	return expiry.WarnResult{Warned: warned.Valid, Order: o}, nil
+}
+
+// markWarnedMapped is MarkWarned on a host's table: the compare-and-set of
+// the side row's warned_at_ms, guarded by the host's row.
+func (s *Store) markWarnedMapped(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
+	st, err := s.prepared(ctx, s.q.warnSide.sql)
+	if err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
+	}
+	r, err := st.ExecContext(ctx, s.args(s.q.warnSide, vals{no: orderNo, leadMS: lead.Milliseconds()})...)
+	if err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
+	}
+	o, _, err := s.orderRow(ctx, orderNo)
+	if err != nil {
+		return expiry.WarnResult{}, err
+	}
+	if n == 1 {
+		o.Status = expiry.StatusPending // as the compare-and-set saw it
+		return expiry.WarnResult{Fired: true, Order: o}, nil
+	}
+	var warned sql.NullInt64
+	err = s.db.QueryRowContext(ctx, s.lateSQL("SELECT warned_at_ms FROM oe_order_side WHERE scope = ? AND order_no = ?"), s.m.scope, orderNo).Scan(&warned)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
 	}
 	return expiry.WarnResult{Warned: warned.Valid, Order: o}, nil
 }

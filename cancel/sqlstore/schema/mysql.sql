@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
 ) ENGINE=InnoDB;
 
 -- What a host's own orders table (a Mapping) lacks, kept beside it: the seats
--- an order was placed with, its purchase limit and its seat lock, keyed by
+-- an order was placed with, its purchase limit, its seat lock and its warning, keyed by
 -- the store's scope (Store.Scope) and the host's order number. The library's
 -- own schema keeps these in oe_order.
 CREATE TABLE IF NOT EXISTS oe_order_side (
@@ -67,5 +67,6 @@ CREATE TABLE IF NOT EXISTS oe_order_side (
     seat_limit    INT           NOT NULL,
     lock_id       VARCHAR(41)   CHARACTER SET ascii COLLATE ascii_bin NULL,
     created_at_ms BIGINT        NOT NULL,
+    warned_at_ms  BIGINT        NULL,
     PRIMARY KEY (scope, order_no)
 ) ENGINE=InnoDB;

@@ -52,7 +52,7 @@ CREATE INDEX IF NOT EXISTS oe_payment_discrepancy_scope_due ON oe_payment_discre
 CREATE INDEX IF NOT EXISTS oe_payment_discrepancy_order ON oe_payment_discrepancy (scope, order_no, status);
 
 -- What a host's own orders table (a Mapping) lacks, kept beside it: the seats
--- an order was placed with, its purchase limit and its seat lock, keyed by
+-- an order was placed with, its purchase limit, its seat lock and its warning, keyed by
 -- the store's scope (Store.Scope) and the host's order number. The library's
 -- own schema keeps these in oe_order.
 CREATE TABLE IF NOT EXISTS oe_order_side (
@@ -62,5 +62,6 @@ CREATE TABLE IF NOT EXISTS oe_order_side (
     seat_limit    INTEGER      NOT NULL,
     lock_id       VARCHAR(41),
     created_at_ms BIGINT       NOT NULL,
+    warned_at_ms  BIGINT,
     PRIMARY KEY (scope, order_no)
 );
