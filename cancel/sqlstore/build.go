@@ -331,11 +331,25 @@ func (r *resolved) eq(b *sb, col string, s slot) {
 	}
 }
 
+// exactLit writes " AND col = CAST(const AS BINARY)" after the comparison
+// of col with a string constant of the mapping (a status, a claim state) on
+// MySQL over a host's columns, whose collation may fold case and ignore
+// trailing spaces: the host's 'new' or 'NEW ' is not the mapping's 'NEW'
+// (I10). The first comparison keeps the index; nothing elsewhere.
+func (r *resolved) exactLit(b *sb, col string, l lit) {
+	if r.exactIDs && l.str {
+		b.w(" AND ", col, " = CAST(", l.sql, " AS BINARY)")
+	}
+}
+
 // conds writes " AND col = const" for each condition, columns prefixed by
 // alias ("" or "o.").
 func conds(b *sb, alias string, cs []cond) {
 	for _, c := range cs {
 		b.w(" AND ", alias, c.col, " = ", c.v.sql)
+		if c.exact {
+			b.w(" AND ", alias, c.col, " = CAST(", c.v.sql, " AS BINARY)")
+		}
 	}
 }
 
@@ -396,6 +410,7 @@ func (r *resolved) cas(b *sb, extra string, extraSlot slot, owner, due bool) {
 	b.w(" WHERE ")
 	r.eq(b, r.no, aNo)
 	b.w(" AND ", r.status, " = ", r.pending.sql)
+	r.exactLit(b, r.status, r.pending)
 	conds(b, "", r.where)
 	if owner {
 		b.w(" AND ")
@@ -412,6 +427,7 @@ func (r *resolved) cas(b *sb, extra string, extraSlot slot, owner, due bool) {
 func (r *resolved) lockedOnly(b *sb, alias string) {
 	if r.cState != "" {
 		b.w(" AND ", alias, r.cState, " = ", r.cLocked.sql)
+		r.exactLit(b, alias+r.cState, *r.cLocked)
 	}
 }
 
@@ -688,6 +704,13 @@ func (r *resolved) build() queries {
 				b.w(", ", r.cSold.sql)
 			}
 			b.w(")")
+			if r.exactIDs && r.cLocked.str {
+				b.w(" AND CAST(s.", r.cState, " AS BINARY) IN (", r.cLocked.sql)
+				if r.cSold != nil {
+					b.w(", ", r.cSold.sql)
+				}
+				b.w(")")
+			}
 		}
 		b.w(" ORDER BY s.", r.cShow, ", s.", r.cSeat, " LIMIT ").p(aLimit)
 		q.claims = b.done(d)
@@ -696,6 +719,7 @@ func (r *resolved) build() queries {
 	// The expiry scan: pending, due, after the cursor, on the index.
 	sc := r.scanCol()
 	b = (&sb{}).w("SELECT ", r.no, ", ", keyOf(d, sc.Type, sc.Column), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
+	r.exactLit(b, r.status, r.pending)
 	conds(b, "", r.where)
 	b.w(" AND ")
 	r.due(b, "", true)
@@ -720,6 +744,7 @@ func (r *resolved) build() queries {
 		b.w(" AND ", col, " <= ", stable(nowAs(d, t, back)))
 	} else {
 		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), (SELECT ", nowMS[d], ") FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
+		r.exactLit(b, r.status, r.pending)
 		conds(b, "", r.where)
 		b.w(" AND ")
 		r.due(b, "", true)

@@ -302,6 +302,7 @@ func ident(d Dialect, what, name string, table bool) (string, error) {
 type cond struct {
 	name, col string // the raw name (for Check) and the quoted column
 	v         lit
+	exact     bool // a string on MySQL over a host's column: compared as bytes too (conds)
 }
 
 // resolved is a Mapping validated and quoted for one dialect: what the
@@ -408,7 +409,7 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 			if err != nil {
 				errs = append(errs, err)
 			}
-			out = append(out, cond{name: c.Column, col: id(what+" condition column", c.Column, false), v: v})
+			out = append(out, cond{name: c.Column, col: id(what+" condition column", c.Column, false), v: v, exact: r.exactIDs && v.str})
 		}
 		return out
 	}
