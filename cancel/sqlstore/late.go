@@ -276,6 +276,7 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 	if err := tx.QueryRowContext(ctx, s.q.order.sql, s.args(s.q.order, vals{no: p.OrderNo})...).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID); err != nil {
 		return res, false, false, err
 	}
+	unpad(&o.UserID, &o.ShowID)
 	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
 	if p.UserID != "" && o.UserID != p.UserID {
 		return res, false, false, fmt.Errorf("order %s: %w", p.OrderNo, cancel.ErrNotOwner) // rolled back

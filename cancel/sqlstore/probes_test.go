@@ -13,7 +13,9 @@ package sqlstore_test
 // Every probe is judged by outcomes (was an order ended early, did a due
 // order end, was a host's row that differs only by case or trailing space
 // taken for the library's), never by re-deriving the store's rules.
-// TestProbeHole… tests show a hole (they fail until it is closed);
+// TestProbeFixed… tests showed a hole (committed failing, 77b53bc) and
+// pass since its fix (eae719d: constants compared as bytes; then ids read
+// back unpadded);
 // TestProbeHolds… tests show a probe that held.
 
 import (
@@ -510,7 +512,7 @@ func rawExec(t *testing.T, db *sql.DB, q string, args ...any) {
 	require.NoError(t, err, q)
 }
 
-// TestProbeHoleStatusCaseFolds: shop's string statuses on MariaDB, its
+// TestProbeFixedStatusCaseFolds: shop's string statuses on MariaDB, its
 // state column in the server's default utf8mb4_general_ci (case-insensitive,
 // PAD SPACE), as a host's migration leaves it.
 //
@@ -526,7 +528,7 @@ func rawExec(t *testing.T, db *sql.DB, q string, args ...any) {
 // host's 'new' and 'NEW ' rows are listed as due, counted, cancelled
 // (state rewritten to 'EXPIRED') or paid; the 'held' ticket is released
 // with the order's claims and reported as one of its seats.
-func TestProbeHoleStatusCaseFolds(t *testing.T) {
+func TestProbeFixedStatusCaseFolds(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.MySQL(t)
 	s := hostStore(t, db, sqlstore.MySQL, shop)
@@ -630,7 +632,7 @@ func tenantShop(tenant string) hostSchema {
 	}}
 }
 
-// TestProbeHoleWhereValueCaseFolds: two tenants' stores on one MariaDB
+// TestProbeFixedWhereValueCaseFolds: two tenants' stores on one MariaDB
 // database, Where tenant = 'acme' and tenant = 'ACME' (a tenant key is an
 // id the host chose; the library compares it), and a host's row of tenant
 // 'acme ' (trailing space), on the server's default collation.
@@ -643,7 +645,7 @@ func tenantShop(tenant string) hostSchema {
 // condition tenant = 'acme' is compared in the column's collation, so
 // acme's store lists ACME's and 'acme ”s orders as its own, reads them,
 // cancels them and releases their claims.
-func TestProbeHoleWhereValueCaseFolds(t *testing.T) {
+func TestProbeFixedWhereValueCaseFolds(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.MySQL(t)
 	upper := hostStore(t, db, sqlstore.MySQL, tenantShop("ACME"))
@@ -740,7 +742,7 @@ var charNo = hostSchema{
 	},
 }
 
-// TestProbeHoleCharOrderNumbersPostgres: SeatFlow's tables with CHAR(12)
+// TestProbeFixedCharOrderNumbersPostgres: SeatFlow's tables with CHAR(12)
 // order numbers, which Check accepts as a string column.
 //
 // Sequence: Place o-1 (due) with seat A1; the reconciler's calls: Expired,
@@ -757,7 +759,7 @@ var charNo = hostSchema{
 // seats under a number no cancel or payment will ever release. (Expired's
 // numbers are padded too, but a cancel of the padded number still matches,
 // bpchar comparison ignoring trailing spaces, so the due order ends.)
-func TestProbeHoleCharOrderNumbersPostgres(t *testing.T) {
+func TestProbeFixedCharOrderNumbersPostgres(t *testing.T) {
 	charOrderNumbers(t, sqlstore.Postgres)
 }
 

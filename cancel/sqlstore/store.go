@@ -603,6 +603,7 @@ func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, str
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
 	err = st.QueryRowContext(ctx, s.args(s.q.order, vals{no: orderNo})...).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID)
+	unpad(&o.UserID, &o.ShowID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
 	}
@@ -845,6 +846,7 @@ func readForTransition(rows *sql.Rows, orderNo string, list bool) (cancel.Result
 		if err := rows.Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS, &seat, &lockID); err != nil {
 			return res, err
 		}
+		unpad(&res.Order.UserID, &res.Order.ShowID, &seat.String)
 		res.LockID = lockID.String
 		found = true
 		res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
@@ -966,6 +968,7 @@ func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string
 		if err := rows.Scan(&no, &last); err != nil {
 			return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 		}
+		unpad(&no)
 		out = append(out, no)
 	}
 	if err := rows.Err(); err != nil {
@@ -1097,6 +1100,7 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 			}
+			unpad(&no, &show)
 			st, err := s.status(key)
 			if err != nil {
 				rows.Close()
@@ -1156,6 +1160,15 @@ func (s *Store) sideRows(ctx context.Context, nos []string, found func(no, lockI
 		found(no, lockID.String, seats)
 	}
 	return rows.Err()
+}
+
+// unpad removes the trailing spaces of ids read from a host's columns: a
+// CHAR(n) column returns them padded on PostgreSQL. An id never contains a
+// space (expiry.ValidateID), so they can only be padding.
+func unpad(ids ...*string) {
+	for _, id := range ids {
+		*id = strings.TrimRight(*id, " ")
+	}
 }
 
 // splitSeats is a seats list as oe_order.seats and oe_order_side.seats keep
@@ -1223,6 +1236,7 @@ func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) ([
 		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &key, &lockID); err != nil {
 			return nil, err
 		}
+		unpad(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID)
 		c.LockID = lockID.String
 		if c.Status, err = s.status(key); err != nil {
 			return nil, fmt.Errorf("order %s: %w", c.OrderNo, err)
