@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -647,12 +646,11 @@ func (r *resolved) build() queries {
 				b.w(", ", c.col)
 			}
 			b.w(") VALUES (").p(aShow).w(", ").p(aSeat).w(", ").p(aNo)
-			if r.cState != "" {
-				st := r.cLocked
-				if r.cSold != nil {
-					st = r.cSold
-				}
-				b.w(", ", st.sql)
+			switch { // sold where the claims have a sold state, else live
+			case r.cSold != nil:
+				b.w(", ", r.cSold.sql)
+			case r.cState != "":
+				b.w(", ", r.cLocked.sql)
 			}
 			for _, c := range r.cWhere {
 				b.w(", ", c.v.sql)
@@ -771,22 +769,16 @@ func (r *resolved) build() queries {
 // mapping with neither gives an empty statement (the store cannot
 // reinstate: a late payment is refunded).
 func (r *resolved) reinstateCAS() stmt {
-	statusFor := func(reason cancel.Reason) lit {
+	late := []cancel.Reason{cancel.ReasonTimeout, cancel.ReasonReconcile}
+	key := func(reason cancel.Reason) string {
 		if v, ok := r.by[reason]; ok {
-			return v
+			return v.key
 		}
-		return r.cancelled[0]
-	}
-	late := map[string]lit{}
-	for _, reason := range []cancel.Reason{cancel.ReasonTimeout, cancel.ReasonReconcile} {
-		l := statusFor(reason)
-		late[l.key] = l
+		return r.cancelled[0].key
 	}
 	byStatus := true
-	for _, reason := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpired} {
-		if _, ok := late[statusFor(reason).key]; ok {
-			byStatus = false
-		}
+	for _, other := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpired} {
+		byStatus = byStatus && key(other) != key(late[0]) && key(other) != key(late[1])
 	}
 	if !byStatus && r.reason == "" {
 		return stmt{}
@@ -798,28 +790,31 @@ func (r *resolved) reinstateCAS() stmt {
 	r.eq(b, r.no, aNo)
 	conds(b, "", r.where)
 	b.w(" AND ", r.status, " IN (")
-	if byStatus {
-		keys := make([]string, 0, len(late))
-		for k := range late {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for i, k := range keys {
+	if !byStatus {
+		for i := range r.cancelled {
 			if i > 0 {
 				b.w(", ")
 			}
-			b.w(late[k].sql)
-		}
-		b.w(")")
-	} else {
-		for i, l := range r.cancelled {
-			if i > 0 {
-				b.w(", ")
-			}
-			b.w(l.sql)
+			b.w(r.cancelled[i].sql)
 		}
 		b.w(") AND ", r.reason, " IN ('timeout', 'reconcile')")
+		return b.done(r.d)
 	}
+	// The statuses of the late reasons, each once.
+	for i, reason := range late {
+		if i > 0 && key(reason) == key(late[0]) {
+			continue
+		}
+		if i > 0 {
+			b.w(", ")
+		}
+		if _, ok := r.by[reason]; ok {
+			b.w(r.by[reason].sql)
+		} else {
+			b.w(r.cancelled[0].sql)
+		}
+	}
+	b.w(")")
 	return b.done(r.d)
 }
 

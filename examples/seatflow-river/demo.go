@@ -275,25 +275,33 @@ func (d *demo) loadRun(ctx context.Context, cfg config) error {
 	return nil
 }
 
+// close releases what the demo holds; what fails to close is reported,
+// since nothing more can be done about it at the end of the run.
 func (d *demo) close() {
+	var errs []error
 	if d.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = d.client.Stop(ctx) // nothing to stop if it never started
+		if err := d.client.Stop(ctx); err != nil { // nil when it never started
+			errs = append(errs, fmt.Errorf("stop River: %w", err))
+		}
 		cancel()
 	}
 	if d.rdb != nil {
-		_ = d.rdb.Close()
+		errs = append(errs, d.rdb.Close())
 	}
 	if d.mr != nil {
 		d.mr.Close()
 	}
 	if d.db != nil {
-		_ = d.db.Close()
+		errs = append(errs, d.db.Close())
 	}
 	for _, f := range []*os.File{d.log, d.lock} {
 		if f != nil {
-			_ = f.Close()
+			errs = append(errs, f.Close())
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintln(os.Stderr, "seatflow-river: closing:", err)
 	}
 }
 
@@ -312,7 +320,11 @@ func (d *demo) scenario(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n > 0 {
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
 			d.tl.say("", "River: dropped the leader lease of the killed process (this process holds the file's lock)")
 		}
 		// The seat store starts empty: one reconcile round, before any
@@ -332,7 +344,9 @@ func (d *demo) scenario(ctx context.Context) error {
 	recDone := make(chan struct{})
 	go func() {
 		defer close(recDone)
-		_ = d.rec.Run(ctx, reconcileEvery) // until ctx is cancelled
+		if err := d.rec.Run(ctx, reconcileEvery); !errors.Is(err, context.Canceled) { // until ctx is cancelled
+			d.tl.say("", "reconciler stopped: %v", err)
+		}
 	}()
 
 	placed, err := d.orderStatus(ctx)

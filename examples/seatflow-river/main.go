@@ -134,7 +134,11 @@ func main() {
 // runOnce is one run on cfg.DB (-db), killing itself after cfg.KillAfter.
 func runOnce(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.KillAfter > 0 {
-		time.AfterFunc(cfg.KillAfter, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		time.AfterFunc(cfg.KillAfter, func() {
+			if err := syscall.Kill(os.Getpid(), syscall.SIGKILL); err != nil {
+				fmt.Fprintln(os.Stderr, "seatflow-river: cannot kill itself:", err)
+			}
+		})
 	}
 	d, err := open(ctx, cfg, out)
 	if err != nil {
@@ -185,10 +189,17 @@ func show(ctx context.Context, cfg config, exe, dir string, out io.Writer) (*dem
 	case err := <-done:
 		return nil, fmt.Errorf("run 1 ended before it was killed (%v): -kill-after is too long, or it failed", err)
 	case <-ctx.Done():
-		_ = cmd.Process.Kill()
+		err := cmd.Process.Kill()
 		<-done
-		return nil, ctx.Err()
+		return nil, errors.Join(ctx.Err(), err)
 	case <-time.After(cfg.KillAfter):
+	}
+	// Killed mid-run means after run 1 decided something: on a loaded
+	// machine that may take longer than cfg.KillAfter (up to 30 s more).
+	for wait := time.Now().Add(30 * time.Second); time.Now().Before(wait); time.Sleep(100 * time.Millisecond) {
+		if fi, err := os.Stat(cfg.DB + ".decisions"); err == nil && fi.Size() > 0 {
+			break
+		}
 	}
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL: nothing of run 1 runs after this
 		return nil, err
