@@ -180,7 +180,7 @@ func primaryKilled(t *testing.T, syncMode bool) {
 	}
 	defer stopLoad()
 
-	time.Sleep(2 * time.Second)
+	time.Sleep(1500 * time.Millisecond)
 	victim := e.leader()
 	require.NotZero(t, victim, "no leader")
 	out, err := exec.Command("bash", e.sh, "pids", strconv.Itoa(victim)).Output()
@@ -223,7 +223,7 @@ func primaryKilled(t *testing.T, syncMode bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(1500 * time.Millisecond) // and on, against the new primary
+	time.Sleep(time.Second) // and on, against the new primary
 	mu.Lock()
 	down = false
 	opsDown := ops - opsBefore
@@ -307,7 +307,7 @@ func primaryKilled(t *testing.T, syncMode bool) {
 	if syncMode {
 		mode = "synchronous"
 	}
-	t.Logf("FIGURE patroni %s failover: %d operations (%d from SIGKILL of node %d to 1.5s after the clients reached node %d); promoted after %v, first call started after the kill to succeed ended %v after it; failed %d: %v; payments repeated after %d; new primary lacked %d acknowledged commits (%d placements, %d payments, %d cancels); reconcile %+v; violations %d (+%d on orders the new primary lacked)",
+	t.Logf("FIGURE patroni %s failover: %d operations (%d from SIGKILL of node %d to 1s after the clients reached node %d); promoted after %v, first call started after the kill to succeed ended %v after it; failed %d: %v; payments repeated after %d; new primary lacked %d acknowledged commits (%d placements, %d payments, %d cancels); reconcile %+v; violations %d (+%d on orders the new primary lacked)",
 		mode, ops, opsDown, victim, newLeader, promoted.Round(time.Millisecond), reached.Round(time.Millisecond), total, classes, len(unanswered),
 		len(lacked), lackPlaced, lackPaid, lackCancelled, rep, len(own), len(backInTime))
 	for _, v := range backInTime {
@@ -337,7 +337,7 @@ func lackedIn(v string, lacked map[string]string) string {
 	return ""
 }
 
-// killNode SIGKILLs node's Patroni, then its postmaster and every child of
+// killNode SIGKILLs a node's Patroni, then its postmaster and every child of
 // it (the backends would otherwise serve their open connections a while).
 func killNode(t *testing.T, patroniPid, postmasterPid string) {
 	t.Helper()
@@ -345,8 +345,11 @@ func killNode(t *testing.T, patroniPid, postmasterPid string) {
 	require.NoError(t, err)
 	pm, err := strconv.Atoi(postmasterPid)
 	require.NoError(t, err)
-	children := childrenOf(pm)
 	require.NoError(t, syscall.Kill(pp, syscall.SIGKILL))
+	// Stopped first, the postmaster forks no backend between the listing
+	// of its children and the kill.
+	require.NoError(t, syscall.Kill(pm, syscall.SIGSTOP))
+	children := childrenOf(pm)
 	require.NoError(t, syscall.Kill(pm, syscall.SIGKILL))
 	for _, c := range children {
 		_ = syscall.Kill(c, syscall.SIGKILL)

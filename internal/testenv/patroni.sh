@@ -275,7 +275,7 @@ bootstrap:
         max_replication_slots: 10
         wal_keep_size: 256MB
         fsync: "off"
-        full_page_writes: "off"
+        full_page_writes: "on" # pg_rewind needs it on the source, else a rejoin falls back to a full copy
         synchronous_commit: "on"
         logging_collector: "on"
         log_directory: log
