@@ -26,6 +26,8 @@
 #   RocketMQ (rocketmq.sh) name server 19876, brokers broker-a 20911 and broker-b 20921
 #   MariaDB Galera Cluster (galera.sh) 127.0.0.1:13316-13318, three nodes, user oe/oe, database oe
 #               (group communication 14567-14569, IST 14577-14579, SST 14587-14589)
+#   PostgreSQL under Patroni (patroni.sh) 127.0.0.1:15441-15443, three nodes streaming from the
+#               leader, Patroni REST 18441-18443, etcd 12379-12380; role oe/oe, database oe
 # Data directories survive stop, so a second start is quick; tests create their own databases.
 #
 # If internal/testenv/rocketmq.sh exists it is sourced: start ends with rmq_start, stop begins
@@ -33,6 +35,9 @@
 # OE_SKIP_ROCKETMQ=1 leaves RocketMQ alone (then its tests skip, or fail when servers are required).
 # Likewise internal/testenv/galera.sh: start ends with gal_start, stop begins with gal_stop, status
 # reports its nodes and env prints OE_GALERA_DSNS and OE_GALERA_SH; OE_SKIP_GALERA=1 leaves it alone.
+# Likewise internal/testenv/patroni.sh: start ends with pat_start, stop begins with pat_stop,
+# status reports its nodes and env prints OE_PATRONI_DSN, OE_PATRONI_REST and OE_PATRONI_SH;
+# OE_SKIP_PATRONI=1 leaves it alone.
 #
 # Progress goes to stderr; only `env` writes to stdout.
 set -euo pipefail
@@ -45,6 +50,7 @@ READY_TIMEOUT="${OE_READY_TIMEOUT:-60}" # seconds each server gets to answer
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RMQ_SCRIPT="$HERE/rocketmq.sh"
 GAL_SCRIPT="$HERE/galera.sh"
+PAT_SCRIPT="$HERE/patroni.sh"
 
 REDIS_CLUSTER_PORTS=(${OE_REDIS_CLUSTER_PORTS:-17001 17002 17003})
 REDIS_CLUSTER_REPLICA_PORTS=(${OE_REDIS_CLUSTER_REPLICA_PORTS:-17004 17005 17006}) # one per master, in order
@@ -633,6 +639,16 @@ gal_load() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# PostgreSQL under Patroni and etcd (optional, provided by patroni.sh)
+
+# OE_SKIP_PATRONI=1 ignores patroni.sh (its tests then skip, or fail when servers are required).
+pat_load() {
+	[[ ${OE_SKIP_PATRONI:-0} != 1 && -f $PAT_SCRIPT ]] || return 1
+	# shellcheck source=/dev/null
+	source "$PAT_SCRIPT"
+}
+
+# ---------------------------------------------------------------------------------------------
 # Commands
 
 lock_state() {
@@ -660,6 +676,9 @@ cmd_start() {
 	if gal_load; then
 		gal_start 9>&- || die "galera: gal_start failed (OE_SKIP_GALERA=1 skips the Galera cluster)" # 9>&-: mariadbd must not hold the lock
 	fi
+	if pat_load; then
+		pat_start 9>&- || die "patroni: pat_start failed (OE_SKIP_PATRONI=1 skips the Patroni cluster)" # 9>&-: etcd, Patroni and postgres must not hold the lock
+	fi
 	log "all services ready in $((SECONDS - t0))s (state: $STATE_DIR)"
 }
 
@@ -678,6 +697,12 @@ cmd_stop() {
 		gal_stop || {
 			rc=$?
 			log "gal_stop failed (exit $rc)"
+		}
+	fi
+	if pat_load; then
+		pat_stop || {
+			rc=$?
+			log "pat_stop failed (exit $rc)"
 		}
 	fi
 	redis_stop
@@ -728,6 +753,11 @@ cmd_status() {
 		out="$(gal_status 2>&1)" || ok=1
 		while IFS= read -r line; do log "galera $line"; done <<<"$out"
 	fi
+	if pat_load; then
+		local line out
+		out="$(pat_status 2>&1)" || ok=1
+		while IFS= read -r line; do log "patroni $line"; done <<<"$out"
+	fi
 	return "$ok"
 }
 
@@ -750,6 +780,9 @@ cmd_env() {
 	fi
 	if gal_load; then
 		gal_env
+	fi
+	if pat_load; then
+		pat_env
 	fi
 }
 

@@ -5,7 +5,8 @@
 #
 # It checks formatting (gofmt -l), go vet and go mod tidy -diff, starts the real servers with services.sh (MariaDB,
 # PostgreSQL, Redis, a Redis Cluster, RocketMQ when internal/testenv/rocketmq.sh exists, and a
-# three-node MariaDB Galera Cluster when internal/testenv/galera.sh exists), exports their
+# three-node MariaDB Galera Cluster when internal/testenv/galera.sh exists, PostgreSQL under
+# Patroni when internal/testenv/patroni.sh exists), exports their
 # addresses with OE_REQUIRE_SERVERS=1 (so no integration test can silently skip), runs
 # go test -race over every package, then extra_checks. It exits with go test's status.
 #
@@ -51,7 +52,7 @@ no_servers() {
 		echo "=== module $mod" >>"$log"
 		if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR -u OE_REDIS_CLUSTER \
 			-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER -u OE_ROCKETMQ_BROKER_B \
-			-u OE_REDIS_PRIMARY -u OE_REDIS_REPLICA -u OE_REDIS_CLUSTER_REPLICAS -u OE_SERVICES_SH -u OE_SERVICES_STATE -u OE_GALERA_DSNS -u OE_GALERA_SH GOTOOLCHAIN="$floor" \
+			-u OE_REDIS_PRIMARY -u OE_REDIS_REPLICA -u OE_REDIS_CLUSTER_REPLICAS -u OE_SERVICES_SH -u OE_SERVICES_STATE -u OE_GALERA_DSNS -u OE_GALERA_SH -u OE_PATRONI_DSN -u OE_PATRONI_REST -u OE_PATRONI_SH GOTOOLCHAIN="$floor" \
 			OE_EXPLORE_DEPTH=3 \
 			go -C "$mod" test -count=1 -v ./... >>"$log" 2>&1; then
 			say "FAIL: go test ./... in $mod fails without servers (or with $floor) instead of passing or skipping:"
