@@ -605,7 +605,7 @@ func runTransports(c *common, args []string) error {
 		res := &result{p: p, oursDesc: p.ours.desc, rawDesc: p.raw.desc}
 		err = func() error {
 			defer p.close()
-			if err := warmUp(ctx, p); err != nil {
+			if err := warmUp(ctx, p, *schedConc); err != nil {
 				return err
 			}
 			for r := 0; r < *rounds; r++ {
@@ -703,6 +703,20 @@ func runTransports(c *common, args []string) error {
 			fmt.Sprintf("%.0f / %.0f", float64(time.Duration(med(r.ours, cpu)).Nanoseconds())/1e3, float64(time.Duration(med(r.raw, cpu)).Nanoseconds())/1e3))
 	}
 	rt.print(os.Stdout)
+	fmt.Printf("\nPer round (first: the side that ran first in the round):\n\n")
+	pt := newTable("transport", "round", "first", "schedule/s ours / raw", "expiry/s ours / raw", "late p50 ours / raw")
+	for _, r := range results {
+		for i := range r.ours {
+			first := "ours"
+			if i%2 == 1 {
+				first = "raw"
+			}
+			o, w := r.ours[i], r.raw[i]
+			pt.add(r.p.name, i, first, fmt.Sprintf("%.0f / %.0f", o.schedRate, w.schedRate), fmt.Sprintf("%.0f / %.0f", o.drainRate, w.drainRate),
+				fmtDur(pct(o.late, 50))+" / "+fmtDur(pct(w.late, 50)))
+		}
+	}
+	pt.print(os.Stdout)
 	fmt.Printf("\nRates are medians over rounds; ours/raw the median of the rounds' paired ratios. Client CPU = this process's user+system time over the round (sends to the last arrival) / the round's orders: both sides' clients run in it, the idle side's polling included.\n")
 	bad := 0
 	for _, r := range results {
@@ -716,24 +730,29 @@ func runTransports(c *common, args []string) error {
 	return nil
 }
 
-// warmUp sends one order due at once on each side and waits for both: the
-// consumers are up (a RocketMQ consumer's queues are assigned, River's
+// warmUp sends conc orders due at once on each side, from conc goroutines
+// (so the pools have their connections), and waits for them: the consumers
+// are up (a RocketMQ consumer's queues are assigned, River's
 // leader is elected) before the first timed round.
-func warmUp(ctx context.Context, p *trPair) error {
+func warmUp(ctx context.Context, p *trPair, conc int) error {
 	for _, v := range []*trVariant{p.ours, p.raw} {
-		no := fmt.Sprintf("warm%d", time.Now().UnixNano()%1e9)
-		v.rec.expect([]string{no})
-		due := time.Now()
+		nos := make([]string, conc)
+		dues := make([]time.Time, conc)
+		for i := range nos {
+			nos[i] = fmt.Sprintf("warm%d-%d", time.Now().UnixNano()%1e9, i)
+			dues[i] = time.Now()
+		}
+		v.rec.expect(nos)
 		if v.place != nil {
-			if err := v.place(ctx, []string{no}, []time.Time{due}); err != nil {
+			if err := v.place(ctx, nos, dues); err != nil {
 				return err
 			}
 		}
-		if err := v.send(ctx, no, due); err != nil {
+		if _, _, err := runWorkers(conc, conc, func(i int) error { return v.send(ctx, nos[i], dues[i]) }); err != nil {
 			return fmt.Errorf("warm-up send: %w", err)
 		}
 		if !v.rec.wait(time.Now().Add(60 * time.Second)) {
-			return errors.New("warm-up: the order was not handled within 60 s")
+			return errors.New("warm-up: the orders were not handled within 60 s")
 		}
 	}
 	return nil
