@@ -527,14 +527,20 @@ type trRound struct {
 	schedRate float64 // sends/s, all of the round's orders
 	drainRate float64 // the backlog: orders / (last − first handled)
 	drainLag  time.Duration
-	cpuPerMsg time.Duration
-	dups      int
-	fails     int
+	cpuPerMsg time.Duration // this process's CPU in the side's send slices / orders
+	// sliceRatios (ours only): per send slice, ours' rate / raw's rate
+	// in the slice next to it.
+	sliceRatios []float64
+	overlap     bool // the side due first was still being delivered when the other's orders fell due
+	dups        int
+	fails       int
 }
 
 type trOpts struct {
 	n, backlog, schedConc int
 	dmin, dmax, gap       time.Duration
+	offset                time.Duration
+	slice                 int
 }
 
 func runTransports(c *common, args []string) error {
@@ -546,27 +552,30 @@ func runTransports(c *common, args []string) error {
 	dmin := fs.Duration("delay-min", 6*time.Second, "shortest delay (River's leader moves scheduled jobs every 5 s, looking 5 s ahead: shorter delays wait for it)")
 	dmax := fs.Duration("delay-max", 9*time.Second, "longest delay")
 	gap := fs.Duration("backlog-after", 2*time.Second, "the backlog is due this long after the longest delay")
+	slice := fs.Int("slice", 200, "orders per send slice")
+	offset := fs.Duration("offset", 18*time.Second, "the second side's orders are due this long after the first side's (so that their deliveries do not overlap)")
 	schedConc := fs.Int("sched-conc", 8, "goroutines sending")
 	consumers := fs.Int("consumers", 20, "consumer concurrency of every side (RocketMQ consume goroutines, asynq Concurrency, River MaxWorkers)")
 	riverPoll := fs.Duration("river-poll", 0, "River's FetchPollInterval (0: River's default, 1 s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *dmax < *dmin || *dmin <= 0 || *n <= 0 || *backlog < 2 || *rounds <= 0 {
-		return errors.New("need 0 < delay-min ≤ delay-max, n > 0, backlog ≥ 2, rounds > 0")
+	if *dmax < *dmin || *dmin <= 0 || *n <= 0 || *backlog < 2 || *rounds <= 0 || *slice <= 0 {
+		return errors.New("need 0 < delay-min ≤ delay-max, n > 0, backlog ≥ 2, rounds > 0, slice > 0")
 	}
-	o := trOpts{n: *n, backlog: *backlog, schedConc: *schedConc, dmin: *dmin, dmax: *dmax, gap: *gap}
-	fmt.Printf("Each transport of the library (ours) beside its own client library used by hand for the same job (raw), in this one process, %d rounds; "+
-		"a round runs both sides one after the other (ours first in even rounds, raw first in odd ones), and the other side's consumer idles meanwhile. "+
+	o := trOpts{n: *n, backlog: *backlog, schedConc: *schedConc, dmin: *dmin, dmax: *dmax, gap: *gap, offset: *offset, slice: *slice}
+	fmt.Printf("Each transport of the library (ours) beside its own client library used by hand for the same job (raw), in this one process, %d rounds. "+
 		"A side's round: %d orders due at send start + U(%v, %v) (lateness) and %d orders all due at send start + %v (the backlog, expiry rate), "+
-		"sent by %d goroutines; %d consumers each side.\n\n"+
+		"sent by %d goroutines; %d consumers each side. "+
+		"In a round both sides' orders are sent in one phase, in slices of %d that alternate between the sides (which goes first alternates by slice and by round), so the sends of both see the same moments of the machine; "+
+		"the second side's orders are due %v after the first side's (ours first in even rounds, raw in odd ones), so each side's deliveries run alone, the other's consumer idling.\n\n"+
 		"- **ours**: `expiry.Scheduler.Schedule` → the transport's Sender; its consumer → `expiry.Shell` → `Handler` → `cancel.Service` on the in-memory store and seats (`cancel/memstore`), "+
 		"so the store costs microseconds and what differs is the transport; an order is handled when the Service reports it cancelled.\n"+
 		"- **raw**: the client library's own send with the due time, the order number as the body, and its own consumer recording the arrival; nothing checks for an early arrival.\n\n"+
 		"Lateness = handled − due, over every spread order of every round; early = handled before its due time (ours: cancelled before the deadline; its early *arrivals* are re-armed and counted apart). "+
-		"Schedule rate = orders sent / wall time of the sends. Expiry rate = backlog orders / (last − first handled). "+
+		"Schedule rate = orders sent / the side's time in its send slices; its ours/raw is the median over every full slice of every round of (raw's time / ours' time in the adjacent slices). Expiry rate = backlog orders / (last − first handled). "+
 		"Ratios are the median over rounds of ours / raw in the same round (paired), robust to the load other work puts on this 2-core machine.\n\n",
-		*rounds, o.n, o.dmin, o.dmax, o.backlog, o.dmax+o.gap, o.schedConc, *consumers)
+		*rounds, o.n, o.dmin, o.dmax, o.backlog, o.dmax+o.gap, o.schedConc, *consumers, o.slice, o.offset)
 
 	ctx := context.Background()
 	type result struct {
@@ -609,25 +618,12 @@ func runTransports(c *common, args []string) error {
 				return err
 			}
 			for r := 0; r < *rounds; r++ {
-				sides := []*trVariant{p.ours, p.raw}
-				if r%2 == 1 {
-					slices.Reverse(sides)
+				ours, raw, err := trRun(ctx, p, fmt.Sprintf("%d%d", ti, r), r, o, c.seed+int64(r))
+				if err != nil {
+					return fmt.Errorf("round %d: %w", r, err)
 				}
-				for _, v := range sides {
-					tag := "o"
-					if v == p.raw {
-						tag = "r"
-					}
-					rr, err := trRun(ctx, v, fmt.Sprintf("%d%d%s", ti, r, tag), o, c.seed+int64(r))
-					if err != nil {
-						return fmt.Errorf("round %d, %s: %w", r, tag, err)
-					}
-					if v == p.ours {
-						res.ours = append(res.ours, rr)
-					} else {
-						res.raw = append(res.raw, rr)
-					}
-				}
+				res.ours = append(res.ours, ours)
+				res.raw = append(res.raw, raw)
 			}
 			return nil
 		}()
@@ -672,7 +668,7 @@ func runTransports(c *common, args []string) error {
 	t.print(os.Stdout)
 
 	fmt.Println()
-	rt := newTable("transport", "schedule/s ours", "raw", "ours/raw", "expiry/s ours", "raw", "ours/raw", "backlog all handled after its due time (ours / raw)", "client CPU µs/order (ours / raw)")
+	rt := newTable("transport", "schedule/s ours", "raw", "ours/raw", "expiry/s ours", "raw", "ours/raw", "backlog all handled after its due time (ours / raw)", "send CPU µs/order (ours / raw)")
 	for _, r := range results {
 		med := func(rs []trRound, f func(trRound) float64) float64 {
 			xs := make([]float64, len(rs))
@@ -697,14 +693,22 @@ func runTransports(c *common, args []string) error {
 		drain := func(x trRound) float64 { return x.drainRate }
 		lag := func(x trRound) float64 { return float64(x.drainLag) }
 		cpu := func(x trRound) float64 { return float64(x.cpuPerMsg) }
-		rt.add(r.p.name, fmt.Sprintf("%.0f", med(r.ours, sched)), fmt.Sprintf("%.0f", med(r.raw, sched)), paired(sched),
+		var sr []float64
+		for _, x := range r.ours {
+			sr = append(sr, x.sliceRatios...)
+		}
+		schedRatio := "n/a"
+		if len(sr) > 0 {
+			schedRatio = fmt.Sprintf("%.0f %% (%d slices)", 100*medianF(sr), len(sr))
+		}
+		rt.add(r.p.name, fmt.Sprintf("%.0f", med(r.ours, sched)), fmt.Sprintf("%.0f", med(r.raw, sched)), schedRatio,
 			fmt.Sprintf("%.0f", med(r.ours, drain)), fmt.Sprintf("%.0f", med(r.raw, drain)), paired(drain),
 			fmtDur(time.Duration(med(r.ours, lag)))+" / "+fmtDur(time.Duration(med(r.raw, lag))),
 			fmt.Sprintf("%.0f / %.0f", float64(time.Duration(med(r.ours, cpu)).Nanoseconds())/1e3, float64(time.Duration(med(r.raw, cpu)).Nanoseconds())/1e3))
 	}
 	rt.print(os.Stdout)
 	fmt.Printf("\nPer round (first: the side that ran first in the round):\n\n")
-	pt := newTable("transport", "round", "first", "schedule/s ours / raw", "expiry/s ours / raw", "late p50 ours / raw")
+	pt := newTable("transport", "round", "due first", "schedule/s ours / raw", "expiry/s ours / raw", "late p50 ours / raw", "deliveries apart")
 	for _, r := range results {
 		for i := range r.ours {
 			first := "ours"
@@ -713,11 +717,12 @@ func runTransports(c *common, args []string) error {
 			}
 			o, w := r.ours[i], r.raw[i]
 			pt.add(r.p.name, i, first, fmt.Sprintf("%.0f / %.0f", o.schedRate, w.schedRate), fmt.Sprintf("%.0f / %.0f", o.drainRate, w.drainRate),
-				fmtDur(pct(o.late, 50))+" / "+fmtDur(pct(w.late, 50)))
+				fmtDur(pct(o.late, 50))+" / "+fmtDur(pct(w.late, 50)), yes(!(o.overlap || w.overlap)))
 		}
 	}
 	pt.print(os.Stdout)
-	fmt.Printf("\nRates are medians over rounds; ours/raw the median of the rounds' paired ratios. Client CPU = this process's user+system time over the round (sends to the last arrival) / the round's orders: both sides' clients run in it, the idle side's polling included.\n")
+	fmt.Printf("\nRates are medians over rounds; expiry ours/raw is the median of the rounds' paired ratios, schedule ours/raw the median over the send slices. Send CPU = this process's user+system time in the side's send slices / its orders (the other side's consumer polling included, alike for both). " +
+		"\"deliveries apart\" is **no** when the side due first was still being delivered when the other side's orders fell due (raise -offset).\n")
 	bad := 0
 	for _, r := range results {
 		for _, rr := range r.ours {
@@ -758,77 +763,125 @@ func warmUp(ctx context.Context, p *trPair, conc int) error {
 	return nil
 }
 
-// trRun runs one side's round.
-func trRun(ctx context.Context, v *trVariant, tag string, o trOpts, seed int64) (trRound, error) {
+// trRun runs one round of both sides. The orders of both are sent in one
+// phase, in alternating slices (which side goes first alternates by slice
+// and round), each slice timed: both sides' sends see the same moments of
+// the machine. Their deliveries do not overlap: raw's orders are due
+// o.offset after ours (ours first in even rounds, raw first in odd ones),
+// so each side drains its backlog alone.
+func trRun(ctx context.Context, p *trPair, tag string, round int, o trOpts, seed int64) (ours, raw trRound, err error) {
 	r := rand.New(rand.NewPCG(uint64(seed), 8))
 	total := o.n + o.backlog
-	nos := make([]string, total)
 	offs := make([]time.Duration, total)
-	for i := range nos {
-		nos[i] = fmt.Sprintf("T%s-%05d", tag, i)
+	for i := range offs {
 		if i < o.n {
 			offs[i] = (o.dmin + time.Duration(r.Int64N(int64(o.dmax-o.dmin)+1))).Truncate(time.Millisecond)
 		} else {
 			offs[i] = o.dmax + o.gap
 		}
 	}
+	type side struct {
+		v     *trVariant
+		nos   []string
+		dues  []time.Time
+		wall  time.Duration
+		cpu   time.Duration
+		res   *trRound
+		shift time.Duration
+	}
 	// The due times are fixed before the sends, as a host stamps expire_at
-	// before it commits; placing (ours) takes some milliseconds, so the
-	// clock starts after it, with the due times shifted alike.
-	dues := make([]time.Time, total)
+	// before it commits; placing (ours) takes a moment, so the clock starts
+	// after it.
 	base := time.Now().Add(time.Second).Truncate(time.Millisecond)
-	for i := range dues {
-		dues[i] = base.Add(offs[i])
+	sides := []*side{{v: p.ours, res: &ours}, {v: p.raw, res: &raw}}
+	if round%2 == 1 {
+		slices.Reverse(sides) // raw's orders due first
 	}
-	if v.place != nil {
-		if err := v.place(ctx, nos, dues); err != nil {
-			return trRound{}, fmt.Errorf("place: %w", err)
+	sides[1].shift = o.offset
+	for k, sd := range sides {
+		sd.nos = make([]string, total)
+		sd.dues = make([]time.Time, total)
+		for i := range sd.nos {
+			sd.nos[i] = fmt.Sprintf("T%s%d-%05d", tag, k, i)
+			sd.dues[i] = base.Add(sd.shift + offs[i])
 		}
+		if sd.v.place != nil {
+			if err := sd.v.place(ctx, sd.nos, sd.dues); err != nil {
+				return ours, raw, fmt.Errorf("place: %w", err)
+			}
+		}
+		sd.v.rec.expect(sd.nos)
 	}
-	v.rec.expect(nos)
 	time.Sleep(time.Until(base))
-	cpu0 := selfCPU()
-	wall, failed, err := runWorkers(o.schedConc, total, func(i int) error { return v.send(ctx, nos[i], dues[i]) })
-	if err != nil {
-		return trRound{}, fmt.Errorf("%d sends failed, first: %w", failed, err)
-	}
-	if wall > o.dmin {
-		return trRound{}, fmt.Errorf("the sends took %v, longer than the shortest delay %v: lower -n/-backlog or raise -delay-min", wall, o.dmin)
-	}
-	v.rec.wait(dues[total-1].Add(60 * time.Second))
-	cpu := selfCPU() - cpu0
-
-	v.rec.mu.Lock()
-	defer v.rec.mu.Unlock()
-	res := trRound{want: total, handled: len(v.rec.at), rearms: v.rec.rearms, dups: v.rec.dups, fails: v.rec.fails,
-		schedRate: float64(total) / wall.Seconds(), cpuPerMsg: cpu / time.Duration(total)}
-	var first, last time.Time
-	drained := 0
-	for i, no := range nos {
-		at, ok := v.rec.at[no]
-		if !ok {
-			continue
+	for k, from := 0, 0; from < total; k, from = k+1, from+o.slice {
+		to := min(from+o.slice, total)
+		order := []*side{sides[0], sides[1]}
+		if (k+round)%2 == 1 {
+			order[0], order[1] = order[1], order[0]
 		}
-		if at.Before(dues[i]) {
-			res.early++
+		var walls [2]time.Duration
+		for _, sd := range order {
+			cpu0 := selfCPU()
+			wall, failed, err := runWorkers(o.schedConc, to-from, func(i int) error { return sd.v.send(ctx, sd.nos[from+i], sd.dues[from+i]) })
+			sd.cpu += selfCPU() - cpu0
+			sd.wall += wall
+			if err != nil {
+				return ours, raw, fmt.Errorf("%d sends failed, first: %w", failed, err)
+			}
+			walls[slices.Index(sides, sd)] = wall
 		}
-		if i < o.n {
-			res.late = append(res.late, at.Sub(dues[i]))
-			continue
-		}
-		drained++
-		if first.IsZero() || at.Before(first) {
-			first = at
-		}
-		if at.After(last) {
-			last = at
+		if o.slice == to-from { // a short last slice would weigh as much as a full one
+			oursWall, rawWall := walls[0], walls[1]
+			if sides[0].v != p.ours {
+				oursWall, rawWall = rawWall, oursWall
+			}
+			ours.sliceRatios = append(ours.sliceRatios, rawWall.Seconds()/oursWall.Seconds())
 		}
 	}
-	if !last.IsZero() && last.After(first) {
-		res.drainRate = float64(drained-1) / last.Sub(first).Seconds()
-		res.drainLag = last.Sub(dues[total-1])
+	if sent := time.Since(base); sent > o.dmin {
+		return ours, raw, fmt.Errorf("the sends took %v, longer than the shortest delay %v: lower -n/-backlog or raise -delay-min", sent, o.dmin)
 	}
-	return res, nil
+	for k, sd := range sides {
+		sd.v.rec.wait(sd.dues[total-1].Add(60 * time.Second))
+		sd.v.rec.mu.Lock()
+		res := sd.res
+		*res = trRound{sliceRatios: res.sliceRatios, want: total, handled: len(sd.v.rec.at), rearms: sd.v.rec.rearms, dups: sd.v.rec.dups, fails: sd.v.rec.fails,
+			schedRate: float64(total) / sd.wall.Seconds(), cpuPerMsg: sd.cpu / time.Duration(total)}
+		var first, last, lastAll time.Time
+		drained := 0
+		for i, no := range sd.nos {
+			at, ok := sd.v.rec.at[no]
+			if !ok {
+				continue
+			}
+			if at.After(lastAll) {
+				lastAll = at
+			}
+			if at.Before(sd.dues[i]) {
+				res.early++
+			}
+			if i < o.n {
+				res.late = append(res.late, at.Sub(sd.dues[i]))
+				continue
+			}
+			drained++
+			if first.IsZero() || at.Before(first) {
+				first = at
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		sd.v.rec.mu.Unlock()
+		if drained > 1 && last.After(first) {
+			res.drainRate = float64(drained-1) / last.Sub(first).Seconds()
+			res.drainLag = last.Sub(sd.dues[total-1])
+		}
+		if k == 0 && !lastAll.Before(sides[1].dues[0]) {
+			res.overlap = true
+		}
+	}
+	return ours, raw, nil
 }
 
 func medianF(xs []float64) float64 {
