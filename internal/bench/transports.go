@@ -720,7 +720,7 @@ func runTransports(c *common, args []string) error {
 			fmt.Sprintf("%.0f / %.0f", float64(time.Duration(med(r.ours, cpu)).Nanoseconds())/1e3, float64(time.Duration(med(r.raw, cpu)).Nanoseconds())/1e3))
 	}
 	rt.print(os.Stdout)
-	fmt.Printf("\nPer round (first: the side that ran first in the round):\n\n")
+	fmt.Printf("\nPer round (due first: the side whose orders fell due first):\n\n")
 	pt := newTable("transport", "round", "due first", "schedule/s ours / raw", "expiry/s ours / raw", "late p50 ours / raw", "deliveries apart")
 	for _, r := range results {
 		for i := range r.ours {
