@@ -316,6 +316,12 @@ type Report struct {
 	Settling int
 	Restored int // seats given back their state from SQL by scan #2
 	Refunds  int // refund hooks that succeeded on a retry
+	// Diverged counts the sold seats the sold pass found this round whose
+	// order SQL does not show paid: SQL went back in time. They are never
+	// freed; each order is reported once per Reconciler as an
+	// expiry.KindDiverged event, and counted again in every round while
+	// it lasts, so a host can alert on it. (Not counted yet.)
+	Diverged int
 	// More is true when scan #1 stopped at MaxPerRound with more orders
 	// possibly due, having cancelled (or tried) some: Run starts the next
 	// round at once, which goes on where this one stopped.
