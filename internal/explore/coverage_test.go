@@ -35,8 +35,12 @@ func TestGatesCoverEveryMethod(t *testing.T) {
 		{
 			typ:   reflect.TypeOf(&memstore.Seats{}),
 			gated: []string{"Lock", "Release", "Sell", "Restore", "MarkRestored"},
-			// Reads; the rest is the host's or a test's.
-			other: []string{"ScanLocks", "Lost", "Missing", "Now", "Show", "Held", "ListedShows", "RetireShow", "Wipe", "WipeShow", "Scope", "Scoped"},
+			// Reads; MarkRefunded follows the refund hook's success (a stop
+			// before it is a stop after the hook: the hook runs again after
+			// the lease, the by-design repeat); the rest is the host's or a
+			// test's.
+			other: []string{"ScanLocks", "Lost", "Missing", "Now", "Show", "Held", "ListedShows", "RetireShow", "Wipe", "WipeShow", "Scope", "Scoped",
+				"ScanSold", "SeatStates", "Refunded", "MarkRefunded"},
 		},
 	} {
 		for i := 0; i < tc.typ.NumMethod(); i++ {
