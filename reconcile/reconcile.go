@@ -28,6 +28,9 @@
 //     otherwise the pass goes on slowly, round after round. Each batch that
 //     restored anything is then checked against SQL again, so a cancel that
 //     committed meanwhile does not leave its seats locked;
+//   - sold seats (sold.go), when the seat store is a SoldScanner: seats
+//     sold to an order SQL does not show paid (SQL went back in time: a
+//     failover that lost commits) are counted and reported, never freed;
 //   - refunds: recorded discrepancies whose refund hook failed or was
 //     interrupted are handed to the hook again (I9).
 //
@@ -281,6 +284,8 @@ type Reconciler struct {
 	claims  string // scan #2's
 	token   string // the rebuild in progress ("": none)
 	backoff map[string]backoff
+
+	soldPass soldPass // sold.go
 }
 
 // backoff paces the retries of one order whose cancel failed, by
@@ -317,10 +322,10 @@ type Report struct {
 	Restored int // seats given back their state from SQL by scan #2
 	Refunds  int // refund hooks that succeeded on a retry
 	// Diverged counts the sold seats the sold pass found this round whose
-	// order SQL does not show paid: SQL went back in time. They are never
-	// freed; each order is reported once per Reconciler as an
-	// expiry.KindDiverged event, and counted again in every round while
-	// it lasts, so a host can alert on it. (Not counted yet.)
+	// order SQL does not show paid (see sold.go): SQL went back in time.
+	// They are never freed; each order is reported once per Reconciler as
+	// an expiry.KindDiverged event, and counted again in every round while
+	// it lasts, so a host can alert on it.
 	Diverged int
 	// More is true when scan #1 stopped at MaxPerRound with more orders
 	// possibly due, having cancelled (or tried) some: Run starts the next
@@ -340,7 +345,7 @@ func (r *Reconciler) Round(ctx context.Context) (Report, error) {
 	var rep Report
 	// Scan #4 before #2: a stale lock released first leaves its seat free for
 	// the claim that SQL gives it.
-	errs := []error{r.expired(ctx, &rep), r.locks(ctx, &rep), r.restore(ctx, &rep), r.refunds(ctx, &rep)}
+	errs := []error{r.expired(ctx, &rep), r.locks(ctx, &rep), r.restore(ctx, &rep), r.sold(ctx, &rep), r.refunds(ctx, &rep)}
 	return rep, errors.Join(errs...)
 }
 
