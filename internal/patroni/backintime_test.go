@@ -107,7 +107,8 @@ func converge(t *testing.T, w *e2e.World) (rounds int, total string) {
 		restored += rep.Restored
 		refunds += rep.Refunds
 		if rep.Expired+rep.Released+rep.Sold+rep.Restored+rep.Refunds == 0 && rep.Settling == 0 && !rep.More {
-			return rounds, fmt.Sprintf("expired %d, released %d, sold %d, restored %d, refunds %d", expired, released, sold, restored, refunds)
+			return rounds, fmt.Sprintf("expired %d, released %d, sold %d, restored %d, refunds %d; diverged seats %d, events %d",
+				expired, released, sold, restored, refunds, rep.Diverged, w.Ledger.Kind(expiry.KindDiverged))
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
