@@ -45,6 +45,10 @@ type soldPass struct {
 // with an error log naming the seats. The pass is bounded by MaxPerRound
 // like the others and goes on from its cursor in the next round; it costs
 // what the claims pass (#2) costs, one read per seat held.
+//
+// A host that deletes paid orders from SQL (archiving) must retire their
+// shows from the seat store first (redisseat's RetireShow): their sales
+// would otherwise be reported as sold_missing.
 func (r *Reconciler) sold(ctx context.Context, rep *Report) error {
 	sc, ok := r.c.Seats.(SoldScanner)
 	if !ok {
