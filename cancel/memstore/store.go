@@ -53,7 +53,7 @@ type discrepancy struct {
 
 // Store is an in-memory order store: cancel.OrderStore,
 // cancel.DiscrepancyStore, cancel.Reinstater, cancel.DeadlineStore,
-// cancel.WarnStore, expiry.OrderLookup, reconcile.ExpiredFinder,
+// cancel.WarnStore, reconcile.ExpiredFinder,
 // reconcile.StatusReader and reconcile.ClaimScanner, with the same behaviour
 // as sqlstore's Store (both pass cancel/canceltest's RunStore). Ids compare
 // byte for byte, as there. Safe for concurrent use.

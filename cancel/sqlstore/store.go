@@ -10,7 +10,6 @@
 //     SettleDiscrepancy),
 //   - cancel.Reinstater (ReinstateCancelled), cancel.DeadlineStore
 //     (SetDeadline) and cancel.WarnStore (MarkWarned), in late.go,
-//   - expiry.OrderLookup (Order),
 //   - reconcile.ExpiredFinder (Expired), reconcile.StatusReader (Statuses)
 //     and reconcile.ClaimScanner (Claims).
 //
@@ -583,7 +582,7 @@ func (s *Store) status(key string) (expiry.Status, error) {
 	return expiry.Status(k), nil
 }
 
-// Order implements expiry.OrderLookup and cancel.OrderStore.
+// Order implements cancel.OrderStore.
 func (s *Store) Order(ctx context.Context, orderNo string) (expiry.Order, error) {
 	o, _, err := s.orderRow(ctx, orderNo)
 	return o, err

@@ -220,7 +220,7 @@ func reconcileOnce(ctx context.Context, e *env, dry bool, w, logs io.Writer) err
 // dryService stands in for the cancel service in a dry run: a cancel the
 // real service would make (a pending order that is due by the store's
 // clock) is reported as made, and nothing is written.
-type dryService struct{ orders expiry.OrderLookup }
+type dryService struct{ orders cancel.OrderStore }
 
 func (d dryService) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
 	o, err := d.orders.Order(ctx, req.OrderNo)

@@ -118,16 +118,12 @@ func newClient(t testing.TB, d riverdriver.Driver[*sql.Tx], w *oeriver.Worker, c
 // would, and reports it.
 type recorder struct{ ch chan expirytest.Delivery }
 
-func (r recorder) Process(ctx context.Context, body []byte, traceID string) expiry.Verdict {
-	return r.ProcessTraced(ctx, body, traceID, expiry.Trace{})
-}
-
-func (r recorder) ProcessTraced(_ context.Context, body []byte, traceID string, tc expiry.Trace) expiry.Verdict {
-	m, err := expiry.DecodeMessage(body)
+func (r recorder) Process(_ context.Context, d expiry.Delivery) expiry.Verdict {
+	m, err := expiry.DecodeMessage(d.Body)
 	if err != nil {
 		return expiry.Ack
 	}
-	m.TraceID, m.Trace = traceID, tc.Clean()
+	m.TraceID, m.Trace = d.TraceID, d.Trace.Clean()
 	r.ch <- expirytest.Delivery{Message: m, At: time.Now()}
 	return expiry.Ack
 }

@@ -1585,7 +1585,7 @@ func (m *machine) DeliverStray(t *rapid.T) {
 		body := rapid.SampledFrom([]string{"", "oe1 ", "oe1 x{y} 1", "oe1 ok 0", "hello", "oe1 " + strings.Repeat("a", 300) + " 1"}).Draw(t, "body")
 		snap := m.snapshot(t)
 		bad := m.obs.kinds[expiry.KindBadMessage]
-		if v := m.shell.Process(m.ctx, []byte(body), "trace"); v != expiry.Ack {
+		if v := m.shell.Process(m.ctx, expiry.Delivery{Body: []byte(body), TraceID: "trace"}); v != expiry.Ack {
 			m.violate("I7: garbage %q got verdict %v, want Ack", body, v)
 		}
 		if m.obs.kinds[expiry.KindBadMessage] != bad+1 {
@@ -1619,7 +1619,7 @@ func (m *machine) deliver(t *rapid.T, msg expiry.Message, duplicate bool) bool {
 		if eerr != nil {
 			t.Fatal(eerr)
 		}
-		v := m.shell.Process(m.ctx, body, "trace-"+msg.OrderNo)
+		v := m.shell.Process(m.ctx, expiry.Delivery{Body: body, TraceID: "trace-" + msg.OrderNo})
 		outcome, err = m.obs.handled.Outcome, m.obs.handled.Err
 		if (v == expiry.Ack) != (err == nil) {
 			m.violate("shell verdict %v for outcome %v err %v", v, outcome, err)
