@@ -68,35 +68,8 @@ type ExpiredFinder interface {
 // Statuses returns the state of every order among nos that exists; orders
 // that do not exist are absent from the map. Safe for concurrent use.
 type StatusReader interface {
-	Statuses(ctx context.Context, nos []string) (map[string]OrderState, error)
+	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
 }
-
-// OrderState is what a StatusReader reads of one order.
-type OrderState struct {
-	Status expiry.Status
-	// Age is how long ago the order was last written (placed, decided,
-	// reinstated, its deadline moved), by the store's clock: for a decided
-	// order, how long it has been decided. AgeUnknown when the store does
-	// not record it (a host's table mapped without an updated-at column).
-	Age time.Duration
-	// ShowID is the order's show.
-	ShowID string
-	// LockID is the seat lock the order holds (cancel.Result.LockID), empty
-	// when the store kept none. A lock under the order's number with
-	// another id, or in another show, is not the order's (a crashed double
-	// submit's, a refused reinstatement's, one a seat store that went back
-	// in time still has): scan #4 releases its seats past the grace period,
-	// except those Seats gives the order, which it treats as the order's.
-	LockID string
-	// Seats are the seats the order was placed with (nil when the store
-	// kept none).
-	Seats []string
-}
-
-// AgeUnknown is the OrderState.Age of an order whose store does not record
-// when it was last written. Scan #4 then fixes the order's locks at once
-// (see Config.Settle).
-const AgeUnknown time.Duration = -1
 
 // LockScanner lists seat locks in the seat store, a bounded batch at a time.
 //
@@ -208,7 +181,7 @@ type Config struct {
 	// OrderTimeout bounds the cancel of one expired order; one that takes
 	// longer (a row held by a stuck transaction) is skipped for now.
 	OrderTimeout time.Duration
-	// Settle is how long after an order is decided (OrderState.Age, by the
+	// Settle is how long after an order is decided (cancel.OrderState.Age, by the
 	// store's clock) scan #4 leaves its locks to the host that decided it:
 	// longer than that host takes from its commit to the seat store's reply
 	// (one round trip; a cancel.Service call). A decider that crashed in
@@ -689,7 +662,7 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		switch {
 		case exists && st.Status == expiry.StatusPending:
 			continue // the message path or scan #1 will decide it
-		case exists && !fromSQL && st.Age != AgeUnknown && st.Age < r.c.Settle:
+		case exists && !fromSQL && st.Age != cancel.AgeUnknown && st.Age < r.c.Settle:
 			rep.Settling += len(ol.seats) // its decider is releasing or selling them
 			continue
 		case exists && st.Status == expiry.StatusPaid:
@@ -720,7 +693,7 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 
 // splitOwn splits the seats of a lock the order does not hold into those
 // SQL gives the order (same show, among st.Seats) and the others.
-func splitOwn(ol *orderLocks, st OrderState) (own, others []string) {
+func splitOwn(ol *orderLocks, st cancel.OrderState) (own, others []string) {
 	for _, seat := range ol.seats {
 		if ol.show == st.ShowID && slices.Contains(st.Seats, seat) {
 			own = append(own, seat)

@@ -647,10 +647,10 @@ func TestLockScanRepairsACrashedCancellerAfterTheSettleTime(t *testing.T) {
 // written (a host's table mapped without an updated-at column).
 type unknownAges struct{ *memstore.Store }
 
-func (u unknownAges) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+func (u unknownAges) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	st, err := u.Store.Statuses(ctx, nos)
 	for no, s := range st {
-		s.Age = reconcile.AgeUnknown
+		s.Age = cancel.AgeUnknown
 		st[no] = s
 	}
 	return st, err

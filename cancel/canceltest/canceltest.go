@@ -40,7 +40,6 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // Store is what the suite tests: the cancel.OrderStore, the
@@ -49,7 +48,7 @@ type Store interface {
 	cancel.OrderStore
 	cancel.DiscrepancyStore
 	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error)
+	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
 	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 }
 
@@ -75,7 +74,7 @@ type StoreHarness struct {
 	// age Statuses answers; 0: a millisecond).
 	WriteResolution time.Duration
 	// NoWriteTime says the store does not record an order's last write
-	// (a Mapping without UpdatedAt): every age is reconcile.AgeUnknown.
+	// (a Mapping without UpdatedAt): every age is cancel.AgeUnknown.
 	NoWriteTime bool
 }
 
@@ -643,7 +642,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		if h.NoWriteTime {
 			st, err := h.Store.Statuses(ctx, []string{a.OrderNo})
 			require.NoError(t, err)
-			assert.Equal(t, reconcile.AgeUnknown, st[a.OrderNo].Age, "a store without a write time answers AgeUnknown")
+			assert.Equal(t, cancel.AgeUnknown, st[a.OrderNo].Age, "a store without a write time answers AgeUnknown")
 			return
 		}
 		wait := res + 400*time.Millisecond
@@ -755,7 +754,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 }
 
 // statusesOf drops the ages of a Statuses answer.
-func statusesOf(st map[string]reconcile.OrderState) map[string]expiry.Status {
+func statusesOf(st map[string]cancel.OrderState) map[string]expiry.Status {
 	out := make(map[string]expiry.Status, len(st))
 	for no, s := range st {
 		out[no] = s.Status

@@ -79,7 +79,6 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // Dialect names the SQL flavour of the database behind a Store.
@@ -1069,12 +1068,12 @@ const maxIn = 500
 // Statuses returns the state of each existing order among nos (missing ones
 // are absent from the map): its status and the time since its last write
 // by the database's clock (whole milliseconds, never negative; the
-// resolution of the Mapping's UpdatedAt column, and reconcile.AgeUnknown
+// resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
 // without one). Only rows whose number equals a requested one byte for byte
 // are kept, so a case-insensitive collation of the host's table cannot
 // answer for a case variant (I10). It implements reconcile.StatusReader.
-func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
-	out := make(map[string]reconcile.OrderState, len(nos))
+func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
+	out := make(map[string]cancel.OrderState, len(nos))
 	want := make(map[string]bool, len(nos))
 	for _, no := range nos {
 		want[no] = true
@@ -1105,12 +1104,12 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: order %s: %w", no, err)
 			}
-			age := reconcile.AgeUnknown
+			age := cancel.AgeUnknown
 			if ageMS.Valid {
 				age = time.Duration(max(0, ageMS.Int64)) * time.Millisecond
 			}
 			if want[no] {
-				out[no] = reconcile.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
+				out[no] = cancel.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
 			}
 		}
 		err = rows.Err()

@@ -795,7 +795,7 @@ func (s *mOrders) SettleDiscrepancy(ctx context.Context, paymentID string) error
 	return s.inner.SettleDiscrepancy(ctx, paymentID)
 }
 
-func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	if _, hit := s.m.fault("Statuses", ""); hit {
 		return nil, injected("Statuses")
 	}

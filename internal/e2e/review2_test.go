@@ -76,7 +76,7 @@ func rv2Held(e *rvEnv, seats *memstore.Seats, show, user string) int {
 // ---------------------------------------------------------------------------
 // The two holes found, fixed: the lock pass groups and judges locks by
 // (show, id), and sells a paid order's own seats under a lock it does not
-// hold (reconcile.OrderState.ShowID, Seats).
+// hold (cancel.OrderState.ShowID, Seats).
 
 // A double submit of one order number for two shows (the buyer's two tabs,
 // one per show; a client retry after it changed the show) within one
