@@ -398,11 +398,32 @@ type OrderState struct {
 // (see reconcile.Config.Settle).
 const AgeUnknown time.Duration = -1
 
+// SeatStatus is what a seat is in the seat store. A free seat has none.
+type SeatStatus uint8
+
+// The seat statuses.
+const (
+	// SeatLocked: held for a pending order.
+	SeatLocked SeatStatus = iota + 1
+	// SeatSold: sold to a paid order, for good.
+	SeatSold
+)
+
+// String returns "locked" or "sold".
+func (s SeatStatus) String() string {
+	switch s {
+	case SeatLocked:
+		return "locked"
+	case SeatSold:
+		return "sold"
+	}
+	return fmt.Sprintf("SeatStatus(%d)", uint8(s))
+}
+
 // SeatState is one seat as the seat store has it.
 type SeatState struct {
-	// Status is expiry.StatusPending for a locked seat and expiry.StatusPaid
-	// for a sold one; free seats have no SeatState.
-	Status   expiry.Status
+	// Status is SeatLocked or SeatSold; free seats have no SeatState.
+	Status   SeatStatus
 	OrderNo  string
 	UserID   string
 	LockedAt time.Time // for locked seats

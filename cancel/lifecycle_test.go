@@ -139,7 +139,7 @@ func TestLatePaymentReinstates(t *testing.T) {
 	assert.Empty(t, e.hooked(), "nothing to refund")
 	for _, s := range []string{"a1", "a2"} {
 		st := e.seat(t, s)
-		assert.Equal(t, expiry.StatusPaid, st.Status, "seat %s sold", s)
+		assert.Equal(t, cancel.SeatSold, st.Status, "seat %s sold", s)
 		assert.Equal(t, "o1", st.OrderNo)
 	}
 	assert.Equal(t, 2, e.held(t, "u1"), "I8: the paid order's seats count again")
@@ -266,7 +266,7 @@ func TestLatePaymentRacingResale(t *testing.T) {
 		if res.Changed {
 			assert.ErrorIs(t, placeErr, cancel.ErrSeatUnavailable)
 			assert.Equal(t, "o1", st.OrderNo)
-			assert.Equal(t, expiry.StatusPaid, st.Status)
+			assert.Equal(t, cancel.SeatSold, st.Status)
 		} else {
 			require.NoError(t, placeErr)
 			assert.Equal(t, "o2", st.OrderNo)

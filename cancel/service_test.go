@@ -145,7 +145,7 @@ func TestPayTwiceIsQuiet(t *testing.T) {
 	assert.Equal(t, "p1", res.PaymentID)
 	assert.Empty(t, e.hooked())
 	show, _ := e.seats.Show(context.Background(), "s")
-	assert.Equal(t, expiry.StatusPaid, show["o1a"].Status)
+	assert.Equal(t, cancel.SeatSold, show["o1a"].Status)
 	held, _ := e.seats.Held(context.Background(), "s", "u1")
 	assert.Equal(t, 2, held, "I8: paid seats still count")
 }

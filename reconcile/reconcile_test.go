@@ -162,10 +162,10 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 	}
 	assert.NotContains(t, show, "g1")
 	for _, s := range paid.Seats {
-		assert.Equal(t, expiry.StatusPaid, show[s].Status)
+		assert.Equal(t, cancel.SeatSold, show[s].Status)
 	}
 	for _, s := range live.Seats {
-		assert.Equal(t, expiry.StatusPending, show[s].Status, "a pending order's locks are left alone")
+		assert.Equal(t, cancel.SeatLocked, show[s].Status, "a pending order's locks are left alone")
 	}
 	for user, want := range map[string]int{"u1": 4, "u2": 0} {
 		n, _ := e.seats.Held(ctx, "s", user)
@@ -337,10 +337,10 @@ func TestRebuildAfterDataLoss(t *testing.T) {
 	assert.Equal(t, 4, total, "2 seats of the pending order, 2 of the paid one")
 	show, _ := e.seats.Show(ctx, "s")
 	for _, s := range pending.Seats {
-		assert.Equal(t, expiry.StatusPending, show[s].Status)
+		assert.Equal(t, cancel.SeatLocked, show[s].Status)
 	}
 	for _, s := range paid.Seats {
-		assert.Equal(t, expiry.StatusPaid, show[s].Status)
+		assert.Equal(t, cancel.SeatSold, show[s].Status)
 	}
 	for _, s := range gone.Seats {
 		assert.NotContains(t, show, s)
@@ -403,10 +403,10 @@ func TestRebuildRacingDecisions(t *testing.T) {
 		assert.NotContains(t, show, s, "I2: the cancelled order's seat is free in the same round")
 	}
 	for _, s := range paid.Seats {
-		assert.Equal(t, expiry.StatusPaid, show[s].Status, "the paid order's restored lock became a sale")
+		assert.Equal(t, cancel.SeatSold, show[s].Status, "the paid order's restored lock became a sale")
 	}
 	for _, s := range still.Seats {
-		assert.Equal(t, expiry.StatusPending, show[s].Status, "the pending order keeps its locks")
+		assert.Equal(t, cancel.SeatLocked, show[s].Status, "the pending order keeps its locks")
 	}
 	held, err := e.seats.Held(ctx, "s", "u1")
 	require.NoError(t, err)

@@ -92,7 +92,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		require.NoError(t, err)
 		assert.Len(t, show, 2, "seat 3 was not locked: all or nothing")
 		assert.Equal(t, a.OrderNo, show["2"].OrderNo)
-		assert.Equal(t, expiry.StatusPending, show["2"].Status)
+		assert.Equal(t, cancel.SeatLocked, show["2"].Status)
 		assert.Equal(t, 2, held(t, s, a.ShowID, "u1"))
 		assert.Equal(t, 0, held(t, s, a.ShowID, "u2"))
 	})
@@ -168,7 +168,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Zero(t, n)
 		show, err = s.Show(ctx, a.ShowID)
 		require.NoError(t, err)
-		assert.Equal(t, cancel.SeatState{Status: expiry.StatusPending, OrderNo: a.OrderNo, UserID: "u1", LockedAt: show["1"].LockedAt, LockID: show["1"].LockID}, show["1"])
+		assert.Equal(t, cancel.SeatState{Status: cancel.SeatLocked, OrderNo: a.OrderNo, UserID: "u1", LockedAt: show["1"].LockedAt, LockID: show["1"].LockID}, show["1"])
 
 		// The same order number may lock other seats for another user (a
 		// double submit whose insert will fail); releasing the order then
@@ -239,7 +239,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		show, err := s.Show(ctx, h.ShowID)
 		require.NoError(t, err)
 		for _, seat := range h.Seats {
-			assert.Equal(t, expiry.StatusPending, show[seat].Status)
+			assert.Equal(t, cancel.SeatLocked, show[seat].Status)
 			assert.NotEqual(t, judged, show[seat].LockID, "a newer lock has a new id")
 		}
 		assert.Equal(t, 2, held(t, s, h.ShowID, "u1"), "I8")
@@ -268,7 +268,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Equal(t, 0, n, "I2: a sold seat is never released")
 		show, err := s.Show(ctx, a.ShowID)
 		require.NoError(t, err)
-		assert.Equal(t, expiry.StatusPaid, show["1"].Status)
+		assert.Equal(t, cancel.SeatSold, show["1"].Status)
 		assert.Equal(t, 2, held(t, s, a.ShowID, "u1"), "I8: paid seats still count")
 		assert.ErrorIs(t, lockErr(s.Lock(ctx, cancel.Hold{ShowID: a.ShowID, OrderNo: id("o"), UserID: "u2", Seats: []string{"1"}}, 0)), cancel.ErrSeatUnavailable, "a sold seat is not free")
 		locks, _ := scanAll(t, s, 2)
@@ -447,7 +447,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 				require.NoError(t, err)
 				locked := 0
 				for _, v := range st {
-					if v.Status == expiry.StatusPending {
+					if v.Status == cancel.SeatLocked {
 						locked++
 					}
 				}
@@ -547,9 +547,9 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Zero(t, n, "idempotent")
 		st, err := s.Show(ctx, show)
 		require.NoError(t, err)
-		assert.Equal(t, expiry.StatusPending, st["a1"].Status)
+		assert.Equal(t, cancel.SeatLocked, st["a1"].Status)
 		assert.Equal(t, lockedA.OrderNo, st["a1"].OrderNo)
-		assert.Equal(t, expiry.StatusPaid, st["p1"].Status)
+		assert.Equal(t, cancel.SeatSold, st["p1"].Status)
 		assert.Equal(t, other.OrderNo, st["x"].OrderNo)
 		assert.NotContains(t, st, "c1")
 		assert.Equal(t, 2, held(t, s, show, "u1"), "I8: the restored lock counts")

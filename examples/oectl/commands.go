@@ -67,7 +67,7 @@ func showOrder(ctx context.Context, e *env, no string, w io.Writer) error {
 		for _, seat := range mine {
 			st := show[seat]
 			state, at := "sold", ""
-			if st.Status == expiry.StatusPending {
+			if st.Status == cancel.SeatLocked {
 				state, at = "locked", stamp(st.LockedAt)
 			}
 			fmt.Fprintf(t, "  %s\t%s\t%s\t%s\n", seat, state, st.UserID, at)
@@ -256,7 +256,7 @@ func (d drySeats) locked(ctx context.Context, h cancel.Hold) (int, error) {
 	}
 	n := 0
 	for _, seat := range h.Seats {
-		if st, ok := show[seat]; ok && st.OrderNo == h.OrderNo && st.Status == expiry.StatusPending {
+		if st, ok := show[seat]; ok && st.OrderNo == h.OrderNo && st.Status == cancel.SeatLocked {
 			n++
 		}
 	}

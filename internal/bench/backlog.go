@@ -627,7 +627,7 @@ func checkBacklog(ctx context.Context, s *backlogSet, n, history int, gen func(i
 				heldB++
 			}
 			cl, ok := sqlClaims[show+"/"+seat]
-			if !ok || cl.order != st.OrderNo || cl.state != seatState(st.Status) {
+			if !ok || cl.order != st.OrderNo || cl.state != soldState(st.Status) {
 				mismatch++
 			}
 		}

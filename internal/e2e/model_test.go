@@ -841,7 +841,7 @@ func (s *mSeats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, er
 	// the ack is lost: the lock is in the store all the same.
 	after := s.show(ctx, h.ShowID)
 	for _, seat := range h.Seats {
-		if st, ok := after[seat]; ok && st.Status == expiry.StatusPending && st.OrderNo == h.OrderNo {
+		if st, ok := after[seat]; ok && st.Status == cancel.SeatLocked && st.OrderNo == h.OrderNo {
 			delete(s.m.freed, [3]string{h.OrderNo, h.ShowID, seat})
 		}
 	}
@@ -913,7 +913,7 @@ func (s *mSeats) auditRelease(h cancel.Hold, before, after map[string]cancel.Sea
 		if still && a == b {
 			continue
 		}
-		if b.Status != expiry.StatusPending || b.OrderNo != h.OrderNo || still {
+		if b.Status != cancel.SeatLocked || b.OrderNo != h.OrderNo || still {
 			m.violate("I2: releasing %s changed seat %s/%s from %+v to %+v (not a lock of this order)", h.OrderNo, h.ShowID, seat, b, a)
 			continue
 		}
@@ -957,7 +957,7 @@ func (s *mSeats) Sell(ctx context.Context, h cancel.Hold) (int, error) {
 			continue
 		}
 		changed++
-		if a.Status != expiry.StatusPaid || a.OrderNo != h.OrderNo || (was && (b.Status != expiry.StatusPending || b.OrderNo != h.OrderNo)) {
+		if a.Status != cancel.SeatSold || a.OrderNo != h.OrderNo || (was && (b.Status != cancel.SeatLocked || b.OrderNo != h.OrderNo)) {
 			s.m.violate("I2: selling for %s changed seat %s/%s from %+v to %+v", h.OrderNo, h.ShowID, seat, b, a)
 		}
 	}
@@ -2045,9 +2045,9 @@ func (m *machine) Check(t *rapid.T) {
 			}
 			perUser[s.UserID]++
 			switch {
-			case s.Status == expiry.StatusPaid && o.status != expiry.StatusPaid:
+			case s.Status == cancel.SeatSold && o.status != expiry.StatusPaid:
 				fail("I2: seat %s/%s sold to %s, which is %s", show, seat, s.OrderNo, m.state(o))
-			case s.Status == expiry.StatusPaid:
+			case s.Status == cancel.SeatSold:
 			case o.placed && o.status == expiry.StatusPending:
 			case o.placed && o.status == expiry.StatusPaid:
 				if !o.lag {
@@ -2076,7 +2076,7 @@ func (m *machine) Check(t *rapid.T) {
 					blocked[o.p.UserID]++
 					continue
 				}
-				if !ok || s.OrderNo != no || (o.status == expiry.StatusPending && s.Status != expiry.StatusPending) {
+				if !ok || s.OrderNo != no || (o.status == expiry.StatusPending && s.Status != cancel.SeatLocked) {
 					fail("I2: seat %s/%s of %s order %s is %+v (held %v)", show, seat, o.status, no, s, ok)
 				}
 			}
@@ -2163,7 +2163,7 @@ func (m *machine) settle(t *rapid.T) {
 	m.Check(t)
 	for _, show := range m.shows {
 		for seat, s := range m.fs.show(m.ctx, show) {
-			if o := m.orders[s.OrderNo]; o != nil && s.Status != expiry.StatusPaid && o.status == expiry.StatusPaid {
+			if o := m.orders[s.OrderNo]; o != nil && s.Status != cancel.SeatSold && o.status == expiry.StatusPaid {
 				t.Fatalf("seat %s/%s of paid %s not sold after the final round: %+v", show, seat, s.OrderNo, s)
 			}
 		}

@@ -277,7 +277,7 @@ func runClusterFailover(t *testing.T, sc foScenario) {
 		st, err := seats.Show(ctx, show)
 		require.NoError(t, err)
 		for _, s := range st {
-			if s.Status == expiry.StatusPending {
+			if s.Status == cancel.SeatLocked {
 				victimLocks++
 			}
 		}
@@ -818,11 +818,11 @@ func compare(ctx context.Context, store *sqlstore.Store, seats *redisseat.Seats,
 			}
 			g, ok := got[seat[1]]
 			switch {
-			case w.Status == expiry.StatusPending && (!ok || g.Status != expiry.StatusPending || g.OrderNo != w.OrderNo || g.UserID != w.UserID):
+			case w.Status == expiry.StatusPending && (!ok || g.Status != cancel.SeatLocked || g.OrderNo != w.OrderNo || g.UserID != w.UserID):
 				d.lockSeats++
 				add(&d.lockMissing, w.OrderNo)
 				d.violations = append(d.violations, fmt.Sprintf("I2: seat %s/%s should be locked by pending %s, Redis has %+v", show, seat[1], w.OrderNo, g))
-			case w.Status == expiry.StatusPaid && (!ok || g.Status != expiry.StatusPaid || g.OrderNo != w.OrderNo || g.UserID != w.UserID):
+			case w.Status == expiry.StatusPaid && (!ok || g.Status != cancel.SeatSold || g.OrderNo != w.OrderNo || g.UserID != w.UserID):
 				d.saleSeats++
 				add(&d.saleMissing, w.OrderNo)
 				d.violations = append(d.violations, fmt.Sprintf("I2: seat %s/%s should be sold to paid %s, Redis has %+v", show, seat[1], w.OrderNo, g))
