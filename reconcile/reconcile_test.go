@@ -139,7 +139,7 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 	assert.True(t, rep.Complete)
 	assert.Zero(t, rep.Released, "decided moments ago: left to their decider; the ghost is within its grace period")
 	assert.Equal(t, 4, rep.Settling, "the cancelled and the paid order's locks")
-	// The paid order's locks become sales in scan #2: its claims say paid.
+	// The paid order's locks become sales in the claims pass: its claims say paid.
 	assert.Equal(t, 2, rep.Restored)
 
 	e.advance(reconcile.SettleDefault)
@@ -369,7 +369,7 @@ func (c *racingClaims) Claims(ctx context.Context, cursor string, limit int) ([]
 	return claims, next, err
 }
 
-// noLocks hides the seat store from scan #4, so only the rebuild's own
+// noLocks hides the seat store from the lock pass, so only the rebuild's own
 // re-check can repair what the race left.
 type noLocks struct{ *memstore.Seats }
 
@@ -469,7 +469,7 @@ func TestStuckOrderDoesNotStopTheRound(t *testing.T) {
 	show, err := e.seats.Show(context.Background(), "s")
 	require.NoError(t, err)
 	for _, seat := range stale.Seats {
-		assert.NotContains(t, show, seat, "scan #4 ran despite the stuck order")
+		assert.NotContains(t, show, seat, "the lock pass ran despite the stuck order")
 	}
 }
 
@@ -656,7 +656,7 @@ func (u unknownAges) Statuses(ctx context.Context, nos []string) (map[string]can
 	return st, err
 }
 
-// Without ages scan #4 cannot wait for the decider: it releases at once.
+// Without ages the lock pass cannot wait for the decider: it releases at once.
 func TestLockScanWithoutAgesReleasesAtOnce(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)

@@ -251,7 +251,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Len(t, seats, 4)
 	})
 
-	// Issue 9 item 2: a second placement under an existing order number (a
+	// A second placement under an existing order number (a
 	// retry after an unknown commit, a double submit) fails with
 	// ErrOrderExists and leaves the live order as it was; it is not
 	// ErrSeatUnavailable, so a caller can tell "this order exists" from
@@ -325,7 +325,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Empty(t, res.PaymentID, "a cancelled order has no payment")
 	})
 
-	// Issue 9 item 4: the store keeps the payment id that paid an order, so a
+	// The store keeps the payment id that paid an order, so a
 	// repeated callback (same id) is told from a second payment (another id).
 	t.Run("PaymentID", func(t *testing.T) {
 		h, now := setup(t)
@@ -371,7 +371,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Equal(t, second.PaymentID, res.PaymentID)
 	})
 
-	// Issue 9 item 4, I9: a discrepancy is recorded once per payment id,
+	// I9: a discrepancy is recorded once per payment id,
 	// however often (and however concurrently) it is reported.
 	t.Run("DiscrepancyRecordedOnce", func(t *testing.T) {
 		h, _ := setup(t)
@@ -419,7 +419,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		}
 	})
 
-	// Issue 9 item 4, I9: unsettled discrepancies are claimed again after a
+	// I9: unsettled discrepancies are claimed again after a
 	// lease, by the store's clock, by one claimer at a time, until settled.
 	t.Run("DiscrepancyClaimLeaseSettle", func(t *testing.T) {
 		h, _ := setup(t)
@@ -553,7 +553,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Error(t, err, "a cursor the store did not make")
 	})
 
-	// Issue 9 item 6 (I12): keyset paging in (expire_at, order number) order
+	// I12: keyset paging in (expire_at, order number) order
 	// returns every due order exactly once, although the ones already
 	// returned stay pending (a round that skips an order whose cancel keeps
 	// failing goes past it, not back to it).

@@ -110,7 +110,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Error(t, lockErr(s.Lock(ctx, hold("u1", "9"), -1)), "a negative limit is nonsense")
 	})
 
-	// Issue 9 item 1 (I8, I13): a seat listed twice in one Lock must not
+	// I8, I13: a seat listed twice in one Lock must not
 	// count twice. A store may refuse the hold (expiry.ErrInvalidID) or lock
 	// the seat once; either way the counter ends at zero after the release.
 	t.Run("SeatListedTwice", func(t *testing.T) {
@@ -147,7 +147,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 
 	// A seat locked by order X for one user is not free for a Lock of the
 	// same order number by another user (a client-chosen order number
-	// placed twice, issue 9 item 2): that Lock must fail and change nothing.
+	// placed twice): that Lock must fail and change nothing.
 	t.Run("SameOrderOtherUser", func(t *testing.T) {
 		s := newSeats(t)
 		a := hold("u1", "1")
@@ -316,7 +316,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Zero(t, found[mine[2].OrderNo], "sold seats are not listed")
 	})
 
-	// Issue 9 item 5 (I11): a lock's time and age are the store's clock, at
+	// I11: a lock's time and age are the store's clock, at
 	// the lock and at the scan, never a host's.
 	t.Run("LockTimeByStoreClock", func(t *testing.T) {
 		s := newSeats(t)
@@ -354,7 +354,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.True(t, show["1"].LockedAt.Equal(l.LockedAt))
 	})
 
-	// Issue 9 item 9: a scan pass costs the live locks, not every seat ever
+	// A scan pass costs the live locks, not every seat ever
 	// sold, and a show without locks leaves the listing.
 	t.Run("ScanCostFollowsLocks", func(t *testing.T) {
 		s := newSeats(t)
@@ -630,7 +630,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.ErrorIs(t, err, expiry.ErrInvalidID)
 	})
 
-	// Issue 9 item 7: a rebuild is named by a token; every caller gets the
+	// A rebuild is named by a token; every caller gets the
 	// same one until it is marked restored.
 	t.Run("RebuildToken", func(t *testing.T) {
 		s := newSeats(t)
@@ -663,7 +663,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.False(t, lost)
 	})
 
-	// Issue 9 item 7: the store loses its data again while a rebuild is
+	// The store loses its data again while a rebuild is
 	// under way. The rebuild must not end by marking a half-empty store as
 	// restored: MarkRestored fails and Lost still reports the loss, under a
 	// new token.

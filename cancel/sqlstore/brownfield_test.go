@@ -17,7 +17,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Issue 19's items on host tables that lack what the library needs: no
+// Host tables that lack what the library needs: no
 // payment-id column, no claims table, a numeric show column, two tenants
 // in one table. Each test judges outcomes (who paid, who was refunded, who
 // holds which seat), on every dialect.

@@ -1,6 +1,6 @@
 package sqlstore
 
-// The store side of issue 12's transitions: a late payment reinstating a
+// The store side of the optional transitions: a late payment reinstating a
 // cancelled order (cancel.Reinstater), a pending order's deadline moved
 // (cancel.DeadlineStore), the expiry warning's flag (cancel.WarnStore).
 // They use three columns of oe_order that Migrate adds to older tables:

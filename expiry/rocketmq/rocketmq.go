@@ -129,7 +129,7 @@ type Config struct {
 	Levels levels.Table
 	// Slack lets the last hop land up to this long after the deadline, which
 	// saves hops (ModeLevels): 0 means one second (a 10s order is then one
-	// hop, not six); a negative Slack means none, the article's rule.
+	// hop, not six); a negative Slack means none, the greedy rule.
 	Slack time.Duration
 	// MaxTimerDelay caps a timer message's delay (ModeTimer); 0 means three
 	// days, the broker's default timerMaxDelaySec.

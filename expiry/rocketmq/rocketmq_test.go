@@ -191,7 +191,7 @@ func (c *chain) assertReleased(t *testing.T, p cancel.Placement) {
 	assert.Zero(t, n, "order_seat rows are gone")
 }
 
-// The article's smoke test: a 10-second order, not paid, is cancelled by the
+// The smoke test: a 10-second order, not paid, is cancelled by the
 // broker's delayed delivery.
 func TestSmokeTenSeconds(t *testing.T) {
 	for _, mode := range []rocketmq.Mode{rocketmq.ModeLevels, rocketmq.ModeTimer} {

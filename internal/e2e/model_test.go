@@ -290,7 +290,7 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"SeatStoreOutage":  m.SeatStoreOutage,
 			"":                 m.Check,
 			"DeliverDuplicate": m.DeliverDuplicate,
-			// The hostile-but-legal vocabulary (issue 9, I13).
+			// The hostile-but-legal vocabulary (I13).
 			"PlaceDupSeat": m.PlaceDupSeat,
 			"PlaceAgain":   m.PlaceAgain,
 			"PayAgain":     m.PayAgain,
@@ -301,14 +301,14 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"WipeShow":     m.WipeShow,
 			"FailRefunds":  m.FailRefunds,
 			"SkewClock":    m.SkewClock,
-			// Issue 12: late payments, deadline control, the expiry warning.
+			// Late payments, deadline control, the expiry warning.
 			"PayLate":       m.PayLate,
 			"PayLateResold": m.PayLateResold,
 			"Extend":        m.Extend,
 			"ExpireNow":     m.ExpireNow,
 			"Shorten":       m.Shorten,
 			"WarnRedeliver": m.WarnRedeliver,
-			// Several instances (issue 13): another host's scan between a
+			// Several instances: another host's scan between a
 			// cancel's commit and its release.
 			"CancelUnderScan": m.CancelUnderScan,
 		}

@@ -759,7 +759,7 @@ func TestReviewRecheckSparesReinstatedLock(t *testing.T) {
 	assert.ErrorIs(t, err, cancel.ErrLimitExceeded, "I17: u1 already holds A's seat (paid) at a limit of 1")
 }
 
-// The same newer lock against the lock pass (scan #4), which names the lock
+// The same newer lock against the lock pass, which names the lock
 // it judged: a stale lock of cancelled A (its release failed) is judged by
 // one reconciler, freed by another, A is reinstated by a late payment whose
 // sale fails for a moment, and the first reconciler's release then finds

@@ -450,7 +450,7 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 // TestSQLStoreBuildsNoSQLFromCallerData reads every non-test file of
 // cancel/sqlstore and checks that no SQL text can contain caller data.
 //
-// The store's SQL is built once, in New, from a Mapping (issue 10): names
+// The store's SQL is built once, in New, from a Mapping: names
 // the mapping validated and quoted (ident), constants it validated
 // (literal), numbers, and literals of the package. Run-time values only
 // ever become arguments, by slot. So the test checks three things:

@@ -1,5 +1,5 @@
 // Package galera holds the tests of the library on a three-node MariaDB
-// Galera Cluster (issue 23): certification conflicts between nodes, reads
+// Galera Cluster: certification conflicts between nodes, reads
 // right after another node's write, and a node SIGKILLed under load and
 // rejoining. The cluster is internal/testenv/galera.sh's (services.sh starts
 // it); the tests read OE_GALERA_DSNS and skip without it, or fail when

@@ -1,5 +1,5 @@
 // Package patroni holds the tests of the library on PostgreSQL with
-// streaming replication under Patroni and etcd (issue 23): the primary
+// streaming replication under Patroni and etcd: the primary
 // SIGKILLed under load in synchronous and in asynchronous mode, the clients
 // reaching the promoted replica through a multi-host DSN with
 // target_session_attrs=read-write, and what the library does when SQL goes

@@ -404,9 +404,9 @@ func runClusterFailover(t *testing.T, sc foScenario) {
 	}
 	assert.Zero(t, after.seats, "seats that differ from SQL after one round")
 	assert.Zero(t, after.counters, "counters that differ from SQL after one round")
-	assert.GreaterOrEqual(t, final.Restored, 2*len(lost.placed)+2*len(lost.placedPaid), "scan #2 put back the lost locks and sales of free seats")
-	assert.GreaterOrEqual(t, final.Sold, 2*len(lost.paid), "scan #4 sold the seats of orders paid in the window")
-	assert.GreaterOrEqual(t, final.Released, 2*len(lost.cancelled), "scan #4 released the seats of orders cancelled in the window")
+	assert.GreaterOrEqual(t, final.Restored, 2*len(lost.placed)+2*len(lost.placedPaid), "the claims pass put back the lost locks and sales of free seats")
+	assert.GreaterOrEqual(t, final.Sold, 2*len(lost.paid), "the lock pass sold the seats of orders paid in the window")
+	assert.GreaterOrEqual(t, final.Released, 2*len(lost.cancelled), "the lock pass released the seats of orders cancelled in the window")
 
 	// What every call answered agrees with SQL.
 	for _, v := range ld.check(ctx, t) {

@@ -326,7 +326,7 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 		}
 		time.Sleep(time.Second)
 	}
-	time.Sleep(reconcileEvery + time.Second) // one more round on every instance: scan #4 and #2 after the last cancels
+	time.Sleep(reconcileEvery + time.Second) // one more round on every instance: the lock and claims passes after the last cancels
 	for _, in := range s.insts {
 		in.Signal(syscall.SIGTERM, 20*time.Second)
 	}

@@ -187,7 +187,7 @@ nested_pids=()
 ((race_status == 0)) || exit "$race_status"
 run_go_test norace . -count=1 -timeout 10m -v "${norace[@]}"  # client-go races, see above
 OE_EXPLORE_DEPTH=6 run_go_test explore . -count=1 -timeout 10m -v "$EXPLORE" # deeper: -explore.depth=7 (about 2 min)
-# The multi-process soak (issue 13), CI size (about two minutes): three instance processes on
+# The multi-process soak, CI size (about two minutes): three instance processes on
 # both brokers and the Redis pair, an instance, broker-b and the Redis primary SIGKILLed; and a
 # Redis Cluster master SIGKILLed and its replica promoted (about 20 s more).
 if [[ -f $SOAK/go.mod ]]; then
