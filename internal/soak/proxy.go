@@ -1,4 +1,4 @@
-// Package soak is the multi-process soak of orderexpiry (issue 13): three
+// Package soak is the multi-process soak of orderexpiry: three
 // instances of an order service (cmd/soakinstance, real OS processes) in one
 // consumer group on two RocketMQ brokers, sharing a database and a replicated
 // Redis, under a load generator, while an instance is SIGKILLed, a broker is
