@@ -3,8 +3,8 @@
 // consumer group on two RocketMQ brokers, sharing a database and a replicated
 // Redis, under a load generator, while an instance is SIGKILLed, a broker is
 // SIGKILLed with delayed messages stored on it, and the Redis primary is
-// SIGKILLed and its replica promoted. See soak_test.go and the README section
-// "Running several instances".
+// SIGKILLed and its replica promoted. See soak_test.go and README.md in this
+// directory.
 package soak
 
 import (

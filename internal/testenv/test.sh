@@ -11,7 +11,7 @@
 # go test -race over every package, then extra_checks. It exits with go test's status.
 #
 # Every step covers every module of the repository: the library (the root go.mod) and the tools'
-# modules of their own under it (internal/bench, internal/storm: see README "Modules"), found as
+# modules of their own under it (internal/bench, internal/storm: see expiry/README.md, "Modules"), found as
 # the go.mod files below the root.
 #
 # Servers this script started are stopped on any exit (failure and Ctrl-C included). If all of
@@ -140,7 +140,7 @@ EXPLORE=github.com/seatflow/orderexpiry/internal/explore
 mapfile -t race < <(go list ./... | grep -vxF -f <(printf '%s\n' "${norace[@]}" "$EXPLORE"))
 
 # Tests run with -v so that the FIGURE lines the reliability tests log (the
-# figures in the README's Reliability section) reach this output; the full
+# figures in internal/testenv/README.md, "Reliability") reach this output; the full
 # log goes to a file, and only package results, failures and FIGURE lines are
 # shown, with the context of any failure.
 LOG_DIR="${OE_TEST_LOG_DIR:-${TMPDIR:-/tmp}}"
