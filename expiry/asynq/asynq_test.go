@@ -161,27 +161,6 @@ func TestLateness(t *testing.T) {
 	}
 }
 
-// countingObserver counts events by kind.
-type countingObserver struct {
-	mu     sync.Mutex
-	counts map[expiry.Kind]int
-}
-
-func (o *countingObserver) Observe(_ context.Context, e expiry.Event) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.counts == nil {
-		o.counts = map[expiry.Kind]int{}
-	}
-	o.counts[e.Kind]++
-}
-
-func (o *countingObserver) count(k expiry.Kind) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.counts[k]
-}
-
 // canceller is a Canceller that fails the first failures calls for each
 // order, then cancels it.
 type canceller struct {
@@ -234,7 +213,7 @@ func TestPoisonIsCountedAndDropped(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			opt := b.opt(t)
-			obs := &countingObserver{}
+			obs := &expirytest.Recorder{}
 			cfg := oeasynq.Config{Queue: queue(t, opt), Runtime: expiry.Runtime{Observer: obs}}
 			can := newCanceller(0)
 			c := startConsumer(t, opt, cfg, shell(t, can, obs))
@@ -281,7 +260,7 @@ func TestPoisonIsCountedAndDropped(t *testing.T) {
 			assert.EqualValues(t, len(cases), c.Poisoned())
 			// One observer serves the Shell and the Consumer here, as it
 			// would in a host: each bad task is counted once.
-			assert.Equal(t, len(cases), obs.count(expiry.KindBadMessage))
+			assert.Equal(t, len(cases), obs.Count(expiry.KindBadMessage))
 			assert.Equal(t, 1, can.callsOf("GOOD1"))
 			assert.Zero(t, can.callsOf("A1"), "a task of another type never reaches the Handler")
 		})
@@ -313,7 +292,7 @@ func TestRetryVerdict(t *testing.T) {
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					opt := b.opt(t)
-					obs := &countingObserver{}
+					obs := &expirytest.Recorder{}
 					cfg := oeasynq.Config{Queue: queue(t, opt), MaxRetry: tc.maxRetry, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: time.Second}
 					can := newCanceller(tc.failures)
 					c := startConsumer(t, opt, cfg, shell(t, can, obs))
@@ -339,7 +318,7 @@ func TestRetryVerdict(t *testing.T) {
 					time.Sleep(2 * time.Second)
 					assert.Equal(t, tc.calls, can.callsOf("R1"))
 					assert.Zero(t, c.Poisoned(), "a transient failure is not poison")
-					assert.Zero(t, obs.count(expiry.KindBadMessage))
+					assert.Zero(t, obs.Count(expiry.KindBadMessage))
 				})
 			}
 		})
