@@ -45,6 +45,7 @@ var parts = []part{
 	{"hotpath", "5. go test -bench of the hot path (Handler.Handle, Shell.Process, Encode/DecodeMessage) with -benchmem", runHotpath},
 	{"backlog", "6. a 100k backlog left by an outage: reconcile.Run with the default Config beside the raw cancel path over an equal backlog, MariaDB and PostgreSQL; correctness checks", runBacklog},
 	{"cluster", "7. several instances as processes: a 100k backlog drained by three instances' reconcilers beside the raw cancel path in three processes; the message path with 1, 2, 3 instances and each process's CPU", runCluster},
+	{"place", "8. placing: cancel.Service.Place end to end beside the same work by hand and the SQL transaction alone, MariaDB and PostgreSQL, in-process sender and RocketMQ; round trips per placement", runPlace},
 }
 
 func usage() {
