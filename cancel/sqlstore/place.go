@@ -24,6 +24,10 @@ import (
 //	}))
 func (s *Store) Insert(db *sql.DB, sched *expiry.Scheduler, rows func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error) func(ctx context.Context, p cancel.Placement) error {
 	return func(ctx context.Context, p cancel.Placement) error {
+		// Prepared before the transaction begins, so that each INSERT in it
+		// is one round trip (go-sql-driver otherwise prepares and closes
+		// every statement that has arguments).
+		s.preparePlace(ctx, len(p.Seats))
 		fn := func(tx *sql.Tx, after *expiry.AfterCommit) error {
 			if err := s.Place(ctx, tx, p); err != nil {
 				return err
