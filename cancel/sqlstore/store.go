@@ -132,6 +132,7 @@ type Store struct {
 	stmts map[string]*sql.Stmt // the expiry path's statements, prepared once
 
 	claimsQ sync.Map // int → stmt: the claims INSERT of n seats (claimsInsert)
+	oneQ    sync.Map // int → stmt: placing n seats in one statement (placeOneStmt)
 
 	maria atomic.Int32 // 0 not asked yet, 1 MariaDB, 2 another server
 }
@@ -471,17 +472,31 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // constants; the claims with their Locked state and constants): the host's
 // other columns need defaults, or the host inserts its rows itself.
 func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+	v, err := s.placeArgs(p)
+	if err != nil {
+		return err
+	}
+	return s.placeVals(ctx, tx, p, v)
+}
+
+// placeArgs checks p and binds it for Place's statements.
+func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 	if err := p.Validate(); err != nil {
-		return fmt.Errorf("sqlstore: place: %w", err)
+		return vals{}, fmt.Errorf("sqlstore: place: %w", err)
 	}
 	v, ok := s.user(vals{no: p.OrderNo, show: p.ShowID}, p.UserID)
 	if !ok {
-		return fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
 	}
 	if v.showNum, ok = s.numericShow(p.ShowID); !ok {
-		return fmt.Errorf("sqlstore: place order %s: %w: show id %q is not a canonical integer (the mapping's show column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.ShowID)
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: show id %q is not a canonical integer (the mapping's show column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.ShowID)
 	}
 	v.deadline, v.seats, v.seatLimit, v.lockID = s.timeArg(p.ExpireAt), seatList(p.Seats), p.Limit, p.LockID
+	return v, nil
+}
+
+// placeVals is Place once p is bound.
+func (s *Store) placeVals(ctx context.Context, tx *sql.Tx, p cancel.Placement, v vals) error {
 	if _, err := s.execTx(ctx, tx, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
