@@ -114,7 +114,8 @@ func shiftParams(q string, off int) string {
 			j++
 		}
 		n, _ := strconv.Atoi(q[i+1 : j])
-		b.WriteString("$" + strconv.Itoa(n+off))
+		n += off
+		b.WriteString("$" + strconv.Itoa(n))
 		i = j - 1
 	}
 	return b.String()
