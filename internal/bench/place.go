@@ -31,6 +31,9 @@ const (
 	pOursIP  = "ours-ip"  // cancel.Service.Place with store.Insert(db, sched on expiry/inproc, nil)
 	pHandMQ  = "hand-mq"  // hand-ip with the RocketMQ Sender's Send instead
 	pOursMQ  = "ours-mq"  // ours-ip with expiry/rocketmq (timer mode)
+	pLock    = "lock"     // redisseat.Seats.Lock alone (ours' Redis side)
+	pHLock   = "hlock"    // the by-hand EVALSHA alone
+	pRead    = "read"     // sqlstore.Store.Order of a number not placed (ours' existence check)
 	pOursMQB = "ours-mqb" // reserved: ours-mq through batched sends (not built: see README part 8)
 )
 
@@ -101,6 +104,7 @@ type placeSetup struct {
 	handSHA  string
 	store    *sqlstore.Store
 	svc      *cancel.Service
+	seats    cancel.SeatLocker
 	schedIP  *expiry.Scheduler
 	schedMQ  *expiry.Scheduler
 	senderIP expiry.DelaySender
@@ -117,7 +121,7 @@ func runPlace(c *common, args []string) error {
 	n := fs.Int("n", 150, "orders per slice at concurrency ≤ n/10; a slice is max(n, 10×concurrency) orders")
 	reps := fs.Int("rounds", 6, "rounds per concurrency; each round runs one slice of every variant (odd rounds in reverse order)")
 	seats := fs.Int("seats", 2, "seats per order")
-	variantsF := fs.String("variants", strings.Join(allPlaceVariants, ","), "variants: "+strings.Join(allPlaceVariants, ","))
+	variantsF := fs.String("variants", strings.Join(allPlaceVariants, ","), "variants: "+strings.Join(allPlaceVariants, ",")+"; parts of a placement: lock, hlock, read")
 	rtN := fs.Int("rt-orders", 50, "orders per variant in the round-trip count pass (0: skip)")
 	mq := fs.Bool("rocketmq", true, "run the RocketMQ variants (needs -namesrv and -broker)")
 	if err := fs.Parse(args); err != nil {
@@ -185,7 +189,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 	ip := inproc.New(inproc.Config{})
 	defer ip.Close()
 	ip.Attach(discard{})
-	ps := &placeSetup{db: bd.DB, dialect: bd.dialect, rdb: rdb, store: store, svc: svc, senderIP: ip, limit: 4, insSeats: map[int]string{}}
+	ps := &placeSetup{seats: seatStore, db: bd.DB, dialect: bd.dialect, rdb: rdb, store: store, svc: svc, senderIP: ip, limit: 4, insSeats: map[int]string{}}
 	if ps.schedIP, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: ip, Runtime: rt}); err != nil {
 		return err
 	}
@@ -247,8 +251,8 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 	slice := func(k int) int { return max(n, 10*k) }
 	roundRate := map[string]float64{}
 	type acc struct {
-		orders int
-		wall   time.Duration
+		orders    int
+		wall, cpu time.Duration
 	}
 	res := map[string]*acc{}
 	for _, k := range conc {
@@ -262,7 +266,9 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 				for i := range batch {
 					batch[i] = mk(v)
 				}
+				cpu0 := selfCPU()
 				wall, failed, err := runWorkers(k, len(batch), func(i int) error { return ps.do(ctx, v, batch[i]) })
+				cpu := selfCPU() - cpu0
 				if err != nil {
 					return fmt.Errorf("%s at concurrency %d: %d failed, first: %w", v, k, failed, err)
 				}
@@ -273,6 +279,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 				}
 				res[key].orders += len(batch)
 				res[key].wall += wall
+				res[key].cpu += cpu
 			}
 		}
 	}
@@ -300,6 +307,9 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 		head = append(head, v+"/s")
 	}
 	head = append(head, "**ours-ip / hand-ip**", "**ours-mq / hand-mq**", "**ours-mq / ours-ip**", "ours-mqb / ours-ip", "ours-ip / tx", "hand-ip / tx", "store / tx")
+	if has(variants, pLock) || has(variants, pRead) {
+		head = append(head, "lock / hlock", "read / hlock")
+	}
 	t := newTable(head...)
 	for _, k := range conc {
 		row := []any{k, slice(k)}
@@ -308,9 +318,23 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 		}
 		row = append(row, paired(pOursIP, pHandIP, k), paired(pOursMQ, pHandMQ, k), paired(pOursMQ, pOursIP, k), paired(pOursMQB, pOursIP, k),
 			paired(pOursIP, pTx, k), paired(pHandIP, pTx, k), paired(pStore, pTx, k))
+		if has(variants, pLock) || has(variants, pRead) {
+			row = append(row, paired(pLock, pHLock, k), paired(pRead, pHLock, k))
+		}
 		t.add(row...)
 	}
 	t.print(os.Stdout)
+	fmt.Printf("\nCPU of the bench process (the library's and the drivers' Go code) per placement, µs:\n\n")
+	tc := newTable(append([]string{"conc"}, variants...)...)
+	for _, k := range conc {
+		row := []any{k}
+		for _, v := range variants {
+			a := res[fmt.Sprintf("%s/%d", v, k)]
+			row = append(row, fmt.Sprintf("%.0f", float64(a.cpu.Microseconds())/float64(a.orders)))
+		}
+		tc.add(row...)
+	}
+	tc.print(os.Stdout)
 
 	if rtN > 0 {
 		if err := c.placeRoundTrips(ctx, bd, ps, variants, rtN, mk); err != nil {
@@ -397,6 +421,16 @@ func (ps *placeSetup) do(ctx context.Context, v string, p cancel.Placement) erro
 func (ps *placeSetup) doOn(ctx context.Context, v string, p cancel.Placement, db *sql.DB, rdb *redis.Client, store *sqlstore.Store, svc *cancel.Service,
 	schedIP, schedMQ *expiry.Scheduler, senderIP, senderMQ expiry.DelaySender) error {
 	switch v {
+	case pLock:
+		_, err := ps.seats.Lock(ctx, p.Hold(), p.Limit)
+		return err
+	case pHLock:
+		return ps.handLock(ctx, rdb, p)
+	case pRead:
+		if _, err := store.Order(ctx, p.OrderNo); !errors.Is(err, expiry.ErrNotFound) {
+			return fmt.Errorf("read %s: %v", p.OrderNo, err)
+		}
+		return nil
 	case pTx:
 		p.LockID = "1.1"
 		return ps.handTx(ctx, db, p)
