@@ -124,6 +124,7 @@ func runPlace(c *common, args []string) error {
 	variantsF := fs.String("variants", strings.Join(allPlaceVariants, ","), "variants: "+strings.Join(allPlaceVariants, ",")+"; parts of a placement: lock, hlock, read")
 	rtN := fs.Int("rt-orders", 50, "orders per variant in the round-trip count pass (0: skip)")
 	mq := fs.Bool("rocketmq", true, "run the RocketMQ variants (needs -namesrv and -broker)")
+	reqCtx := fs.Bool("request-ctx", false, "give every placement of every variant its own cancellable context, as an HTTP handler's request context is (the drivers then watch it on every statement)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -150,14 +151,14 @@ func runPlace(c *common, args []string) error {
 		"; **-mqb**: ours-mq through the scheduler's batching of concurrent sends.\n\n",
 		*reps, *n, *seats)
 	for _, e := range engines {
-		if err := c.placeEngine(e, conc, *n, *reps, *seats, variants, *rtN); err != nil {
+		if err := c.placeEngine(e, conc, *n, *reps, *seats, variants, *rtN, *reqCtx); err != nil {
 			return fmt.Errorf("%s: %w", engineName(e), err)
 		}
 	}
 	return nil
 }
 
-func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, variants []string, rtN int) error {
+func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, variants []string, rtN int, reqCtx bool) error {
 	ctx := context.Background()
 	maxC := 1
 	for _, k := range conc {
@@ -267,7 +268,14 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 					batch[i] = mk(v)
 				}
 				cpu0 := selfCPU()
-				wall, failed, err := runWorkers(k, len(batch), func(i int) error { return ps.do(ctx, v, batch[i]) })
+				wall, failed, err := runWorkers(k, len(batch), func(i int) error {
+					if !reqCtx {
+						return ps.do(ctx, v, batch[i])
+					}
+					rctx, done := context.WithCancel(ctx)
+					defer done()
+					return ps.do(rctx, v, batch[i])
+				})
 				cpu := selfCPU() - cpu0
 				if err != nil {
 					return fmt.Errorf("%s at concurrency %d: %d failed, first: %w", v, k, failed, err)
@@ -301,7 +309,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 		sort.Float64s(rs)
 		return fmt.Sprintf("%.0f %%", 100*rs[len(rs)/2])
 	}
-	fmt.Printf("### %s (pool %d connections), load average before: %s\n\n", engineName(engine), maxC+2, loadAvg())
+	fmt.Printf("### %s (pool %d connections, request contexts: %v), load average before: %s\n\n", engineName(engine), maxC+2, reqCtx, loadAvg())
 	head := []string{"conc", "slice"}
 	for _, v := range variants {
 		head = append(head, v+"/s")
