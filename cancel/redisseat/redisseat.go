@@ -285,12 +285,22 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, err
 	// The show is listed before the script, so that every Lock attempt in a
 	// show lists it (see ScanLocks for why this and the SADD after are
 	// enough), and a lock in an unlisted show is never left behind.
-	if err := s.seen(s.rdb.SAdd(ctx, s.showsKey(), h.ShowID).Err()); err != nil {
-		return "", fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
+	keys, argv := s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, limit}, h.Seats)
+	var res []any
+	var err error
+	if _, single := s.rdb.(*redis.Client); single {
+		res, err = s.listAndLock(ctx, h, keys, argv)
+	} else {
+		// On a cluster (or a ring) the two keys may live on different
+		// servers, and a pipeline would send to both at once: list first,
+		// then lock.
+		if err := s.seen(s.rdb.SAdd(ctx, s.showsKey(), h.ShowID).Err()); err != nil {
+			return "", fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
+		}
+		s.at("lock: listed, before the script")
+		res, err = lockScript.Run(ctx, s.rdb, keys, argv...).Slice()
+		err = s.seen(err)
 	}
-	s.at("lock: listed, before the script")
-	res, err := lockScript.Run(ctx, s.rdb, s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, limit}, h.Seats)...).Slice()
-	err = s.seen(err)
 	if err != nil {
 		// The script may have run (a lost reply): list the show again in
 		// case a scan unlisted it meanwhile.
@@ -325,6 +335,41 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, err
 	default:
 		return "", fmt.Errorf("redisseat: lock %s: unexpected reply %v", h.OrderNo, res)
 	}
+}
+
+// listAndLock is the SADD of the show and the lock script in one round trip
+// (a pipeline on one server runs them in order, the SADD first), where two
+// calls in sequence cost a placement a second round trip. Should the SADD
+// fail while the script locked (the server refused a write for memory, say,
+// and then accepted the script's), the lock is not left in an unlisted
+// show: the show is listed again, or else the lock is released and the
+// listing's error returned.
+func (s *Seats) listAndLock(ctx context.Context, h cancel.Hold, keys []string, argv []any) ([]any, error) {
+	pipe := s.rdb.Pipeline()
+	sadd := pipe.SAdd(ctx, s.showsKey(), h.ShowID)
+	run := lockScript.EvalSha(ctx, pipe, keys, argv...)
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	res, err := run.Slice()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The first call after a server restart or SCRIPT FLUSH: Run
+		// loads the script (the show is listed by now, or sadd says why not).
+		res, err = lockScript.Run(ctx, s.rdb, keys, argv...).Slice()
+	}
+	err = s.seen(err)
+	if lerr := s.seen(sadd.Err()); lerr != nil {
+		if err == nil && len(res) == 3 {
+			if code, _ := res[0].(int64); code == 1 {
+				if s.list(ctx, h.ShowID) == nil {
+					return res, nil
+				}
+				id, _ := res[2].(string)
+				h.LockID = id
+				_, _ = s.Release(context.WithoutCancel(ctx), h)
+			}
+		}
+		return nil, lerr
+	}
+	return res, err
 }
 
 // Release implements cancel.SeatReleaser: it frees the seats of h still

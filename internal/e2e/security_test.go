@@ -473,13 +473,14 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 // must be plain identifiers and constants.
 func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 	reviewed := map[string]string{
-		`"schema/" + string(d) + ".sql"`:           "an embedded file name; an unknown dialect is an error",
-		`"$" + strconv.Itoa(n)`:                    "a placeholder number",
-		`"TimeType(" + strconv.Itoa(int(t)) + ")"`: "a String method, never SQL",
-		`"'" + x + "'"`:                            "literal: x matched ^[A-Za-z0-9_.-]{1,64}$ just before",
-		"\"`\" + name + \"`\"":                     "quoteIdent: name matched ^[A-Za-z_][A-Za-z0-9_]{0,63}$ (ident)",
-		"`\"` + name + `\"`":                       "quoteIdent: as above",
-		`"(" + now + " - " + amount + ")"`:         "nowAs: a clock expression minus a number of the mapping's window",
+		`"schema/" + string(d) + ".sql"`: "an embedded file name; an unknown dialect is an error",
+		`"$" + strconv.Itoa(n)`:          "a placeholder number",
+		`"WITH o AS (" + order.sql + ") " + shiftParams(claims.sql, len(order.slots))`: "placeOneStmt: two statements the store built (insertOrder, claimsInsert), placeholders renumbered",
+		`"TimeType(" + strconv.Itoa(int(t)) + ")"`:                                     "a String method, never SQL",
+		`"'" + x + "'"`:                    "literal: x matched ^[A-Za-z0-9_.-]{1,64}$ just before",
+		"\"`\" + name + \"`\"":             "quoteIdent: name matched ^[A-Za-z_][A-Za-z0-9_]{0,63}$ (ident)",
+		"`\"` + name + `\"`":               "quoteIdent: as above",
+		`"(" + now + " - " + amount + ")"`: "nowAs: a clock expression minus a number of the mapping's window",
 		`"strftime('%Y-%m-%d %H:%M:%f', 'now', '-" + sec + " seconds')"`: "nowAs: sec is strconv of the window",
 		`"(" + col + " * 1000)"`: "asMS: col is a quoted mapped column",
 		`"CAST(FLOOR(UNIX_TIMESTAMP(" + col + ") * 1000) AS SIGNED)"`:                 "asMS: as above",
