@@ -147,7 +147,7 @@ func (s *Service) checkSale(ctx context.Context, paymentID string, h Hold) {
 	}
 	taken := 0
 	for _, seat := range h.Seats {
-		if st, ok := states[seat]; ok && st.Status == expiry.StatusPaid && (st.OrderNo != h.OrderNo || st.UserID != h.UserID) {
+		if st, ok := states[seat]; ok && st.Status == SeatSold && (st.OrderNo != h.OrderNo || st.UserID != h.UserID) {
 			taken++
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
@@ -51,7 +51,7 @@ type bitEnv struct {
 	snapshot func(t *testing.T) (restore func())
 	seats    *memstore.Seats
 	svc      *cancel.Service
-	log      *eventLog
+	log      *expirytest.Recorder
 	rec      *reconcile.Reconciler
 	advance  func(d time.Duration)
 	settle   time.Duration
@@ -62,26 +62,12 @@ type bitEnv struct {
 	refunds map[string]int
 }
 
-// eventLog keeps every event whole.
-type eventLog struct {
-	mu sync.Mutex
-	e  []expiry.Event
-}
-
-func (l *eventLog) Observe(_ context.Context, e expiry.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.e = append(l.e, e)
-}
-
 // diverged returns the KindDiverged events of order no with reason.
-func (l *eventLog) diverged(no, reason string) []expiry.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (e *bitEnv) diverged(no, reason string) []expiry.Event {
 	var out []expiry.Event
-	for _, e := range l.e {
-		if e.Kind == expiry.KindDiverged && e.OrderNo == no && e.Reason == reason {
-			out = append(out, e)
+	for _, ev := range e.log.Of(expiry.KindDiverged) {
+		if ev.OrderNo == no && ev.Reason == reason {
+			out = append(out, ev)
 		}
 	}
 	return out
@@ -102,7 +88,7 @@ func (e *bitEnv) refunded(id string) int {
 
 func (e *bitEnv) wire(t *testing.T, grace time.Duration) {
 	t.Helper()
-	e.log, e.refunds = &eventLog{}, map[string]int{}
+	e.log, e.refunds = &expirytest.Recorder{}, map[string]int{}
 	rt := expiry.Runtime{Observer: e.log}
 	var err error
 	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, OnDiscrepancy: e.refund, Runtime: rt})
@@ -214,7 +200,7 @@ func (e *bitEnv) converge(t *testing.T) reconcile.Report {
 }
 
 func sold(no, user string) cancel.SeatState {
-	return cancel.SeatState{Status: expiry.StatusPaid, OrderNo: no, UserID: user}
+	return cancel.SeatState{Status: cancel.SeatSold, OrderNo: no, UserID: user}
 }
 
 // Case a: an order paid (its seats sold in the seat store) that SQL has
@@ -237,8 +223,8 @@ func TestBackInTimeSoldOrderPendingAgain(t *testing.T) {
 
 		rep := e.converge(t)
 		require.Equal(t, 2, rep.Diverged, "both sold seats counted in the round")
-		require.Len(t, e.log.diverged(p.OrderNo, "sold_pending"), 1, "reported once, while SQL has it pending")
-		require.Equal(t, 2, e.log.diverged(p.OrderNo, "sold_pending")[0].Seats)
+		require.Len(t, e.diverged(p.OrderNo, "sold_pending"), 1, "reported once, while SQL has it pending")
+		require.Equal(t, 2, e.diverged(p.OrderNo, "sold_pending")[0].Seats)
 
 		e.advance(ttl)
 		changed, _, err := e.svc.Timeout(ctx, p.OrderNo)
@@ -248,7 +234,7 @@ func TestBackInTimeSoldOrderPendingAgain(t *testing.T) {
 		for _, s := range p.Seats {
 			require.Equal(t, sold(p.OrderNo, p.UserID), e.seat(t, s), "I15: a sold seat is never freed")
 		}
-		require.Len(t, e.log.diverged(p.OrderNo, "sold_cancelled"), 1, "reported again once SQL cancelled it")
+		require.Len(t, e.diverged(p.OrderNo, "sold_cancelled"), 1, "reported again once SQL cancelled it")
 
 		_, err = e.svc.Pay(ctx, pay)
 		require.ErrorIs(t, err, cancel.ErrDiscrepancy, "cancelled in SQL: the repeat is refunded, never honoured")
@@ -256,7 +242,7 @@ func TestBackInTimeSoldOrderPendingAgain(t *testing.T) {
 		e.converge(t)
 		require.Equal(t, 1, e.refunded("pay-a1"), "I9")
 		require.Equal(t, "cancelled", e.status(t, p.OrderNo))
-		require.Equal(t, expiry.StatusPaid, e.seat(t, "s1").Status, "a sold seat is never freed")
+		require.Equal(t, cancel.SeatSold, e.seat(t, "s1").Status, "a sold seat is never freed")
 	})
 }
 
@@ -279,7 +265,7 @@ func TestBackInTimeSoldOrderMissing(t *testing.T) {
 		require.Equal(t, 2, rep.Diverged)
 		rep = e.converge(t)
 		require.Equal(t, 2, rep.Diverged, "counted in every round while it lasts")
-		require.Len(t, e.log.diverged(p.OrderNo, "sold_missing"), 1, "reported once")
+		require.Len(t, e.diverged(p.OrderNo, "sold_missing"), 1, "reported once")
 		for _, s := range p.Seats {
 			require.Equal(t, sold(p.OrderNo, p.UserID), e.seat(t, s), "I15: a sold seat is never freed")
 		}
@@ -309,7 +295,7 @@ func TestBackInTimeSeatSoldToAnother(t *testing.T) {
 		e.converge(t)
 		require.Equal(t, a.OrderNo, e.seat(t, "s1").OrderNo, "the free seat is locked for the pending order again")
 		require.Equal(t, sold(b.OrderNo, b.UserID), e.seat(t, "s2"))
-		require.Len(t, e.log.diverged(b.OrderNo, "sold_missing"), 1)
+		require.Len(t, e.diverged(b.OrderNo, "sold_missing"), 1)
 
 		res, err := e.svc.Pay(ctx, cancel.Payment{OrderNo: a.OrderNo, UserID: a.UserID, PaymentID: "pay-c-a"})
 		require.NoError(t, err)
@@ -317,7 +303,7 @@ func TestBackInTimeSeatSoldToAnother(t *testing.T) {
 		e.converge(t)
 		require.Equal(t, sold(b.OrderNo, b.UserID), e.seat(t, "s2"), "the seat sold to b stays b's")
 		require.Equal(t, sold(a.OrderNo, a.UserID), e.seat(t, "s1"))
-		ev := e.log.diverged(a.OrderNo, "sold_to_another")
+		ev := e.diverged(a.OrderNo, "sold_to_another")
 		require.Len(t, ev, 1, "the double sale is reported with the payment")
 		require.Equal(t, 1, ev[0].Seats)
 	})
@@ -349,7 +335,7 @@ func TestBackInTimeRefundRecordLost(t *testing.T) {
 		}
 		e.converge(t)
 		require.Equal(t, 1, e.refunded("pay-d1"), "I9: the hook ran once for the payment id")
-		require.Len(t, e.log.diverged(p.OrderNo, "refund_repeated"), 1)
+		require.Len(t, e.diverged(p.OrderNo, "refund_repeated"), 1)
 		require.Equal(t, "cancelled", e.status(t, p.OrderNo))
 	})
 }
@@ -377,13 +363,13 @@ func TestBackInTimeRefundAndCancelLost(t *testing.T) {
 		require.ErrorIs(t, err, cancel.ErrDiscrepancy, "I14: refunded before, never honoured")
 		require.Equal(t, "pending", e.status(t, p.OrderNo))
 		require.Equal(t, 1, e.refunded("pay-e1"), "I9")
-		require.Len(t, e.log.diverged(p.OrderNo, "refunded_payment"), 1)
+		require.Len(t, e.diverged(p.OrderNo, "refunded_payment"), 1)
 
 		e.advance(ttl)
 		e.converge(t)
 		require.Equal(t, "cancelled", e.status(t, p.OrderNo), "I3: it expires")
 		require.Equal(t, cancel.SeatState{}, e.seat(t, "s1"), "its seat is free again")
 		require.Equal(t, 1, e.refunded("pay-e1"))
-		require.False(t, slices.ContainsFunc(e.log.e, func(ev expiry.Event) bool { return ev.Kind == expiry.KindPaid }), "never honoured")
+		require.Zero(t, e.log.Count(expiry.KindPaid), "never honoured")
 	})
 }

@@ -62,7 +62,7 @@ func (s *Seats) ScanSold(ctx context.Context, cursor string, count int) ([]cance
 			}
 			examined += max(len(kv)/2, 1)
 			for j := 0; j+1 < len(kv); j += 2 {
-				if st, ok := parseValue(kv[j+1]); ok && st.Status == expiry.StatusPaid {
+				if st, ok := parseValue(kv[j+1]); ok && st.Status == cancel.SeatSold {
 					out = append(out, cancel.SeatSale{ShowID: show, SeatID: kv[j], OrderNo: st.OrderNo, UserID: st.UserID})
 				}
 			}

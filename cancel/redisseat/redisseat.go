@@ -292,18 +292,23 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, err
 	// enough), and a lock in an unlisted show is never left behind.
 	// The same round trip lists it for the sold pass (ScanSold): every
 	// show whose seats are ever sold had a lock first, or a rebuild
-	// (Restore lists those).
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.SAdd(ctx, s.showsKey(), h.ShowID)
-		p.SAdd(ctx, s.soldShowsKey(), h.ShowID)
-		return nil
-	})
-	if err := s.seen(err); err != nil {
-		return "", fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
+	// (Restore and Reindex list those).
+	keys, argv := s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, limit}, h.Seats)
+	var res []any
+	var err error
+	if _, single := s.rdb.(*redis.Client); single {
+		res, err = s.listAndLock(ctx, h, keys, argv)
+	} else {
+		// On a cluster (or a ring) the two keys may live on different
+		// servers, and a pipeline would send to both at once: list first,
+		// then lock.
+		if err := s.seen(s.listBoth(ctx, h.ShowID)); err != nil {
+			return "", fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
+		}
+		s.at("lock: listed, before the script")
+		res, err = lockScript.Run(ctx, s.rdb, keys, argv...).Slice()
+		err = s.seen(err)
 	}
-	s.at("lock: listed, before the script")
-	res, err := lockScript.Run(ctx, s.rdb, s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, limit}, h.Seats)...).Slice()
-	err = s.seen(err)
 	if err != nil {
 		// The script may have run (a lost reply): list the show again in
 		// case a scan unlisted it meanwhile.
@@ -338,6 +343,53 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, err
 	default:
 		return "", fmt.Errorf("redisseat: lock %s: unexpected reply %v", h.OrderNo, res)
 	}
+}
+
+// listBoth lists show for the lock scan and for the sold pass (ScanSold),
+// in one round trip.
+func (s *Seats) listBoth(ctx context.Context, show string) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, s.showsKey(), show)
+		p.SAdd(ctx, s.soldShowsKey(), show)
+		return nil
+	})
+	return err
+}
+
+// listAndLock is the SADD of the show (and of <ns>:sold) and the lock script in one round trip
+// (a pipeline on one server runs them in order, the SADD first), where two
+// calls in sequence cost a placement a second round trip. Should the SADD
+// fail while the script locked (the server refused a write for memory, say,
+// and then accepted the script's), the lock is not left in an unlisted
+// show: the show is listed again, or else the lock is released and the
+// listing's error returned.
+func (s *Seats) listAndLock(ctx context.Context, h cancel.Hold, keys []string, argv []any) ([]any, error) {
+	pipe := s.rdb.Pipeline()
+	sadd := pipe.SAdd(ctx, s.showsKey(), h.ShowID)
+	sold := pipe.SAdd(ctx, s.soldShowsKey(), h.ShowID)
+	run := lockScript.EvalSha(ctx, pipe, keys, argv...)
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	res, err := run.Slice()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The first call after a server restart or SCRIPT FLUSH: Run
+		// loads the script (the show is listed by now, or sadd says why not).
+		res, err = lockScript.Run(ctx, s.rdb, keys, argv...).Slice()
+	}
+	err = s.seen(err)
+	if lerr := s.seen(errors.Join(sadd.Err(), sold.Err())); lerr != nil {
+		if err == nil && len(res) == 3 {
+			if code, _ := res[0].(int64); code == 1 {
+				if s.list(ctx, h.ShowID) == nil && s.seen(s.rdb.SAdd(ctx, s.soldShowsKey(), h.ShowID).Err()) == nil {
+					return res, nil
+				}
+				id, _ := res[2].(string)
+				h.LockID = id
+				_, _ = s.Release(context.WithoutCancel(ctx), h)
+			}
+		}
+		return nil, lerr
+	}
+	return res, err
 }
 
 // Release implements cancel.SeatReleaser: it frees the seats of h still
@@ -386,9 +438,9 @@ func parseValue(v string) (cancel.SeatState, bool) {
 			}
 			id += "." + parts[4]
 		}
-		return cancel.SeatState{Status: expiry.StatusPending, OrderNo: parts[1], UserID: parts[2], LockedAt: time.UnixMilli(ms).UTC(), LockID: id}, true
+		return cancel.SeatState{Status: cancel.SeatLocked, OrderNo: parts[1], UserID: parts[2], LockedAt: time.UnixMilli(ms).UTC(), LockID: id}, true
 	case len(parts) == 3 && parts[0] == "S":
-		return cancel.SeatState{Status: expiry.StatusPaid, OrderNo: parts[1], UserID: parts[2]}, true
+		return cancel.SeatState{Status: cancel.SeatSold, OrderNo: parts[1], UserID: parts[2]}, true
 	}
 	return cancel.SeatState{}, false
 }
@@ -557,7 +609,7 @@ func (s *Seats) scanBatch(ctx context.Context, show, cursor string, count int) (
 		seat, _ := res[j].(string)
 		v, _ := res[j+1].(string)
 		st, ok := parseValue(v)
-		if !ok || st.Status != expiry.StatusPending {
+		if !ok || st.Status != cancel.SeatLocked {
 			continue
 		}
 		b.locks = append(b.locks, cancel.SeatLock{ShowID: show, SeatID: seat, OrderNo: st.OrderNo, UserID: st.UserID,
@@ -848,7 +900,7 @@ func (s *Seats) Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Cl
 				if vals[i] == nil {
 					out = append(out, c)
 				}
-			case c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
+			case c.Status == expiry.StatusPaid && st.Status == cancel.SeatLocked && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
 				out = append(out, c)
 			}
 		}

@@ -161,7 +161,7 @@ func TestBackInTimePaidOrderPendingAgain(t *testing.T) {
 	rounds, rep := converge(t, w)
 	seats := seatsOf(t, w)
 	for _, s := range p.Seats {
-		require.Equal(t, cancel.SeatState{OrderNo: p.OrderNo, UserID: p.UserID, Status: expiry.StatusPaid}, seats[s],
+		require.Equal(t, cancel.SeatState{OrderNo: p.OrderNo, UserID: p.UserID, Status: cancel.SeatSold}, seats[s],
 			"I15: seat %s was sold; a sold seat is never freed", s)
 	}
 	require.Zero(t, w.Ledger.Released[p.OrderNo], "I2: nothing released")
@@ -178,7 +178,7 @@ func TestBackInTimePaidOrderPendingAgain(t *testing.T) {
 	require.Equal(t, 1, w.Ledger.Refunded["pay-1a"], "I9: refunded once")
 	require.Equal(t, "cancelled", status(t, w, p.OrderNo), "I14: refunded, so not honoured")
 	converge(t, w)
-	require.Equal(t, expiry.StatusPaid, seatsOf(t, w)["s1"].Status, "a sold seat is never freed")
+	require.Equal(t, cancel.SeatSold, seatsOf(t, w)["s1"].Status, "a sold seat is never freed")
 }
 
 // Case 1a': the provider repeats the callback before the deadline (it was
@@ -220,7 +220,7 @@ func TestBackInTimePaidOrderMissing(t *testing.T) {
 	rounds, rep := converge(t, w)
 	seats := seatsOf(t, w)
 	for _, s := range p.Seats {
-		require.Equal(t, expiry.StatusPaid, seats[s].Status, "I15: seat %s was sold; a sold seat is never freed", s)
+		require.Equal(t, cancel.SeatSold, seats[s].Status, "I15: seat %s was sold; a sold seat is never freed", s)
 	}
 	t.Logf("FIGURE back in time, paid order missing: seats stay sold in Redis; reconciler converged in %d rounds (%s)", rounds, rep)
 	require.Positive(t, w.Ledger.Kind(expiry.KindDiverged),
@@ -283,7 +283,7 @@ func TestBackInTimeCancelledPendingAgainSeatResold(t *testing.T) {
 
 	rounds, rep := converge(t, w)
 	seats := seatsOf(t, w)
-	require.Equal(t, cancel.SeatState{OrderNo: b.OrderNo, UserID: b.UserID, Status: expiry.StatusPaid}, seats["s2"], "a sold seat is never freed, nor locked for another order")
+	require.Equal(t, cancel.SeatState{OrderNo: b.OrderNo, UserID: b.UserID, Status: cancel.SeatSold}, seats["s2"], "a sold seat is never freed, nor locked for another order")
 	require.Equal(t, a.OrderNo, seats["s1"].OrderNo, "the free seat is locked again for the pending order")
 	t.Logf("FIGURE back in time, seat resold after a lost cancel: reconciler converged in %d rounds (%s); s2 stays sold to the lost order", rounds, rep)
 
@@ -296,7 +296,7 @@ func TestBackInTimeCancelledPendingAgainSeatResold(t *testing.T) {
 	converge(t, w)
 	seats = seatsOf(t, w)
 	require.Equal(t, b.OrderNo, seats["s2"].OrderNo, "the seat sold to b stays b's in the seat store")
-	require.Equal(t, cancel.SeatState{OrderNo: a.OrderNo, UserID: a.UserID, Status: expiry.StatusPaid}, seats["s1"])
+	require.Equal(t, cancel.SeatState{OrderNo: a.OrderNo, UserID: a.UserID, Status: cancel.SeatSold}, seats["s1"])
 }
 
 // Case 3a: a payment came for a cancelled order, the discrepancy was
