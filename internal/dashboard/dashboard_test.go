@@ -2,9 +2,11 @@ package dashboard_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
@@ -62,10 +64,10 @@ func check(raw []byte) error {
 		return fmt.Errorf("re-encode: %w", err)
 	}
 	var d dashboard.Dashboard
-	if err := d.UnmarshalJSONStrict(model); err != nil {
+	if err := orNil(d.UnmarshalJSONStrict(model)); err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
-	if err := d.Validate(); err != nil {
+	if err := orNil(d.Validate()); err != nil {
 		return fmt.Errorf("constraints: %w", err)
 	}
 	for i, v := range d.Templating.List {
@@ -80,20 +82,66 @@ func check(raw []byte) error {
 			return fmt.Errorf("templating.list[%d] %q: sort %d out of range", i, v.Name, *v.Sort)
 		}
 	}
-	for i, p := range d.Panels {
-		if p.RowPanel != nil {
-			continue
+	// The dashboard's decoder reports the panels' errors but keeps none of
+	// them (the SDK's panel-or-row decoder returns its empty error list as
+	// an error before it stores the panel), so each panel is decoded again
+	// on its own to check it further.
+	var raws struct {
+		Panels []json.RawMessage `json:"panels"`
+	}
+	if err := json.Unmarshal(model, &raws); err != nil {
+		return fmt.Errorf("panels: %w", err)
+	}
+	for i, raw := range raws.Panels {
+		var kind struct {
+			Type string `json:"type"`
 		}
-		if _, ok := cog.ConfigForPanelcfgVariant(p.Panel.Type); !ok {
-			return fmt.Errorf("panels[%d]: no panel plugin %q", i, p.Panel.Type)
+		if err := json.Unmarshal(raw, &kind); err != nil {
+			return fmt.Errorf("panels[%d]: %w", i, err)
 		}
-		for j, q := range p.Panel.Targets {
-			if _, ok := q.(*prometheus.Dataquery); !ok {
-				return fmt.Errorf("panels[%d].targets[%d]: not a Prometheus query (%T)", i, j, q)
+		var panels []dashboard.Panel
+		if kind.Type == "row" {
+			var row dashboard.RowPanel
+			if err := orNil(row.UnmarshalJSONStrict(raw)); err != nil {
+				return fmt.Errorf("panels[%d]: %w", i, err)
+			}
+			if err := orNil(row.Validate()); err != nil {
+				return fmt.Errorf("panels[%d]: %w", i, err)
+			}
+			panels = row.Panels // a collapsed row's
+		} else {
+			var p dashboard.Panel
+			if err := orNil(p.UnmarshalJSONStrict(raw)); err != nil {
+				return fmt.Errorf("panels[%d]: %w", i, err)
+			}
+			panels = []dashboard.Panel{p}
+		}
+		for _, p := range panels {
+			if err := orNil(p.Validate()); err != nil {
+				return fmt.Errorf("panels[%d]: %w", i, err)
+			}
+			if _, ok := cog.ConfigForPanelcfgVariant(p.Type); !ok {
+				return fmt.Errorf("panels[%d]: no panel plugin %q", i, p.Type)
+			}
+			for j, q := range p.Targets {
+				if _, ok := q.(*prometheus.Dataquery); !ok {
+					return fmt.Errorf("panels[%d].targets[%d]: not a Prometheus query (%T)", i, j, q)
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// orNil returns nil for an empty cog.BuildErrors: the SDK's strict decoders
+// return their error list as an error even when it is empty, so that a
+// non-nil error alone says nothing.
+func orNil(err error) error {
+	var list cog.BuildErrors
+	if errors.As(err, &list) && len(list) == 0 {
+		return nil
+	}
+	return err
 }
 
 // The committed dashboard.json is a dashboard Grafana's schema accepts.
@@ -106,7 +154,7 @@ func TestDashboardFitsGrafanaSchema(t *testing.T) {
 		t.Fatalf("%s does not fit Grafana's dashboard schema:\n%v", dashboardFile, err)
 	}
 	var d dashboard.Dashboard
-	if err := d.UnmarshalJSONStrict(withoutImportKeys(t, raw)); err != nil {
+	if err := orNil(d.UnmarshalJSONStrict(withoutImportKeys(t, raw))); err != nil {
 		t.Fatal(err)
 	}
 	var vars []string
@@ -164,33 +212,34 @@ func TestCheckRejectsBrokenDashboards(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
+		want   string // in the error: rejected for this reason
 		mutate func(d map[string]any)
 	}{
-		{"a variable of an unknown type", func(d map[string]any) { variable(d, "job")["type"] = "qurey" }},
-		{"a variable's hide of the wrong type", func(d map[string]any) { variable(d, "instance")["hide"] = "no" }},
-		{"a variable's refresh out of range", func(d map[string]any) { variable(d, "job")["refresh"] = 7 }},
-		{"a variable's multi of the wrong type", func(d map[string]any) { variable(d, "job")["multi"] = "yes" }},
-		{"a variable without a name", func(d map[string]any) { delete(variable(d, "job"), "name") }},
-		{"a variable with an unknown field", func(d map[string]any) { variable(d, "datasource")["pluginId"] = "prometheus" }},
-		{"a panel's width as a string", func(d map[string]any) { panel(d, "stat")["gridPos"].(map[string]any)["w"] = "6" }},
-		{"a panel's id as a string", func(d map[string]any) { panel(d, "timeseries")["id"] = "7" }},
-		{"a panel with an unknown field", func(d map[string]any) { panel(d, "timeseries")["legendMode"] = "table" }},
-		{"a stat option of the wrong type", func(d map[string]any) {
+		{"a variable of an unknown type", `unknown variable type "qurey"`, func(d map[string]any) { variable(d, "job")["type"] = "qurey" }},
+		{"a variable's hide of the wrong type", "templating.list[2].hide: json: cannot unmarshal string", func(d map[string]any) { variable(d, "instance")["hide"] = "no" }},
+		{"a variable's refresh out of range", "refresh 7 out of range", func(d map[string]any) { variable(d, "job")["refresh"] = 7 }},
+		{"a variable's multi of the wrong type", "templating.list[1].multi: json: cannot unmarshal string", func(d map[string]any) { variable(d, "job")["multi"] = "yes" }},
+		{"a variable without a name", "templating.list[1].name: required field is missing", func(d map[string]any) { delete(variable(d, "job"), "name") }},
+		{"a variable with an unknown field", "unexpected field 'pluginId'", func(d map[string]any) { variable(d, "datasource")["pluginId"] = "prometheus" }},
+		{"a panel's width as a string", "gridPos.w: json: cannot unmarshal string", func(d map[string]any) { panel(d, "stat")["gridPos"].(map[string]any)["w"] = "6" }},
+		{"a panel's id as a string", "].id: json: cannot unmarshal string", func(d map[string]any) { panel(d, "timeseries")["id"] = "7" }},
+		{"a panel with an unknown field", "unexpected field 'legendMode'", func(d map[string]any) { panel(d, "timeseries")["legendMode"] = "table" }},
+		{"a stat option of the wrong type", "options.wideLayout: json: cannot unmarshal string", func(d map[string]any) {
 			panel(d, "stat")["options"].(map[string]any)["wideLayout"] = "true"
 		}},
-		{"an unknown time series option", func(d map[string]any) {
+		{"an unknown time series option", "unexpected field 'stacking'", func(d map[string]any) {
 			panel(d, "timeseries")["options"].(map[string]any)["stacking"] = "normal"
 		}},
-		{"a required option missing", func(d map[string]any) { delete(panel(d, "timeseries")["options"].(map[string]any), "tooltip") }},
-		{"a panel type no plugin has", func(d map[string]any) { panel(d, "timeseries")["type"] = "timeseries2" }},
-		{"a query's expr as a number", func(d map[string]any) {
+		{"a required option missing", "options.tooltip: required field is missing", func(d map[string]any) { delete(panel(d, "timeseries")["options"].(map[string]any), "tooltip") }},
+		{"a panel type no plugin has", `no panel plugin "timeseries2"`, func(d map[string]any) { panel(d, "timeseries")["type"] = "timeseries2" }},
+		{"a query's expr as a number", "targets[0].expr: json: cannot unmarshal number", func(d map[string]any) {
 			panel(d, "stat")["targets"].([]any)[0].(map[string]any)["expr"] = 1
 		}},
-		{"a query with an unknown field", func(d map[string]any) {
+		{"a query with an unknown field", "unexpected field 'query'", func(d map[string]any) {
 			panel(d, "stat")["targets"].([]any)[0].(map[string]any)["query"] = "up"
 		}},
-		{"an unknown top-level field", func(d map[string]any) { d["shema"] = 39 }},
-		{"panels not a list", func(d map[string]any) { d["panels"] = map[string]any{} }},
+		{"an unknown top-level field", "unexpected field 'shema'", func(d map[string]any) { d["shema"] = 39 }},
+		{"panels not a list", "cannot unmarshal object", func(d map[string]any) { d["panels"] = map[string]any{} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var d map[string]any
@@ -205,6 +254,9 @@ func TestCheckRejectsBrokenDashboards(t *testing.T) {
 			err = check(broken)
 			if err == nil {
 				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("rejected for another reason than %q:\n%v", tc.want, err)
 			}
 			t.Log(err)
 		})
