@@ -101,13 +101,17 @@ type world struct {
 	seatNow func(context.Context) (time.Time, error)
 	// err is the first failure of the world itself (a store that could not
 	// be moved in time): the replay that met it fails.
-	err     error
-	tenants []*tenant
-	events  chan event
-	ops     []*op // every operation started, in order
-	parked  map[int]*op
-	running *op // the operation being driven (at most one runs at a time)
-	step    int // the step being run, for findings
+	err error
+	// realStart and realMark are when the world began and when its clock
+	// last moved, by this process's clock, on a backend whose stores keep
+	// their own clocks (see advance); zero on memstore.
+	realStart, realMark time.Time
+	tenants             []*tenant
+	events              chan event
+	ops                 []*op // every operation started, in order
+	parked              map[int]*op
+	running             *op // the operation being driven (at most one runs at a time)
+	step                int // the step being run, for findings
 
 	mu    sync.Mutex
 	facts facts
@@ -211,6 +215,10 @@ func newWorld(p *pool, shared bool, b backend) (*world, error) {
 				return nil, err
 			}
 		}
+	}
+	if b.name != memory.name {
+		w.realStart = time.Now()
+		w.realMark = w.realStart
 	}
 	return w, nil
 }
@@ -659,10 +667,41 @@ func withTwins(kinds []kind) []kind {
 	return kinds
 }
 
+// maxDrift bounds how long a world on real stores may take to its last
+// clock step: less than the shortest time between two instants the fake
+// clock can tell apart (every clock step and every threshold the library
+// compares an age or a deadline with is a whole number of seconds: ttl,
+// settleAdvance, Extend's 20 minutes, MaxHoldDefault, GraceDefault,
+// SettleDefault, DiscrepancyLeaseDefault, PlaceTimeoutDefault).
+const maxDrift = 900 * time.Millisecond
+
+// errTooSlow is a world on real stores that took longer than maxDrift: its
+// replay says nothing and is run again.
+var errTooSlow = errors.New("explore: the replay took longer than maxDrift to its last clock step")
+
 // advance moves the world's clock by d: the fake clock, and the stores'
 // clocks where they keep their own (orderSide.shift, seatSide.shift).
+//
+// On memstore every call between two clock steps happens at one instant
+// of the fake clock. On real stores they happen over the real time between
+// the two steps, so the stores are moved by d plus that time (rounded up to
+// the millisecond): every time written since the last step is then at least
+// d old, as on memstore, and no time is older than on memstore by more than
+// the world's real age so far, which maxDrift keeps below the smallest gap
+// between two instants the fake clock can tell apart. So each comparison
+// of a stored time with a threshold answers as on memstore, ties included
+// (memstore's ties are on the "reached" side: a deadline equal to now is
+// due, an age equal to Grace is stale).
 func (w *world) advance(d time.Duration) {
 	w.clk.advance(d)
+	if !w.realMark.IsZero() {
+		since := time.Since(w.realMark)
+		d += since.Truncate(time.Millisecond) + time.Millisecond
+		w.realMark = time.Now()
+		if time.Since(w.realStart) > maxDrift && w.err == nil {
+			w.err = errTooSlow
+		}
+	}
 	ctx := context.Background()
 	if err := w.backend.orders.shift(ctx, d); err != nil && w.err == nil {
 		w.err = fmt.Errorf("moving the order stores' clock by %v: %w", d, err)
