@@ -44,7 +44,7 @@ import (
 // met by a step (the stores answered differently).
 
 var (
-	replayDepthFlag  = flag.Int("replay.depth", 4, "the exploration depth whose first-reaching sequences the replays take to SQLite (at most -explore.depth)")
+	replayDepthFlag  = flag.Int("replay.depth", defaultReplayDepth, "the exploration depth whose first-reaching sequences the replays take to SQLite (at most -explore.depth)")
 	replaySampleFlag = flag.Int("replay.sample", 40, "how many of those sequences each scenario replays on each server backend (besides the known sequences)")
 )
 
@@ -61,6 +61,9 @@ type verdict struct {
 	// it could).
 	diverged string
 	settled  int // settles run (1, or 2 with stopped operations at the end)
+	// drift is the longest real time a world of the replay took to its
+	// last clock step (see maxDrift).
+	drift time.Duration
 }
 
 var lockIDText = regexp.MustCompile(`⟨[^⟩]*⟩`)
@@ -123,6 +126,7 @@ func (x *explorer) replayOnce(seq []step, kill bool, v *verdict) (more bool, err
 	}
 	more = len(w.parked) > 0
 	w.settle(x.kinds, kill)
+	v.drift = max(v.drift, w.drift)
 	obs := w.observe()
 	fs, _ := judge(prev, hist, obs, len(seq)+1)
 	all = append(all, fs...)
@@ -190,20 +194,50 @@ func explored(sc scenario, shared bool, depth int) ([][]step, string, error) {
 type replayFigures struct {
 	sequences, steps, settles, violations, divergences, gateDiffs int
 	slow                                                          int // replays run again: slower than maxDrift
+	drift                                                         time.Duration
 	took                                                          time.Duration
 }
 
-// compare replays seqs on memstore and on b, and reports every violation
-// and divergence through t (failing it) and the figures.
-func compare(t *testing.T, b backend, sc scenario, shared bool, seqs [][]step) replayFigures {
+// compare replays seqs on memstore and on bs (one backend per worker, each
+// taking every len(bs)-th sequence), and reports every violation and
+// divergence through t (failing it), in the order of seqs, and the figures.
+func compare(t *testing.T, bs []backend, sc scenario, shared bool, seqs [][]step) replayFigures {
 	t.Helper()
-	mem := newExplorer(sc.kinds(), shared, 1)
-	defer mem.pool.close()
-	other := newExplorer(sc.kinds(), shared, 1)
-	other.backend = b
-	defer other.pool.close()
-	var fig replayFigures
+	type result struct {
+		mv, rv verdict
+		err    error
+		slow   int
+	}
+	results := make([]result, len(seqs))
 	start := time.Now()
+	var wg sync.WaitGroup
+	for w, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mem := newExplorer(sc.kinds(), shared, 1)
+			defer mem.pool.close()
+			other := newExplorer(sc.kinds(), shared, 1)
+			other.backend = b
+			defer other.pool.close()
+			for i := w; i < len(seqs); i += len(bs) {
+				r := &results[i]
+				if r.mv, r.err = mem.replaySeq(seqs[i]); r.err != nil {
+					r.err = fmt.Errorf("memstore: %w", r.err)
+					continue
+				}
+				r.rv, r.err = other.replaySeq(seqs[i])
+				for ; errors.Is(r.err, errTooSlow) && r.slow < 10; r.slow++ {
+					r.rv, r.err = other.replaySeq(seqs[i])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fig := replayFigures{took: time.Since(start)}
+	name := bs[0].name
+	x := newExplorer(sc.kinds(), shared, 1) // for describe only
+	defer x.pool.close()
 	shown := 0
 	show := func(format string, args ...any) {
 		if shown < 5 { // the first few in full; the figures count them all
@@ -213,42 +247,39 @@ func compare(t *testing.T, b backend, sc scenario, shared bool, seqs [][]step) r
 		}
 		shown++
 	}
-	for _, seq := range seqs {
-		mv, err := mem.replaySeq(seq)
-		require.NoError(t, err, "memstore replay of\n%s", mem.describe(seq))
-		rv, err := other.replaySeq(seq)
-		for try := 1; errors.Is(err, errTooSlow) && try < 5; try++ {
-			fig.slow++
-			rv, err = other.replaySeq(seq)
-		}
-		require.NoError(t, err, "%s replay of\n%s", b.name, other.describe(seq))
+	for i, seq := range seqs {
+		r := results[i]
+		require.NoError(t, r.err, "%s replay of\n%s", name, x.describe(seq))
 		fig.sequences++
 		fig.steps += len(seq)
-		fig.settles += rv.settled
-		if vs := rv.violations(); len(vs) > 0 {
+		fig.settles += r.rv.settled
+		fig.slow += r.slow
+		fig.drift = max(fig.drift, r.rv.drift)
+		if vs := r.rv.violations(); len(vs) > 0 {
 			fig.violations++
-			show("%s: the ledgers found violations: %v\n%s\nfindings:\n  %s", b.name, vs, other.describe(seq), strings.Join(rv.texts, "\n  "))
+			show("%s: the ledgers found violations: %v\n%s\nfindings:\n  %s", name, vs, x.describe(seq), strings.Join(r.rv.texts, "\n  "))
 		}
 		switch {
-		case mv.diverged != "":
-			require.Failf(t, "memstore cannot replay its own sequence", "%s\n%s", mv.diverged, mem.describe(seq))
-		case rv.diverged != "" || !slices.Equal(mv.classes, rv.classes):
+		case r.mv.diverged != "":
+			require.Failf(t, "memstore cannot replay its own sequence", "%s\n%s", r.mv.diverged, x.describe(seq))
+		case r.rv.diverged != "" || !slices.Equal(r.mv.classes, r.rv.classes):
 			fig.divergences++
 			show("%s and memstore disagree on\n%s  memstore: %v\n  %s: %v %s\n  memstore's findings:\n    %s\n  %s's findings:\n    %s",
-				b.name, other.describe(seq), mv.classes, b.name, rv.classes, rv.diverged,
-				strings.Join(mv.texts, "\n    "), b.name, strings.Join(rv.texts, "\n    "))
-		case !slices.EqualFunc(mv.gates, rv.gates, slices.Equal):
+				name, x.describe(seq), r.mv.classes, name, r.rv.classes, r.rv.diverged,
+				strings.Join(r.mv.texts, "\n    "), name, strings.Join(r.rv.texts, "\n    "))
+		case !slices.EqualFunc(r.mv.gates, r.rv.gates, slices.Equal):
 			fig.gateDiffs++
-			show("%s and memstore met other gated calls on\n%s  memstore: %q\n  %s: %q", b.name, other.describe(seq), mv.gates, b.name, rv.gates)
+			show("%s and memstore met other gated calls on\n%s  memstore: %q\n  %s: %q", name, x.describe(seq), r.mv.gates, name, r.rv.gates)
 		}
 	}
-	fig.took = time.Since(start)
 	return fig
 }
 
 // replayOn replays, for each scenario, the sequences pick chooses from the
-// memstore selection, on b, and prints the figures.
-func replayOn(t *testing.T, b backend, pick func(sc scenario, firsts [][]step) [][]step) {
+// memstore selection, on bs (one per worker: see compare), and prints the
+// figures.
+func replayOn(t *testing.T, bs []backend, pick func(sc scenario, firsts [][]step) [][]step) {
+	b := bs[0]
 	shared := wireTenants(t)
 	depth := replayDepth()
 	var total replayFigures
@@ -259,10 +290,10 @@ func replayOn(t *testing.T, b backend, pick func(sc scenario, firsts [][]step) [
 			require.NoError(t, err)
 			selected := time.Since(start)
 			seqs := pick(sc, firsts)
-			fig := compare(t, b, sc, shared, seqs)
-			out := fmt.Sprintf("replay %s %q: %d sequences replayed (%d steps, %d settles) of the %d first-reaching sequences at depth %d (memstore: %s, %v), %d violations, %d divergences from memstore's verdicts, %d with other gated calls, %d run again (slower than maxDrift), %v\n",
+			fig := compare(t, bs, sc, shared, seqs)
+			out := fmt.Sprintf("replay %s %q: %d sequences replayed (%d steps, %d settles) of the %d first-reaching sequences at depth %d (memstore: %s, %v), %d violations, %d divergences from memstore's verdicts, %d with other gated calls, %d run again (slower than maxDrift), slowest world %v to its last clock step, %v\n",
 				b.name, sc.name, fig.sequences, fig.steps, fig.settles, len(firsts), depth, figures, selected.Round(time.Millisecond),
-				fig.violations, fig.divergences, fig.gateDiffs, fig.slow, fig.took.Round(time.Millisecond))
+				fig.violations, fig.divergences, fig.gateDiffs, fig.slow, fig.drift.Round(time.Millisecond), fig.took.Round(time.Millisecond))
 			t.Log(out)
 			fmt.Fprint(os.Stdout, out)
 			total.sequences += fig.sequences
@@ -272,11 +303,12 @@ func replayOn(t *testing.T, b backend, pick func(sc scenario, firsts [][]step) [
 			total.divergences += fig.divergences
 			total.gateDiffs += fig.gateDiffs
 			total.slow += fig.slow
+			total.drift = max(total.drift, fig.drift)
 			total.took += fig.took
 		})
 	}
-	out := fmt.Sprintf("replay %s, all scenarios: %d sequences replayed, %d steps, %d settles, %d violations, %d divergences, %d with other gated calls, %d run again, %v\n",
-		b.name, total.sequences, total.steps, total.settles, total.violations, total.divergences, total.gateDiffs, total.slow, total.took.Round(time.Millisecond))
+	out := fmt.Sprintf("replay %s, all scenarios: %d sequences replayed, %d steps, %d settles, %d violations, %d divergences, %d with other gated calls, %d run again, slowest world %v, %v\n",
+		b.name, total.sequences, total.steps, total.settles, total.violations, total.divergences, total.gateDiffs, total.slow, total.drift.Round(time.Millisecond), total.took.Round(time.Millisecond))
 	t.Log(out)
 	fmt.Fprint(os.Stdout, out)
 }
@@ -284,10 +316,13 @@ func replayOn(t *testing.T, b backend, pick func(sc scenario, firsts [][]step) [
 // TestReplaySQLite replays every known sequence and every first-reaching
 // sequence of the exploration at -replay.depth on cancel/sqlstore over
 // SQLite (in this process, one database per tenant) with memstore's seat
-// store.
+// store, on -explore.workers workers, each on databases of its own.
 func TestReplaySQLite(t *testing.T) {
-	b := backend{name: "sqlite", orders: newSQLOrders(t, sqlstore.SQLite, openSQLite(t), openSQLite(t)), seats: memSeats{}}
-	replayOn(t, b, func(sc scenario, firsts [][]step) [][]step { return append(knownOf(t, sc), firsts...) })
+	var bs []backend
+	for range max(1, *workersFlag) {
+		bs = append(bs, backend{name: "sqlite", orders: newSQLOrders(t, sqlstore.SQLite, openSQLite(t), openSQLite(t)), seats: memSeats{}})
+	}
+	replayOn(t, bs, func(sc scenario, firsts [][]step) [][]step { return append(knownOf(t, sc), firsts...) })
 }
 
 // TestReplayServers replays, on MariaDB with Redis and on PostgreSQL with
@@ -309,7 +344,7 @@ func TestReplayServers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := tc.open(t)
 			b.name = tc.name
-			replayOn(t, b, func(sc scenario, firsts [][]step) [][]step {
+			replayOn(t, []backend{b}, func(sc scenario, firsts [][]step) [][]step {
 				seqs := knownOf(t, sc)
 				stride := max(1, (len(firsts)+*replaySampleFlag-1) / *replaySampleFlag)
 				for i := 0; i < len(firsts); i += stride {

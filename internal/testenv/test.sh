@@ -186,7 +186,12 @@ done
 nested_pids=()
 ((race_status == 0)) || exit "$race_status"
 run_go_test norace . -count=1 -timeout 10m -v "${norace[@]}"  # client-go races, see above
+# The same package replays the exploration's interleavings on the real stores (TestReplaySQLite:
+# every sequence first reaching a state at depth 4, about 30 s of CPU; TestReplayServers: a sample
+# on MariaDB with Redis and PostgreSQL with Redis Cluster, about 20 s), so the servers must be up.
+t_explore=$SECONDS
 OE_EXPLORE_DEPTH=6 run_go_test explore . -count=1 -timeout 10m -v "$EXPLORE" # deeper: -explore.depth=7 (about 2 min)
+say "explore and replays: $((SECONDS - t_explore))s"
 # The multi-process soak (issue 13), CI size (about two minutes): three instance processes on
 # both brokers and the Redis pair, an instance, broker-b and the Redis primary SIGKILLed; and a
 # Redis Cluster master SIGKILLed and its replica promoted (about 20 s more).
