@@ -14,8 +14,10 @@ import (
 // QueryRowContext is left out on purpose: ent's generated code has none.
 //
 // Pass the transaction: on a *sql.DB, or a *sql.Conn outside a transaction,
-// each statement commits on its own. A *sql.Tx runs the store's prepared
-// statements where it has them; any other Querier sends the text.
+// each statement commits on its own. Only Insert's transactions, known to
+// be of the store's own *sql.DB, run its prepared statements: database/sql
+// refuses them to a transaction of another *sql.DB, and a Querier does not
+// say whose it is, so Place sends the text.
 type Querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)

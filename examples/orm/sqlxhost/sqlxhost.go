@@ -1,9 +1,7 @@
 // Package sqlxhost places an order and a row of the host's own in one sqlx
 // transaction, through cancel.Service.Place.
 //
-// *sqlx.Tx embeds the *sql.Tx, so either is a sqlstore.Querier; the host
-// hands the store tx.Tx, the *sql.Tx itself, which takes the store's
-// prepared statements.
+// *sqlx.Tx embeds the *sql.Tx, so it is a sqlstore.Querier as it is.
 package sqlxhost
 
 import (
@@ -59,7 +57,7 @@ func (h *Host) Place(ctx context.Context, p cancel.Placement, note string) error
 }
 
 func (h *Host) inTx(ctx context.Context, tx *sqlx.Tx, p cancel.Placement, note string) error {
-	if err := h.store.Place(ctx, tx.Tx, p); err != nil {
+	if err := h.store.Place(ctx, tx, p); err != nil {
 		return err
 	}
 	if _, err := tx.NamedExecContext(ctx, "INSERT INTO order_note (order_no, note) VALUES (:order_no, :note)", Note{OrderNo: p.OrderNo, Note: note}); err != nil {
