@@ -7,6 +7,11 @@
 // closure's error and the commit's alike; the host tells them apart by
 // whether its closure got to its end, and reports a failed commit wrapping
 // expiry.ErrCommitUnknown, so that Place keeps the seats locked.
+//
+// Place's insert must end with the real commit, since Place sends the
+// expiry message once it returned nil: call it on a *gorm.DB that is not
+// inside a transaction already, where gorm would make Transaction a
+// savepoint whose release commits nothing.
 package gormhost
 
 import (
