@@ -162,13 +162,24 @@ type Time struct {
 }
 
 // Condition is a column that must equal a constant (an integer or a string
-// of 1-64 bytes of A-Z a-z 0-9 _ . -) in every statement on its table.
+// of 1-64 bytes of A-Z a-z 0-9 _ . -), or be NULL (IsNull), in every
+// statement on its table.
 type Condition struct {
 	// Column is the column's name.
 	Column string
 	// Value is the constant it must equal.
 	Value any
 }
+
+// IsNull, as a Condition's Value, is the condition "Column IS NULL": an
+// ORM's soft-delete time that must be unset (GORM's deleted_at). Place
+// writes NULL into the column. A unique key holding the column does not
+// make the order number unique (NULLs are distinct), so Check does not
+// count it there.
+const IsNull nullValue = 1
+
+// nullValue is the type of IsNull.
+type nullValue int
 
 // Claims maps the seat-claims table: one row per seat an order claims.
 // Table, ShowID, SeatID and OrderNo are required. The table must let at most

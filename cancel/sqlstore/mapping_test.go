@@ -233,7 +233,7 @@ var instant = hostSchema{
 	notOn:       sqlstore.SQLite,
 }
 
-var hostSchemas = []hostSchema{seatflow, shop, window, instant}
+var hostSchemas = []hostSchema{seatflow, shop, window, instant, softDelete}
 
 // applyDDL runs the host's migrations.
 func applyDDL(t testing.TB, db *sql.DB, stmts []string) {
