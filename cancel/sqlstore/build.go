@@ -341,10 +341,14 @@ func (r *resolved) exactLit(b *sb, col string, l lit) {
 	}
 }
 
-// conds writes " AND col = const" for each condition, columns prefixed by
-// alias ("" or "o.").
+// conds writes " AND col = const" (or " AND col IS NULL") for each
+// condition, columns prefixed by alias ("" or "o.").
 func conds(b *sb, alias string, cs []cond) {
 	for _, c := range cs {
+		if c.null {
+			b.w(" AND ", alias, c.col, " IS NULL")
+			continue
+		}
 		b.w(" AND ", alias, c.col, " = ", c.v.sql)
 		if c.exact {
 			b.w(" AND ", alias, c.col, " = CAST(", c.v.sql, " AS BINARY)")

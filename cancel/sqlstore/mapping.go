@@ -314,6 +314,7 @@ type cond struct {
 	name, col string // the raw name (for Check) and the quoted column
 	v         lit
 	exact     bool // a string on MySQL over a host's column: compared as bytes too (conds)
+	null      bool // IsNull: "col IS NULL", and NULL inserted
 }
 
 // resolved is a Mapping validated and quoted for one dialect: what the
@@ -416,11 +417,16 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 				errs = append(errs, fmt.Errorf("sqlstore: mapping: %s condition on %s listed twice", what, c.Column))
 			}
 			seen[c.Column] = true
+			col := id(what+" condition column", c.Column, false)
+			if c.Value == IsNull {
+				out = append(out, cond{name: c.Column, col: col, v: lit{sql: "NULL", key: "NULL"}, null: true})
+				continue
+			}
 			v, err := literal(what+" condition on "+c.Column, c.Value)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			out = append(out, cond{name: c.Column, col: id(what+" condition column", c.Column, false), v: v, exact: r.exactIDs && v.str})
+			out = append(out, cond{name: c.Column, col: col, v: v, exact: r.exactIDs && v.str})
 		}
 		return out
 	}
