@@ -76,6 +76,11 @@ type Orders struct {
 	// Window is the payment window, with CreatedAt and no Deadline; whole
 	// seconds unless CreatedAt is in epoch milliseconds.
 	Window time.Duration
+	// WindowFrom, instead of Window, is a window the host keeps in a row
+	// of another table (a settings page's "close unpaid orders after n
+	// minutes"): every statement reads it there, so a change applies to
+	// the pending orders at once, as the host's own code would apply it.
+	WindowFrom *WindowSetting
 	// CancelReason, optional, receives the cancel's reason (up to
 	// cancel.MaxReasonLen bytes).
 	CancelReason string
@@ -95,6 +100,21 @@ type Orders struct {
 	// Where are conditions every statement on the table carries and every
 	// insert writes: a tenant column equal to a constant, a soft-delete flag
 	// that must be 0. A row that fails them is invisible to the library.
+	Where []Condition
+}
+
+// WindowSetting is a payment window kept in another table: the value of
+// Column, a whole number of Unit (an integer, or a string of one, like a
+// key-value table's), in the one row Where selects. Check reads it.
+type WindowSetting struct {
+	// Table is the table's name (optionally schema.table).
+	Table string
+	// Column holds the window, a count of Unit.
+	Column string
+	// Unit is what one counts: time.Minute, time.Second, …; whole
+	// seconds unless CreatedAt is in epoch milliseconds.
+	Unit time.Duration
+	// Where selects the row: columns equal to constants, as Orders.Where.
 	Where []Condition
 }
 
