@@ -359,11 +359,10 @@ func conds(b *sb, alias string, cs []cond) {
 // due is the guard "deadline <= now" (or "created <= now - window"),
 // evaluated by the database in the statement, on the indexed column.
 func (r *resolved) due(b *sb, alias string, sub bool) {
-	col, t, back := r.deadline.Column, r.deadline.Type, time.Duration(0)
+	col, now := r.deadline.Column, nowAs(r.d, r.deadline.Type, 0)
 	if col == "" {
-		col, t, back = r.created.Column, r.created.Type, r.window
+		col, now = r.created.Column, r.nowBack(r.created.Type)
 	}
-	now := nowAs(r.d, t, back)
 	if sub {
 		// The clock in a scalar subquery is evaluated once, so the planner
 		// can bound the index range with it (a volatile function in the
@@ -385,6 +384,9 @@ func (r *resolved) scanCol() Time {
 func (r *resolved) expireMS(alias string) string {
 	if r.deadline.Column != "" {
 		return asMS(r.d, r.deadline.Type, alias+r.deadline.Column, 0)
+	}
+	if r.windowSQL != "" {
+		return "(" + asMS(r.d, r.created.Type, alias+r.created.Column, 0) + " + " + r.windowSQL + ")"
 	}
 	return asMS(r.d, r.created.Type, alias+r.created.Column, r.window)
 }
@@ -623,7 +625,7 @@ func (r *resolved) build() queries {
 			b.w(", ", nowAs(d, r.created.Type, 0))
 		}
 	} else {
-		fromArg(d, r.created.Type, b, aDeadline)
+		r.createdFrom(b, r.created.Type, aDeadline)
 	}
 	if r.updated != "" {
 		b.w(", ", nowAs(d, r.updatedType, 0))
@@ -737,13 +739,13 @@ func (r *resolved) build() queries {
 	// the table). A gauge decides nothing, so the statement's start is now
 	// enough; the guard of a cancel keeps clock_timestamp().
 	if d == Postgres {
-		col, t, back := r.deadline.Column, r.deadline.Type, time.Duration(0)
+		col, now := r.deadline.Column, nowAs(d, r.deadline.Type, 0)
 		if col == "" {
-			col, t, back = r.created.Column, r.created.Type, r.window
+			col, now = r.created.Column, r.nowBack(r.created.Type)
 		}
 		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), ", stable(nowMS[d]), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
 		conds(b, "", r.where)
-		b.w(" AND ", col, " <= ", stable(nowAs(d, t, back)))
+		b.w(" AND ", col, " <= ", stable(now))
 	} else {
 		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), (SELECT ", nowMS[d], ") FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
 		r.exactLit(b, r.status, r.pending)

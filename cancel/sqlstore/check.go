@@ -156,6 +156,9 @@ func (s *Store) Check(ctx context.Context) error {
 			}
 		}
 	}
+	if err := s.checkWindow(ctx, bad); err != nil {
+		return fmt.Errorf("sqlstore: check: %w", err)
+	}
 	dcols, _, err := s.describe(ctx, "oe_payment_discrepancy")
 	if err != nil {
 		return fmt.Errorf("sqlstore: check: %w", err)

@@ -366,6 +366,11 @@ type resolved struct {
 	c, cShow, cSeat, cNo, cState string
 	cLocked, cSold, cReleased    *lit
 	cWhere                       []cond
+
+	// A window kept in a settings row (Orders.WindowFrom): its value in
+	// milliseconds as a scalar subquery, its table, column and conditions.
+	windowSQL, windowTable, windowCol string
+	windowWhere                       []cond
 }
 
 // resolve validates m for d.
@@ -409,6 +414,8 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 	switch {
 	case r.deadline.Column != "" && o.Window != 0:
 		errs = append(errs, errors.New("sqlstore: mapping: a Window is for a table without a Deadline column"))
+	case o.WindowFrom != nil:
+		// resolveWindow, once the conditions can be resolved
 	case r.deadline.Column == "" && (r.created.Column == "" || o.Window <= 0):
 		errs = append(errs, errors.New("sqlstore: mapping: the orders need a Deadline column, or CreatedAt and a positive Window"))
 	case r.deadline.Column == "" && r.created.Type != EpochMillis && o.Window%time.Second != 0:
@@ -451,6 +458,11 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 		return out
 	}
 	r.where = conds("orders", o.Where)
+	if o.WindowFrom != nil {
+		if err := resolveWindow(r, o, id, conds); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if !r.defaultSchema {
 		// The scope names the rows this store serves: its table (two
 		// services on tables of their own are two scopes) and its
