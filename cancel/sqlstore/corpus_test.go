@@ -150,6 +150,9 @@ func corpusIDs(m sqlstore.Mapping) corpus.Translated {
 	if m.Orders.NumericShowID {
 		tr.Shows = &corpus.IDs{}
 	}
+	if m.Orders.NumericOrderNo {
+		tr.Orders = &corpus.IDs{}
+	}
 	return tr
 }
 

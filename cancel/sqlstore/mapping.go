@@ -44,6 +44,11 @@ type Orders struct {
 	// OrderNo is the order number's column: unique (alone or with the
 	// Where columns), string typed. It may sit beside a numeric primary key.
 	OrderNo string
+	// NumericOrderNo says OrderNo, and the claims table's order number
+	// column, are integer columns (saleor's order_order.number). Order
+	// numbers are then the canonical decimal form of an int64, as with
+	// NumericUserID: any other finds no order, and Place refuses it.
+	NumericOrderNo bool
 	// UserID is the user's column, string typed unless NumericUserID.
 	UserID string
 	// NumericUserID says UserID is an integer column. User ids are then the

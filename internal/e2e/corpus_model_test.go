@@ -73,6 +73,9 @@ func mRunMapped(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect, e cor
 	if m.Orders.NumericShowID {
 		tr.Shows = &corpus.IDs{}
 	}
+	if m.Orders.NumericOrderNo {
+		tr.Orders = &corpus.IDs{}
+	}
 	// The store as a host wires it, every transition on: where the mapping
 	// cannot reinstate or move a deadline the store itself says so
 	// (cancel.ErrNoSeatRecord: the payment is refunded; ErrUnsupported).
