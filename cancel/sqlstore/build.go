@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,7 @@ const (
 	aLead                  // a warning's lead, in milliseconds
 	aPrevMS                // a deadline change: the deadline read, in milliseconds
 	aTargetMS              // a deadline change: the new deadline, in milliseconds
+	aNoKey                 // the order number as a string, in the library's own tables (aNo may be an integer)
 )
 
 // vals are the run-time values of one call.
@@ -54,14 +56,34 @@ type stmt struct {
 }
 
 // numeric says which id columns are integers (Orders.NumericUserID,
-// NumericShowID): their arguments are bound as int64.
-type numeric struct{ user, show bool }
+// NumericShowID, NumericOrderNo): their arguments are bound as int64.
+type numeric struct{ user, show, no bool }
+
+// numNo is an order number bound to an integer column: its int64, NULL for
+// one that is not the canonical decimal form of an int64 (NULL equals
+// nothing, so no order is found), the least int64 for "" (the first page
+// of the expiry scan).
+func numNo(no string) any {
+	if no == "" {
+		return int64(math.MinInt64)
+	}
+	if n, ok := canonicalInt(no); ok {
+		return n
+	}
+	return nil
+}
 
 func (st stmt) args(v vals, num numeric) []any {
 	out := make([]any, len(st.slots))
 	for i, s := range st.slots {
 		switch s {
 		case aNo:
+			if num.no {
+				out[i] = numNo(v.no)
+			} else {
+				out[i] = v.no
+			}
+		case aNoKey:
 			out[i] = v.no
 		case aUser:
 			if num.user {
@@ -325,7 +347,7 @@ type queries struct {
 // second, on the argument's bytes, keeps "ALICE" from matching "alice" (I10).
 func (r *resolved) eq(b *sb, col string, s slot) {
 	b.w(col, " = ").p(s)
-	if r.exactIDs && !(s == aUser && r.raw.Orders.NumericUserID) {
+	if r.exactIDs && !(s == aUser && r.raw.Orders.NumericUserID) && !(s == aNo && r.raw.Orders.NumericOrderNo) {
 		b.w(" AND ", col, " = CAST(").p(s).w(" AS BINARY)")
 	}
 }
@@ -519,7 +541,7 @@ func (r *resolved) build() queries {
 	} else {
 		// No payment column: the payment that paid the order is its
 		// decision row's (status 0), in this store's scope.
-		b.w("(SELECT MIN(d.payment_id) FROM oe_payment_discrepancy d WHERE d.scope = ").p(aScope).w(" AND d.order_no = ").p(aNo).w(" AND d.status = 0)")
+		b.w("(SELECT MIN(d.payment_id) FROM oe_payment_discrepancy d WHERE d.scope = ").p(aScope).w(" AND d.order_no = ").p(aNoKey).w(" AND d.status = 0)")
 	}
 	b.w(" FROM ", r.o, " WHERE ")
 	r.eq(b, r.no, aNo)
@@ -667,7 +689,7 @@ func (r *resolved) build() queries {
 		// the seats, the limit and the seat lock, for the order's scope.
 		// An old row of a number the host deleted is replaced.
 		b = (&sb{}).w("INSERT INTO oe_order_side (scope, order_no, seats, seat_limit, lock_id, created_at_ms) VALUES (").
-			p(aScope).w(", ").p(aNo).w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID).w(", ", nowMS[d], ")")
+			p(aScope).w(", ").p(aNoKey).w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID).w(", ", nowMS[d], ")")
 		if d == MySQL {
 			b.w(" ON DUPLICATE KEY UPDATE seats = VALUES(seats), seat_limit = VALUES(seat_limit), lock_id = VALUES(lock_id), created_at_ms = VALUES(created_at_ms), warned_at_ms = NULL")
 		} else {
@@ -857,7 +879,7 @@ func (r *resolved) moveDeadline(later bool) stmt {
 // pending, due within the lead and not yet due by that clock.
 func (r *resolved) warnSide() stmt {
 	b := &sb{}
-	b.w("UPDATE oe_order_side SET warned_at_ms = ", nowMS[r.d], " WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNo).
+	b.w("UPDATE oe_order_side SET warned_at_ms = ", nowMS[r.d], " WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNoKey).
 		w(" AND warned_at_ms IS NULL AND EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
 	r.eq(b, "o."+r.no, aNo)
 	conds(b, "o.", r.where)
@@ -909,7 +931,7 @@ func (r *resolved) sideSeats(b *sb) {
 // side writes a scalar subquery of oe_order_side's column col (a literal
 // of this file) for the order number argument in the store's scope.
 func (r *resolved) side(b *sb, col string) {
-	b.w("(SELECT sd.", col, " FROM oe_order_side sd WHERE sd.scope = ").p(aScope).w(" AND sd.order_no = ").p(aNo).w(")")
+	b.w("(SELECT sd.", col, " FROM oe_order_side sd WHERE sd.scope = ").p(aScope).w(" AND sd.order_no = ").p(aNoKey).w(")")
 }
 
 // oneOrPlain is the single-statement transition on PostgreSQL, with or
@@ -940,7 +962,7 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 // aborts the whole statement: the order is not paid then.
 func decide(b *sb) {
 	b.w(", dec AS (INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) SELECT ").
-		p(aPayment).w(", ").p(aScope).w(", ").p(aNo).w(", CAST(cas.u AS VARCHAR(64)), 0, cas.nw, cas.nw, cas.nw FROM cas)")
+		p(aPayment).w(", ").p(aScope).w(", ").p(aNoKey).w(", CAST(cas.u AS VARCHAR(64)), 0, cas.nw, cas.nw, cas.nw FROM cas)")
 }
 
 // after writes the keyset condition "(a, b) > (x, ?)" in the form the

@@ -57,7 +57,7 @@ func (s *Store) Check(ctx context.Context) error {
 				bad("orders column %s.%s (%s): is %s (%s), the mapping needs %s", o.Table, col, what, t, got, class)
 			}
 		}
-		want("order number", o.OrderNo, "string")
+		want("order number", o.OrderNo, idClass(o.NumericOrderNo))
 		if o.NumericUserID {
 			want("user", o.UserID, "integer")
 		} else {
@@ -125,7 +125,7 @@ func (s *Store) Check(ctx context.Context) error {
 			}
 			want("show", c.ShowID, idClass(o.NumericShowID))
 			want("seat", c.SeatID, "string")
-			want("order number", c.OrderNo, "string")
+			want("order number", c.OrderNo, idClass(o.NumericOrderNo))
 			if r.cLocked != nil {
 				want("state", c.State, kindClass(*r.cLocked))
 			}
