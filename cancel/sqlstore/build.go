@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -59,14 +58,13 @@ type stmt struct {
 // NumericShowID, NumericOrderNo): their arguments are bound as int64.
 type numeric struct{ user, show, no bool }
 
-// numNo is an order number bound to an integer column: its int64, NULL for
-// one that is not the canonical decimal form of an int64 (NULL equals
-// nothing, so no order is found), the least int64 for "" (the first page
-// of the expiry scan).
+// numNo is an order number bound to an integer column: its int64, or NULL
+// for one that is not the canonical decimal form of an int64 (NULL equals
+// nothing, so no order is found). The first page of the expiry scan binds
+// "" as NULL too: its key, the least there is, decides the row comparison
+// before the number does (and an int64 sentinel overflows an INTEGER
+// column on PostgreSQL).
 func numNo(no string) any {
-	if no == "" {
-		return int64(math.MinInt64)
-	}
 	if n, ok := canonicalInt(no); ok {
 		return n
 	}
