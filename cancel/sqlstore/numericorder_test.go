@@ -105,7 +105,7 @@ func TestNumericOrderNumberSuite(t *testing.T) {
 	for _, d := range allDialects {
 		t.Run(string(d), func(t *testing.T) {
 			canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness {
-				return corpusHarness(t, d, numericOrder)
+				return corpusHarness(t, d, d, numericOrder)
 			})
 		})
 	}
