@@ -21,7 +21,6 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 type order struct {
@@ -53,7 +52,7 @@ type discrepancy struct {
 
 // Store is an in-memory order store: cancel.OrderStore,
 // cancel.DiscrepancyStore, cancel.Reinstater, cancel.DeadlineStore,
-// cancel.WarnStore, expiry.OrderLookup, reconcile.ExpiredFinder,
+// cancel.WarnStore, reconcile.ExpiredFinder,
 // reconcile.StatusReader and reconcile.ClaimScanner, with the same behaviour
 // as sqlstore's Store (both pass cancel/canceltest's RunStore). Ids compare
 // byte for byte, as there. Safe for concurrent use.
@@ -355,17 +354,17 @@ func (s *Store) Overdue(context.Context) (n int, oldest time.Duration, err error
 // Statuses implements reconcile.StatusReader: each order's age is the time
 // since its last write by the store's clock, in whole milliseconds (as
 // sqlstore's), never negative.
-func (s *Store) Statuses(_ context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+func (s *Store) Statuses(_ context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	if err := s.fail("Statuses"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	out := make(map[string]reconcile.OrderState, len(nos))
+	out := make(map[string]cancel.OrderState, len(nos))
 	for _, no := range nos {
 		if o, ok := s.orders[no]; ok {
-			out[no] = reconcile.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond), ShowID: o.o.ShowID, LockID: o.lockID, Seats: slices.Clone(o.placed)}
+			out[no] = cancel.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond), ShowID: o.o.ShowID, LockID: o.lockID, Seats: slices.Clone(o.placed)}
 		}
 	}
 	return out, nil
@@ -405,4 +404,38 @@ func (s *Store) Claims(_ context.Context, cursor string, limit int) ([]cancel.Cl
 	}
 	last := out[len(out)-1]
 	return out, last.ShowID + "|" + last.SeatID, nil
+}
+
+// Snapshot copies the store's rows and returns a function that puts them
+// back, as a database that failed over to an asynchronous replica lacking
+// every commit made after the snapshot: orders, claims and discrepancy
+// records all go back to what they were. For tests of what the library does
+// when SQL goes back in time; the seat store keeps what it has.
+func (s *Store) Snapshot() (restore func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copyAll := func(orders map[string]*order, claims map[[2]string]string, disc map[string]*discrepancy) (map[string]*order, map[[2]string]string, map[string]*discrepancy) {
+		o2 := make(map[string]*order, len(orders))
+		for k, v := range orders {
+			c := *v
+			c.seats, c.placed = slices.Clone(v.seats), slices.Clone(v.placed)
+			o2[k] = &c
+		}
+		d2 := make(map[string]*discrepancy, len(disc))
+		for k, v := range disc {
+			c := *v
+			d2[k] = &c
+		}
+		c2 := make(map[[2]string]string, len(claims))
+		for k, v := range claims {
+			c2[k] = v
+		}
+		return o2, c2, d2
+	}
+	orders, claims, disc := copyAll(s.orders, s.claims, s.disc)
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.orders, s.claims, s.disc = copyAll(orders, claims, disc)
+	}
 }

@@ -296,3 +296,36 @@ func TestScopedStoresShareNoKey(t *testing.T) {
 
 // lockErr is the error of a seat store's Lock, for asserting on it.
 func lockErr(_ string, err error) error { return err }
+
+// Lock sends the show's listing and the lock script in one pipeline; after
+// the server forgot its scripts (a restart, SCRIPT FLUSH) the script's
+// EVALSHA fails with NOSCRIPT, and Lock must load it and still lock, with
+// the show listed for the reconciler's scan.
+func TestLockAfterScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := redisseat.New(rdb, "oe")
+	require.NoError(t, err)
+	h := cancel.Hold{ShowID: "s1", OrderNo: "o1", UserID: "u1", Seats: []string{"a1", "a2"}}
+	for i, flush := range []bool{false, true} {
+		if flush {
+			require.NoError(t, rdb.ScriptFlush(ctx).Err())
+			h = cancel.Hold{ShowID: "s2", OrderNo: "o2", UserID: "u1", Seats: []string{"b1"}}
+		}
+		id, err := s.Lock(ctx, h, 0)
+		require.NoError(t, err, "lock %d", i)
+		assert.NotEmpty(t, id)
+		show, err := s.Show(ctx, h.ShowID)
+		require.NoError(t, err)
+		for _, seat := range h.Seats {
+			assert.Equal(t, h.OrderNo, show[seat].OrderNo, "seat %s", seat)
+		}
+		shows, err := s.ListedShows(ctx)
+		require.NoError(t, err)
+		assert.Contains(t, shows, h.ShowID)
+	}
+	_, err = s.Lock(ctx, h, 0)
+	assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "the seats are taken")
+}

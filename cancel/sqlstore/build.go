@@ -528,6 +528,34 @@ func (r *resolved) oneRenamed(extra string, extraSlot slot, owner, due, pay bool
 }
 
 // build returns the store's statements for r.
+// claimsInsert is the INSERT of n claims of one order, one row per seat:
+// placing then costs one round trip for its claims whatever their number.
+// Each row's arguments are the slots of one seat (aSeat is that seat's id).
+func (r *resolved) claimsInsert(d Dialect, n int) stmt {
+	b := (&sb{}).w("INSERT INTO ", r.c, " (", r.cShow, ", ", r.cSeat, ", ", r.cNo)
+	if r.cState != "" {
+		b.w(", ", r.cState)
+	}
+	for _, c := range r.cWhere {
+		b.w(", ", c.col)
+	}
+	b.w(") VALUES ")
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.w(", ")
+		}
+		b.w("(").p(aShow).w(", ").p(aSeat).w(", ").p(aNo)
+		if r.cState != "" {
+			b.w(", ", r.cLocked.sql)
+		}
+		for _, c := range r.cWhere {
+			b.w(", ", c.v.sql)
+		}
+		b.w(")")
+	}
+	return b.done(d)
+}
+
 func (r *resolved) build() queries {
 	d := r.d
 	var q queries
@@ -696,21 +724,7 @@ func (r *resolved) build() queries {
 		q.insertSide = b.done(d)
 	}
 	if r.claims {
-		b = (&sb{}).w("INSERT INTO ", r.c, " (", r.cShow, ", ", r.cSeat, ", ", r.cNo)
-		if r.cState != "" {
-			b.w(", ", r.cState)
-		}
-		for _, c := range r.cWhere {
-			b.w(", ", c.col)
-		}
-		b.w(") VALUES (").p(aShow).w(", ").p(aSeat).w(", ").p(aNo)
-		if r.cState != "" {
-			b.w(", ", r.cLocked.sql)
-		}
-		for _, c := range r.cWhere {
-			b.w(", ", c.v.sql)
-		}
-		q.insertSeat = b.w(")").done(d)
+		q.insertSeat = r.claimsInsert(d, 1)
 
 		// Claims of pending and paid orders, keyset on (show, seat).
 		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", o.", r.status, ", ", r.ownLock("o."),

@@ -3,7 +3,10 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
@@ -13,7 +16,9 @@ import (
 // database/sql: one transaction on db that inserts the placement Place hands
 // it (Place, which keeps its seat lock id), then the host's own rows (rows,
 // nil: none) and, once it has committed, sends its expiry message with sched
-// (nil: none; the reconciler alone expires the order). A failed COMMIT is
+// (nil: none; the reconciler alone expires the order). On PostgreSQL with the
+// library's schema and no rows, the transaction is one statement (the
+// order and its claims together), two round trips fewer than BEGIN … COMMIT. A failed COMMIT is
 // reported wrapping expiry.ErrCommitUnknown, so Place keeps the seats
 // locked. With another transaction manager, write the same function with its
 // transaction and its after-commit hook.
@@ -24,6 +29,13 @@ import (
 //	}))
 func (s *Store) Insert(db *sql.DB, sched *expiry.Scheduler, rows func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error) func(ctx context.Context, p cancel.Placement) error {
 	return func(ctx context.Context, p cancel.Placement) error {
+		if rows == nil && s.oneStatementPlace() {
+			return s.placeOne(ctx, db, sched, p)
+		}
+		// Prepared before the transaction begins, so that each INSERT in it
+		// is one round trip (go-sql-driver otherwise prepares and closes
+		// every statement that has arguments).
+		s.preparePlace(ctx, len(p.Seats))
 		fn := func(tx *sql.Tx, after *expiry.AfterCommit) error {
 			if err := s.Place(ctx, tx, p); err != nil {
 				return err
@@ -58,6 +70,104 @@ func inTxUnknownCommit(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) 
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
+	}
+	return nil
+}
+
+// oneStatementPlace reports whether Insert without rows of the host's own
+// places an order in one statement: on PostgreSQL with the library's schema,
+// the order's INSERT is a data-modifying CTE of the claims' INSERT. One
+// statement is its own transaction, so BEGIN and COMMIT (two round trips of
+// four) go, and the order and its claims still commit or fail together.
+func (s *Store) oneStatementPlace() bool {
+	return s.dialect == Postgres && s.m.defaultSchema && s.m.claims && s.q.insertSide.sql == ""
+}
+
+// placeOneStmt is the one statement for an order of n seats, built once per n:
+// WITH o AS (INSERT INTO oe_order …) INSERT INTO oe_order_seat … VALUES
+// (…), (…). PostgreSQL runs a data-modifying CTE to completion whether or not
+// the main statement reads it.
+func (s *Store) placeOneStmt(n int) stmt {
+	if st, ok := s.oneQ.Load(n); ok {
+		return st.(stmt)
+	}
+	order, claims := s.q.insertOrder, s.claimsInsert(n)
+	st := stmt{
+		sql:   "WITH o AS (" + order.sql + ") " + shiftParams(claims.sql, len(order.slots)),
+		slots: append(append([]slot(nil), order.slots...), claims.slots...),
+	}
+	s.oneQ.Store(n, st)
+	return st
+}
+
+// shiftParams renumbers PostgreSQL's $n placeholders of q by off. The
+// library's own schema has no literal holding a '$', so a scan is exact.
+func shiftParams(q string, off int) string {
+	var b strings.Builder
+	for i := 0; i < len(q); i++ {
+		if q[i] != '$' {
+			b.WriteByte(q[i])
+			continue
+		}
+		j := i + 1
+		for j < len(q) && q[j] >= '0' && q[j] <= '9' {
+			j++
+		}
+		n, _ := strconv.Atoi(q[i+1 : j])
+		n += off
+		b.WriteString("$" + strconv.Itoa(n))
+		i = j - 1
+	}
+	return b.String()
+}
+
+// placeOne is Insert's placing as one statement (oneStatementPlace), then the
+// expiry message once it has committed.
+func (s *Store) placeOne(ctx context.Context, db *sql.DB, sched *expiry.Scheduler, p cancel.Placement) error {
+	v, err := s.placeArgs(p)
+	if err != nil {
+		return err
+	}
+	st := s.placeOneStmt(len(p.Seats))
+	args := s.args(s.q.insertOrder, v)
+	for _, seat := range p.Seats {
+		v.seat = seat
+		args = append(args, s.args(s.q.insertSeat, v)...)
+	}
+	if len(p.Seats) <= preparedClaims {
+		var ps *sql.Stmt
+		if ps, err = s.prepared(ctx, st.sql); err == nil {
+			_, err = ps.ExecContext(ctx, args...)
+		}
+	} else {
+		_, err = db.ExecContext(ctx, st.sql, args...)
+	}
+	if err != nil {
+		var answered interface{ SQLState() string }
+		switch {
+		case isDuplicate(err):
+			// The order's number or one of its seats: the number is
+			// taken if an order holds it now (nothing of this statement
+			// committed).
+			switch _, oerr := s.Order(ctx, p.OrderNo); {
+			case oerr == nil:
+				return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
+			case errors.Is(oerr, expiry.ErrNotFound):
+				return fmt.Errorf("sqlstore: place order %s: a seat of %s %v: %w", p.OrderNo, p.ShowID, p.Seats, cancel.ErrSeatUnavailable)
+			}
+			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+		case errors.As(err, &answered):
+			// The server answered with an error: the statement, its own
+			// transaction, did not commit.
+			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+		default:
+			// No answer (a broken connection, a deadline): it may have
+			// committed, as a COMMIT that failed (see Scheduler.InTx).
+			return fmt.Errorf("sqlstore: place order %s: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err)
+		}
+	}
+	if sched != nil {
+		sched.Schedule(ctx, p.OrderNo, p.ExpireAt)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@
 //     SettleDiscrepancy),
 //   - cancel.Reinstater (ReinstateCancelled), cancel.DeadlineStore
 //     (SetDeadline) and cancel.WarnStore (MarkWarned), in late.go,
-//   - expiry.OrderLookup (Order),
 //   - reconcile.ExpiredFinder (Expired), reconcile.StatusReader (Statuses)
 //     and reconcile.ClaimScanner (Claims).
 //
@@ -80,7 +79,6 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // Dialect names the SQL flavour of the database behind a Store.
@@ -138,6 +136,9 @@ type Store struct {
 
 	mu    sync.RWMutex
 	stmts map[string]*sql.Stmt // the expiry path's statements, prepared once
+
+	claimsQ sync.Map // int → stmt: the claims INSERT of n seats (claimsInsert)
+	oneQ    sync.Map // int → stmt: placing n seats in one statement (placeOneStmt)
 
 	maria atomic.Int32 // 0 not asked yet, 1 MariaDB, 2 another server
 }
@@ -485,44 +486,112 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // constants; the claims with their Locked state and constants): the host's
 // other columns need defaults, or the host inserts its rows itself.
 func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+	v, err := s.placeArgs(p)
+	if err != nil {
+		return err
+	}
+	return s.placeVals(ctx, tx, p, v)
+}
+
+// placeArgs checks p and binds it for Place's statements.
+func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 	if err := p.Validate(); err != nil {
-		return fmt.Errorf("sqlstore: place: %w", err)
+		return vals{}, fmt.Errorf("sqlstore: place: %w", err)
 	}
 	v, ok := s.user(vals{no: p.OrderNo, show: p.ShowID}, p.UserID)
 	if !ok {
-		return fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
 	}
 	if _, ok := canonicalInt(p.OrderNo); s.m.raw.Orders.NumericOrderNo && !ok {
-		return fmt.Errorf("sqlstore: place order %s: %w: not a canonical integer (the mapping's order number column is numeric)", p.OrderNo, expiry.ErrInvalidID)
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: not a canonical integer (the mapping's order number column is numeric)", p.OrderNo, expiry.ErrInvalidID)
 	}
 	if v.showNum, ok = s.numericShow(p.ShowID); !ok {
-		return fmt.Errorf("sqlstore: place order %s: %w: show id %q is not a canonical integer (the mapping's show column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.ShowID)
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: show id %q is not a canonical integer (the mapping's show column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.ShowID)
 	}
 	v.deadline, v.seats, v.seatLimit, v.lockID = s.timeArg(p.ExpireAt), seatList(p.Seats), p.Limit, p.LockID
-	if _, err := tx.ExecContext(ctx, s.q.insertOrder.sql, s.args(s.q.insertOrder, v)...); err != nil {
+	return v, nil
+}
+
+// placeVals is Place once p is bound.
+func (s *Store) placeVals(ctx context.Context, tx *sql.Tx, p cancel.Placement, v vals) error {
+	if _, err := s.execTx(ctx, tx, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 		}
 		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 	}
 	if st := s.q.insertSide; st.sql != "" {
-		if _, err := tx.ExecContext(ctx, st.sql, s.args(st, v)...); err != nil {
+		if _, err := s.execTx(ctx, tx, st, s.args(st, v)); err != nil {
 			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
 		}
 	}
 	if !s.m.claims {
 		return nil
 	}
+	// Every claim in one statement: one round trip whatever the number of
+	// seats. A duplicate key names no seat, so the error names the show.
+	st := s.claimsInsert(len(p.Seats))
+	args := make([]any, 0, len(st.slots))
 	for _, seat := range p.Seats {
 		v.seat = seat
-		if _, err := tx.ExecContext(ctx, s.q.insertSeat.sql, s.args(s.q.insertSeat, v)...); err != nil {
-			if isDuplicate(err) {
-				return fmt.Errorf("sqlstore: place order %s: seat %s/%s: %w", p.OrderNo, p.ShowID, seat, cancel.ErrSeatUnavailable)
-			}
-			return fmt.Errorf("sqlstore: place order %s: seat %s: %w", p.OrderNo, seat, err)
+		args = append(args, s.args(s.q.insertSeat, v)...)
+	}
+	if _, err := s.execTx(ctx, tx, st, args); err != nil {
+		if isDuplicate(err) {
+			return fmt.Errorf("sqlstore: place order %s: a seat of %s %v: %w", p.OrderNo, p.ShowID, p.Seats, cancel.ErrSeatUnavailable)
 		}
+		return fmt.Errorf("sqlstore: place order %s: seats %v: %w", p.OrderNo, p.Seats, err)
 	}
 	return nil
+}
+
+// preparedClaims is the most seats whose multi-row claims INSERT is kept
+// prepared: one statement per seat count, per pooled connection, so the
+// common orders (a few seats) save their prepare round trip without a
+// 50-seat order leaving 50 statements on every connection.
+const preparedClaims = 8
+
+// claimsInsert is the INSERT of n claims, built once per n.
+func (s *Store) claimsInsert(n int) stmt {
+	if n == 1 {
+		return s.q.insertSeat
+	}
+	if st, ok := s.claimsQ.Load(n); ok {
+		return st.(stmt)
+	}
+	st := s.m.claimsInsert(s.dialect, n)
+	s.claimsQ.Store(n, st)
+	return st
+}
+
+// preparePlace prepares Place's statements for an order of n seats, before
+// its transaction begins (see prepared: never inside one). Place then finds
+// them prepared. A failure is not an error: Place sends them unprepared.
+func (s *Store) preparePlace(ctx context.Context, n int) {
+	qs := [3]string{s.q.insertOrder.sql, s.q.insertSide.sql}
+	if s.m.claims && n <= preparedClaims {
+		qs[2] = s.claimsInsert(n).sql
+	}
+	for _, q := range qs {
+		if q != "" {
+			if _, err := s.prepared(ctx, q); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// execTx runs st in tx, through its prepared statement when one was
+// prepared before the transaction (preparePlace), else as plain text: it
+// never prepares inside a transaction.
+func (s *Store) execTx(ctx context.Context, tx *sql.Tx, st stmt, args []any) (sql.Result, error) {
+	s.mu.RLock()
+	ps := s.stmts[st.sql]
+	s.mu.RUnlock()
+	if ps != nil {
+		return tx.StmtContext(ctx, ps).ExecContext(ctx, args...)
+	}
+	return tx.ExecContext(ctx, st.sql, args...)
 }
 
 // nullIfEmpty is s, or NULL for "" (an id not known).
@@ -586,7 +655,7 @@ func (s *Store) status(key string) (expiry.Status, error) {
 	return expiry.Status(k), nil
 }
 
-// Order implements expiry.OrderLookup and cancel.OrderStore.
+// Order implements cancel.OrderStore.
 func (s *Store) Order(ctx context.Context, orderNo string) (expiry.Order, error) {
 	o, _, err := s.orderRow(ctx, orderNo)
 	return o, err
@@ -1073,12 +1142,12 @@ const maxIn = 500
 // Statuses returns the state of each existing order among nos (missing ones
 // are absent from the map): its status and the time since its last write
 // by the database's clock (whole milliseconds, never negative; the
-// resolution of the Mapping's UpdatedAt column, and reconcile.AgeUnknown
+// resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
 // without one). Only rows whose number equals a requested one byte for byte
 // are kept, so a case-insensitive collation of the host's table cannot
 // answer for a case variant (I10). It implements reconcile.StatusReader.
-func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
-	out := make(map[string]reconcile.OrderState, len(nos))
+func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
+	out := make(map[string]cancel.OrderState, len(nos))
 	want := make(map[string]bool, len(nos))
 	for _, no := range nos {
 		want[no] = true
@@ -1112,12 +1181,12 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: order %s: %w", no, err)
 			}
-			age := reconcile.AgeUnknown
+			age := cancel.AgeUnknown
 			if ageMS.Valid {
 				age = time.Duration(max(0, ageMS.Int64)) * time.Millisecond
 			}
 			if want[no] {
-				out[no] = reconcile.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
+				out[no] = cancel.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
 			}
 		}
 		err = rows.Err()

@@ -6,7 +6,8 @@
 //
 //	orderexpiry_events_total{kind, detail}      every Event; detail is the
 //	    Handler's outcome (kind "handled"), the reason (kinds "cancelled",
-//	    "discrepancy", "repaired"), or empty
+//	    "discrepancy", "repaired", "diverged"), or empty; alert on any
+//	    "diverged": SQL lost commits the seat store kept (a failover)
 //	orderexpiry_seats_total{kind}               seats moved by cancelled,
 //	    paid, repaired, release_failed and sell_failed events
 //	orderexpiry_handle_seconds{outcome}         how long handling a message took
@@ -27,7 +28,8 @@
 //	    honoured (paid_after_cancelled, paid_after_paid), once per payment id
 //	orderexpiry_refunds_total{result}           the refund hook: "refunded"
 //	    (succeeded and settled, once per payment id) or "hook_failed" (to be
-//	    called again by the reconciler)
+//	    called again by the reconciler; the warning hook's failures are in
+//	    events_total{kind="hook_failed"} only)
 //	orderexpiry_reinstated_total                late payments that reinstated
 //	    a cancelled order as paid
 //	orderexpiry_warnings_total                  expiry warnings fired
@@ -191,13 +193,17 @@ func (o *Observer) Observe(_ context.Context, e expiry.Event) {
 	case expiry.KindRefunded:
 		o.refunds.WithLabelValues(refundRefunded).Inc()
 	case expiry.KindHookFailed:
-		o.refunds.WithLabelValues(refundHookFailed).Inc()
+		if e.Reason != "warning" { // the warning hook's failures are no refund's
+			o.refunds.WithLabelValues(refundHookFailed).Inc()
+		}
 	case expiry.KindReinstated:
 		o.reinstated.Inc()
 	case expiry.KindWarned:
 		o.warnings.Inc()
 	case expiry.KindDeadlineChanged:
 		o.deadlines.Inc()
+	case expiry.KindDiverged:
+		detail = e.Reason // what SQL going back in time left: alert on any
 	}
 	o.events.WithLabelValues(kind, detail).Inc()
 	switch e.Kind {

@@ -46,6 +46,7 @@ var parts = []part{
 	{"backlog", "6. a 100k backlog left by an outage: reconcile.Run with the default Config beside the raw cancel path over an equal backlog, MariaDB and PostgreSQL; correctness checks", runBacklog},
 	{"cluster", "7. several instances as processes: a 100k backlog drained by three instances' reconcilers beside the raw cancel path in three processes; the message path with 1, 2, 3 instances and each process's CPU", runCluster},
 	{"transports", "8. each transport (RocketMQ timer mode, asynq, River on PostgreSQL and SQLite) beside its own client library used by hand: lateness p50/p99/max, early arrivals, schedule and expiry rates, rounds interleaved", runTransports},
+	{"place", "9. placing: cancel.Service.Place end to end beside the same work by hand and the SQL transaction alone, MariaDB and PostgreSQL, in-process sender and RocketMQ; round trips per placement", runPlace},
 }
 
 func usage() {

@@ -9,7 +9,6 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // IDs gives a suite's string ids ("alice", "show-1") to a store whose
@@ -60,7 +59,7 @@ type Store interface {
 	cancel.Reinstater
 	cancel.WarnStore
 	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error)
+	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
 	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 	Now(ctx context.Context) (time.Time, error)
 	Scope() string
@@ -108,7 +107,7 @@ type ViewStore interface {
 	cancel.DiscrepancyStore
 	cancel.WarnStore
 	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error)
+	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
 	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 	Now(ctx context.Context) (time.Time, error)
 	Scope() string
@@ -274,7 +273,7 @@ func (t Translated) Expired(ctx context.Context, cursor string, limit int) ([]st
 }
 
 // Statuses implements reconcile.StatusReader.
-func (t Translated) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+func (t Translated) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	in := make([]string, len(nos))
 	for i, no := range nos {
 		in[i] = t.nTo(no)
@@ -283,7 +282,7 @@ func (t Translated) Statuses(ctx context.Context, nos []string) (map[string]reco
 	if m == nil {
 		return m, err
 	}
-	out := make(map[string]reconcile.OrderState, len(m))
+	out := make(map[string]cancel.OrderState, len(m))
 	for k, v := range m {
 		v.ShowID = t.sFrom(v.ShowID)
 		out[t.nFrom(k)] = v
