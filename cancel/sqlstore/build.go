@@ -36,6 +36,7 @@ const (
 	aLead                  // a warning's lead, in milliseconds
 	aPrevMS                // a deadline change: the deadline read, in milliseconds
 	aTargetMS              // a deadline change: the new deadline, in milliseconds
+	aNoKey                 // the order number as a string, in the library's own tables (aNo may be an integer)
 )
 
 // vals are the run-time values of one call.
@@ -54,14 +55,33 @@ type stmt struct {
 }
 
 // numeric says which id columns are integers (Orders.NumericUserID,
-// NumericShowID): their arguments are bound as int64.
-type numeric struct{ user, show bool }
+// NumericShowID, NumericOrderNo): their arguments are bound as int64.
+type numeric struct{ user, show, no bool }
+
+// numNo is an order number bound to an integer column: its int64, or NULL
+// for one that is not the canonical decimal form of an int64 (NULL equals
+// nothing, so no order is found). The first page of the expiry scan binds
+// "" as NULL too: its key, the least there is, decides the row comparison
+// before the number does (and an int64 sentinel overflows an INTEGER
+// column on PostgreSQL).
+func numNo(no string) any {
+	if n, ok := canonicalInt(no); ok {
+		return n
+	}
+	return nil
+}
 
 func (st stmt) args(v vals, num numeric) []any {
 	out := make([]any, len(st.slots))
 	for i, s := range st.slots {
 		switch s {
 		case aNo:
+			if num.no {
+				out[i] = numNo(v.no)
+			} else {
+				out[i] = v.no
+			}
+		case aNoKey:
 			out[i] = v.no
 		case aUser:
 			if num.user {
@@ -325,7 +345,7 @@ type queries struct {
 // second, on the argument's bytes, keeps "ALICE" from matching "alice" (I10).
 func (r *resolved) eq(b *sb, col string, s slot) {
 	b.w(col, " = ").p(s)
-	if r.exactIDs && !(s == aUser && r.raw.Orders.NumericUserID) {
+	if r.exactIDs && !(s == aUser && r.raw.Orders.NumericUserID) && !(s == aNo && r.raw.Orders.NumericOrderNo) {
 		b.w(" AND ", col, " = CAST(").p(s).w(" AS BINARY)")
 	}
 }
@@ -341,10 +361,14 @@ func (r *resolved) exactLit(b *sb, col string, l lit) {
 	}
 }
 
-// conds writes " AND col = const" for each condition, columns prefixed by
-// alias ("" or "o.").
+// conds writes " AND col = const" (or " AND col IS NULL") for each
+// condition, columns prefixed by alias ("" or "o.").
 func conds(b *sb, alias string, cs []cond) {
 	for _, c := range cs {
+		if c.null {
+			b.w(" AND ", alias, c.col, " IS NULL")
+			continue
+		}
 		b.w(" AND ", alias, c.col, " = ", c.v.sql)
 		if c.exact {
 			b.w(" AND ", alias, c.col, " = CAST(", c.v.sql, " AS BINARY)")
@@ -355,11 +379,10 @@ func conds(b *sb, alias string, cs []cond) {
 // due is the guard "deadline <= now" (or "created <= now - window"),
 // evaluated by the database in the statement, on the indexed column.
 func (r *resolved) due(b *sb, alias string, sub bool) {
-	col, t, back := r.deadline.Column, r.deadline.Type, time.Duration(0)
+	col, now := r.deadline.Column, nowAs(r.d, r.deadline.Type, 0)
 	if col == "" {
-		col, t, back = r.created.Column, r.created.Type, r.window
+		col, now = r.created.Column, r.nowBack(r.created.Type)
 	}
-	now := nowAs(r.d, t, back)
 	if sub {
 		// The clock in a scalar subquery is evaluated once, so the planner
 		// can bound the index range with it (a volatile function in the
@@ -381,6 +404,9 @@ func (r *resolved) scanCol() Time {
 func (r *resolved) expireMS(alias string) string {
 	if r.deadline.Column != "" {
 		return asMS(r.d, r.deadline.Type, alias+r.deadline.Column, 0)
+	}
+	if r.windowSQL != "" {
+		return "(" + asMS(r.d, r.created.Type, alias+r.created.Column, 0) + " + " + r.windowSQL + ")"
 	}
 	return asMS(r.d, r.created.Type, alias+r.created.Column, r.window)
 }
@@ -541,7 +567,7 @@ func (r *resolved) build() queries {
 	} else {
 		// No payment column: the payment that paid the order is its
 		// decision row's (status 0), in this store's scope.
-		b.w("(SELECT MIN(d.payment_id) FROM oe_payment_discrepancy d WHERE d.scope = ").p(aScope).w(" AND d.order_no = ").p(aNo).w(" AND d.status = 0)")
+		b.w("(SELECT MIN(d.payment_id) FROM oe_payment_discrepancy d WHERE d.scope = ").p(aScope).w(" AND d.order_no = ").p(aNoKey).w(" AND d.status = 0)")
 	}
 	b.w(" FROM ", r.o, " WHERE ")
 	r.eq(b, r.no, aNo)
@@ -647,7 +673,7 @@ func (r *resolved) build() queries {
 			b.w(", ", nowAs(d, r.created.Type, 0))
 		}
 	} else {
-		fromArg(d, r.created.Type, b, aDeadline)
+		r.createdFrom(b, r.created.Type, aDeadline)
 	}
 	if r.updated != "" {
 		b.w(", ", nowAs(d, r.updatedType, 0))
@@ -689,7 +715,7 @@ func (r *resolved) build() queries {
 		// the seats, the limit and the seat lock, for the order's scope.
 		// An old row of a number the host deleted is replaced.
 		b = (&sb{}).w("INSERT INTO oe_order_side (scope, order_no, seats, seat_limit, lock_id, created_at_ms) VALUES (").
-			p(aScope).w(", ").p(aNo).w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID).w(", ", nowMS[d], ")")
+			p(aScope).w(", ").p(aNoKey).w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID).w(", ", nowMS[d], ")")
 		if d == MySQL {
 			b.w(" ON DUPLICATE KEY UPDATE seats = VALUES(seats), seat_limit = VALUES(seat_limit), lock_id = VALUES(lock_id), created_at_ms = VALUES(created_at_ms), warned_at_ms = NULL")
 		} else {
@@ -747,13 +773,13 @@ func (r *resolved) build() queries {
 	// the table). A gauge decides nothing, so the statement's start is now
 	// enough; the guard of a cancel keeps clock_timestamp().
 	if d == Postgres {
-		col, t, back := r.deadline.Column, r.deadline.Type, time.Duration(0)
+		col, now := r.deadline.Column, nowAs(d, r.deadline.Type, 0)
 		if col == "" {
-			col, t, back = r.created.Column, r.created.Type, r.window
+			col, now = r.created.Column, r.nowBack(r.created.Type)
 		}
 		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), ", stable(nowMS[d]), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
 		conds(b, "", r.where)
-		b.w(" AND ", col, " <= ", stable(nowAs(d, t, back)))
+		b.w(" AND ", col, " <= ", stable(now))
 	} else {
 		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), (SELECT ", nowMS[d], ") FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
 		r.exactLit(b, r.status, r.pending)
@@ -865,7 +891,7 @@ func (r *resolved) moveDeadline(later bool) stmt {
 // pending, due within the lead and not yet due by that clock.
 func (r *resolved) warnSide() stmt {
 	b := &sb{}
-	b.w("UPDATE oe_order_side SET warned_at_ms = ", nowMS[r.d], " WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNo).
+	b.w("UPDATE oe_order_side SET warned_at_ms = ", nowMS[r.d], " WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNoKey).
 		w(" AND warned_at_ms IS NULL AND EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
 	r.eq(b, "o."+r.no, aNo)
 	conds(b, "o.", r.where)
@@ -917,7 +943,7 @@ func (r *resolved) sideSeats(b *sb) {
 // side writes a scalar subquery of oe_order_side's column col (a literal
 // of this file) for the order number argument in the store's scope.
 func (r *resolved) side(b *sb, col string) {
-	b.w("(SELECT sd.", col, " FROM oe_order_side sd WHERE sd.scope = ").p(aScope).w(" AND sd.order_no = ").p(aNo).w(")")
+	b.w("(SELECT sd.", col, " FROM oe_order_side sd WHERE sd.scope = ").p(aScope).w(" AND sd.order_no = ").p(aNoKey).w(")")
 }
 
 // oneOrPlain is the single-statement transition on PostgreSQL, with or
@@ -948,7 +974,7 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 // aborts the whole statement: the order is not paid then.
 func decide(b *sb) {
 	b.w(", dec AS (INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) SELECT ").
-		p(aPayment).w(", ").p(aScope).w(", ").p(aNo).w(", CAST(cas.u AS VARCHAR(64)), 0, cas.nw, cas.nw, cas.nw FROM cas)")
+		p(aPayment).w(", ").p(aScope).w(", ").p(aNoKey).w(", CAST(cas.u AS VARCHAR(64)), 0, cas.nw, cas.nw, cas.nw FROM cas)")
 }
 
 // after writes the keyset condition "(a, b) > (x, ?)" in the form the

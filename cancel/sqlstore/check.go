@@ -57,7 +57,7 @@ func (s *Store) Check(ctx context.Context) error {
 				bad("orders column %s.%s (%s): is %s (%s), the mapping needs %s", o.Table, col, what, t, got, class)
 			}
 		}
-		want("order number", o.OrderNo, "string")
+		want("order number", o.OrderNo, idClass(o.NumericOrderNo))
 		if o.NumericUserID {
 			want("user", o.UserID, "integer")
 		} else {
@@ -74,9 +74,12 @@ func (s *Store) Check(ctx context.Context) error {
 		}
 		want("payment id", o.PaymentID, "string")
 		want("version", o.Version, "integer")
-		var whereCols []string
+		var whereCols, uniqueCols []string
 		for _, c := range r.where {
-			want("condition", c.name, kindClass(c.v))
+			if !c.null { // IS NULL: any type
+				want("condition", c.name, kindClass(c.v))
+				uniqueCols = append(uniqueCols, c.name) // NULLs are distinct in a unique key
+			}
 			whereCols = append(whereCols, c.name)
 		}
 		scan := o.Deadline.Column
@@ -94,8 +97,8 @@ func (s *Store) Check(ctx context.Context) error {
 		if exist(ocols, append([]string{o.Status, scan, o.OrderNo}, whereCols...)...) && !hasIndex(oidx, whereCols, []string{o.Status}, []string{scan, o.OrderNo}, false) {
 			bad("orders table %s: no index serves the expiry scan: want one on (%s, %s, %s), the condition columns %v may lead", o.Table, o.Status, scan, o.OrderNo, whereCols)
 		}
-		if exist(ocols, append([]string{o.OrderNo}, whereCols...)...) && !hasUnique(oidx, []string{o.OrderNo}, whereCols) {
-			bad("orders table %s: the order number %s is not unique: want a unique key on (%s) (the condition columns %v may join it)", o.Table, o.OrderNo, o.OrderNo, whereCols)
+		if exist(ocols, append([]string{o.OrderNo}, uniqueCols...)...) && !hasUnique(oidx, []string{o.OrderNo}, uniqueCols) {
+			bad("orders table %s: the order number %s is not unique: want a unique key on (%s) (the condition columns %v may join it)", o.Table, o.OrderNo, o.OrderNo, uniqueCols)
 		}
 	}
 
@@ -122,13 +125,15 @@ func (s *Store) Check(ctx context.Context) error {
 			}
 			want("show", c.ShowID, idClass(o.NumericShowID))
 			want("seat", c.SeatID, "string")
-			want("order number", c.OrderNo, "string")
+			want("order number", c.OrderNo, idClass(o.NumericOrderNo))
 			if r.cLocked != nil {
 				want("state", c.State, kindClass(*r.cLocked))
 			}
 			var whereCols []string
 			for _, w := range r.cWhere {
-				want("condition", w.name, kindClass(w.v))
+				if !w.null {
+					want("condition", w.name, kindClass(w.v))
+				}
 				whereCols = append(whereCols, w.name)
 			}
 			_, hasNo := ccols[c.OrderNo]
@@ -150,6 +155,9 @@ func (s *Store) Check(ctx context.Context) error {
 				bad("claims table %s: no unique key on (%s, %s): one live claim per seat is the last defence against a double sale", c.Table, c.ShowID, c.SeatID)
 			}
 		}
+	}
+	if err := s.checkWindow(ctx, bad); err != nil {
+		return fmt.Errorf("sqlstore: check: %w", err)
 	}
 	dcols, _, err := s.describe(ctx, "oe_payment_discrepancy")
 	if err != nil {

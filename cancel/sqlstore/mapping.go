@@ -44,6 +44,11 @@ type Orders struct {
 	// OrderNo is the order number's column: unique (alone or with the
 	// Where columns), string typed. It may sit beside a numeric primary key.
 	OrderNo string
+	// NumericOrderNo says OrderNo, and the claims table's order number
+	// column, are integer columns (saleor's order_order.number). Order
+	// numbers are then the canonical decimal form of an int64, as with
+	// NumericUserID: any other finds no order, and Place refuses it.
+	NumericOrderNo bool
 	// UserID is the user's column, string typed unless NumericUserID.
 	UserID string
 	// NumericUserID says UserID is an integer column. User ids are then the
@@ -76,6 +81,11 @@ type Orders struct {
 	// Window is the payment window, with CreatedAt and no Deadline; whole
 	// seconds unless CreatedAt is in epoch milliseconds.
 	Window time.Duration
+	// WindowFrom, instead of Window, is a window the host keeps in a row
+	// of another table (a settings page's "close unpaid orders after n
+	// minutes"): every statement reads it there, so a change applies to
+	// the pending orders at once, as the host's own code would apply it.
+	WindowFrom *WindowSetting
 	// CancelReason, optional, receives the cancel's reason (up to
 	// cancel.MaxReasonLen bytes).
 	CancelReason string
@@ -95,6 +105,21 @@ type Orders struct {
 	// Where are conditions every statement on the table carries and every
 	// insert writes: a tenant column equal to a constant, a soft-delete flag
 	// that must be 0. A row that fails them is invisible to the library.
+	Where []Condition
+}
+
+// WindowSetting is a payment window kept in another table: the value of
+// Column, a whole number of Unit (an integer, or a string of one, like a
+// key-value table's), in the one row Where selects. Check reads it.
+type WindowSetting struct {
+	// Table is the table's name (optionally schema.table).
+	Table string
+	// Column holds the window, a count of Unit.
+	Column string
+	// Unit is what one counts: time.Minute, time.Second, …; whole
+	// seconds unless CreatedAt is in epoch milliseconds.
+	Unit time.Duration
+	// Where selects the row: columns equal to constants, as Orders.Where.
 	Where []Condition
 }
 
@@ -162,13 +187,24 @@ type Time struct {
 }
 
 // Condition is a column that must equal a constant (an integer or a string
-// of 1-64 bytes of A-Z a-z 0-9 _ . -) in every statement on its table.
+// of 1-64 bytes of A-Z a-z 0-9 _ . -), or be NULL (IsNull), in every
+// statement on its table.
 type Condition struct {
 	// Column is the column's name.
 	Column string
 	// Value is the constant it must equal.
 	Value any
 }
+
+// IsNull, as a Condition's Value, is the condition "Column IS NULL": an
+// ORM's soft-delete time that must be unset (GORM's deleted_at). Place
+// writes NULL into the column. A unique key holding the column does not
+// make the order number unique (NULLs are distinct), so Check does not
+// count it there.
+const IsNull nullValue = 1
+
+// nullValue is the type of IsNull.
+type nullValue int
 
 // Claims maps the seat-claims table: one row per seat an order claims.
 // Table, ShowID, SeatID and OrderNo are required. The table must let at most
@@ -303,6 +339,7 @@ type cond struct {
 	name, col string // the raw name (for Check) and the quoted column
 	v         lit
 	exact     bool // a string on MySQL over a host's column: compared as bytes too (conds)
+	null      bool // IsNull: "col IS NULL", and NULL inserted
 }
 
 // resolved is a Mapping validated and quoted for one dialect: what the
@@ -334,6 +371,11 @@ type resolved struct {
 	c, cShow, cSeat, cNo, cState string
 	cLocked, cSold, cReleased    *lit
 	cWhere                       []cond
+
+	// A window kept in a settings row (Orders.WindowFrom): its value in
+	// milliseconds as a scalar subquery, its table, column and conditions.
+	windowSQL, windowTable, windowCol string
+	windowWhere                       []cond
 }
 
 // resolve validates m for d.
@@ -377,6 +419,8 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 	switch {
 	case r.deadline.Column != "" && o.Window != 0:
 		errs = append(errs, errors.New("sqlstore: mapping: a Window is for a table without a Deadline column"))
+	case o.WindowFrom != nil:
+		// resolveWindow, once the conditions can be resolved
 	case r.deadline.Column == "" && (r.created.Column == "" || o.Window <= 0):
 		errs = append(errs, errors.New("sqlstore: mapping: the orders need a Deadline column, or CreatedAt and a positive Window"))
 	case r.deadline.Column == "" && r.created.Type != EpochMillis && o.Window%time.Second != 0:
@@ -405,15 +449,25 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 				errs = append(errs, fmt.Errorf("sqlstore: mapping: %s condition on %s listed twice", what, c.Column))
 			}
 			seen[c.Column] = true
+			col := id(what+" condition column", c.Column, false)
+			if c.Value == IsNull {
+				out = append(out, cond{name: c.Column, col: col, v: lit{sql: "NULL", key: "NULL"}, null: true})
+				continue
+			}
 			v, err := literal(what+" condition on "+c.Column, c.Value)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			out = append(out, cond{name: c.Column, col: id(what+" condition column", c.Column, false), v: v, exact: r.exactIDs && v.str})
+			out = append(out, cond{name: c.Column, col: col, v: v, exact: r.exactIDs && v.str})
 		}
 		return out
 	}
 	r.where = conds("orders", o.Where)
+	if o.WindowFrom != nil {
+		if err := resolveWindow(r, o, id, conds); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if !r.defaultSchema {
 		// The scope names the rows this store serves: its table (two
 		// services on tables of their own are two scopes) and its

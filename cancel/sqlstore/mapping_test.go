@@ -233,7 +233,7 @@ var instant = hostSchema{
 	notOn:       sqlstore.SQLite,
 }
 
-var hostSchemas = []hostSchema{seatflow, shop, window, instant}
+var hostSchemas = []hostSchema{seatflow, shop, window, instant, softDelete, setting}
 
 // applyDDL runs the host's migrations.
 func applyDDL(t testing.TB, db *sql.DB, stmts []string) {
@@ -307,6 +307,7 @@ func hostHarness(t *testing.T, db *sql.DB, d sqlstore.Dialect, hs hostSchema) ca
 		// TIMESTAMP, epoch seconds) or finer.
 		WriteResolution: time.Second,
 		NoWriteTime:     hs.mapping.Orders.UpdatedAt.Column == "",
+		NoClaims:        hs.mapping.Claims == nil,
 	}
 }
 

@@ -242,7 +242,7 @@ func (s *Store) Scope() string {
 // args binds v to st for this store.
 func (s *Store) args(st stmt, v vals) []any {
 	v.scope = s.m.scope
-	return st.args(v, numeric{user: s.m.raw.Orders.NumericUserID, show: s.m.raw.Orders.NumericShowID})
+	return st.args(v, numeric{user: s.m.raw.Orders.NumericUserID, show: s.m.raw.Orders.NumericShowID, no: s.m.raw.Orders.NumericOrderNo})
 }
 
 // rebind turns ? placeholders into $n for PostgreSQL. Queries here contain no
@@ -508,6 +508,9 @@ func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 	v, ok := s.user(vals{no: p.OrderNo, show: p.ShowID}, p.UserID)
 	if !ok {
 		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
+	}
+	if _, ok := canonicalInt(p.OrderNo); s.m.raw.Orders.NumericOrderNo && !ok {
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: not a canonical integer (the mapping's order number column is numeric)", p.OrderNo, expiry.ErrInvalidID)
 	}
 	if v.showNum, ok = s.numericShow(p.ShowID); !ok {
 		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: show id %q is not a canonical integer (the mapping's show column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.ShowID)
@@ -1166,6 +1169,9 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.O
 		args := make([]any, len(chunk))
 		for i, no := range chunk {
 			args[i] = no
+			if s.m.raw.Orders.NumericOrderNo {
+				args[i] = numNo(no) // not canonical: NULL, no order
+			}
 		}
 		rows, err := s.db.QueryContext(ctx, q, args...)
 		if err != nil {

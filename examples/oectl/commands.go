@@ -222,6 +222,15 @@ func reconcileOnce(ctx context.Context, e *env, dry bool, w, logs io.Writer) err
 // clock) is reported as made, and nothing is written.
 type dryService struct{ orders cancel.OrderStore }
 
+// Scope implements cancel.Scoped: the order store's (a mapped store's
+// reconciler is refused a service of another scope).
+func (d dryService) Scope() string {
+	if s, ok := d.orders.(cancel.Scoped); ok {
+		return s.Scope()
+	}
+	return ""
+}
+
 func (d dryService) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
 	o, err := d.orders.Order(ctx, req.OrderNo)
 	if err != nil {

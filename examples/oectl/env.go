@@ -25,15 +25,19 @@ import (
 const dialTimeout = 3 * time.Second
 
 type config struct {
-	MySQL, Postgres, SQLite string
-	Redis, Namespace        string
+	MySQL, Postgres, SQLite, Mapping string
+	Redis, Namespace, RedisMaster    string
+	RedisCluster                     bool
 }
 
 func (c *config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MySQL, "mysql", "", "MySQL/MariaDB `DSN` of the order database")
 	fs.StringVar(&c.Postgres, "postgres", "", "PostgreSQL `DSN` of the order database")
 	fs.StringVar(&c.SQLite, "sqlite", "", "SQLite database `FILE`")
-	fs.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "seat Redis `ADDR` (host:port or redis:// URL)")
+	fs.StringVar(&c.Mapping, "mapping", "", "JSON `FILE` of the service's sqlstore.Mapping, when its orders are in its own tables (empty: the library's schema)")
+	fs.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "seat Redis `ADDRS`: host:port or a redis:// URL; several host:port, comma-separated, are a Cluster's nodes (or with -redis-master its Sentinels)")
+	fs.BoolVar(&c.RedisCluster, "redis-cluster", false, "the -redis address is a Redis Cluster node, even alone")
+	fs.StringVar(&c.RedisMaster, "redis-master", "", "the Sentinel-monitored master's `NAME`: -redis lists Sentinels")
 	fs.StringVar(&c.Namespace, "namespace", "", "the services' redisseat namespace (empty: the default)")
 }
 
@@ -72,31 +76,70 @@ func openEnv(ctx context.Context, c config) (*env, error) {
 	if err := db.PingContext(pctx); err != nil {
 		return fail(fmt.Errorf("the %s database does not answer: %w", d, err))
 	}
-	if e.store, err = sqlstore.New(db, d); err != nil {
+	var m sqlstore.Mapping // zero: the library's own schema
+	if c.Mapping != "" {
+		if m, err = loadMapping(c.Mapping); err != nil {
+			return fail(err)
+		}
+	}
+	if e.store, err = sqlstore.New(db, d, m); err != nil {
 		return fail(err)
 	}
 	e.closers = append(e.closers, e.store.Close)
-
-	opts := &redis.Options{Addr: c.Redis}
-	if strings.Contains(c.Redis, "://") {
-		if opts, err = redis.ParseURL(c.Redis); err != nil {
-			return fail(fmt.Errorf("-redis: %w", err))
+	if c.Mapping != "" {
+		// A mistyped mapping would show every order as missing: say what
+		// does not match instead.
+		if err := e.store.Check(pctx); err != nil {
+			return fail(err)
 		}
 	}
-	opts.DialTimeout, opts.MaxRetries = dialTimeout, -1 // an operator wants the error now
-	rdb := redis.NewClient(opts)
-	e.closers = append(e.closers, rdb.Close)
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		return fail(fmt.Errorf("Redis %s does not answer: %w", opts.Addr, err))
-	}
-	if e.seats, err = redisseat.New(rdb, c.Namespace); err != nil {
+
+	rdb, err := redisClient(c)
+	if err != nil {
 		return fail(err)
 	}
+	e.closers = append(e.closers, rdb.Close)
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		return fail(fmt.Errorf("Redis %s does not answer: %w", c.Redis, err))
+	}
+	root, err := redisseat.New(rdb, c.Namespace)
+	if err != nil {
+		return fail(err)
+	}
+	// The seats of a mapped store's orders are in its scope, as the
+	// service wires them (redisseat.Seats.Scoped).
+	e.seats = root.Scoped(e.store.Scope())
 	quiet := expiry.Runtime{Logger: slog.New(slog.DiscardHandler)}
 	if e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Runtime: quiet}); err != nil {
 		return fail(err)
 	}
 	return e, nil
+}
+
+// redisClient is the seat Redis c names: one server, a Cluster or a
+// Sentinel-monitored master (go-redis's UniversalClient).
+func redisClient(c config) (redis.UniversalClient, error) {
+	if strings.Contains(c.Redis, "://") {
+		opts, err := redis.ParseURL(c.Redis)
+		if err != nil {
+			return nil, fmt.Errorf("-redis: %w", err)
+		}
+		opts.DialTimeout, opts.MaxRetries = dialTimeout, -1 // an operator wants the error now
+		return redis.NewClient(opts), nil
+	}
+	var addrs []string
+	for _, a := range strings.Split(c.Redis, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%w: -redis names no address", errUsage)
+	}
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: addrs, MasterName: c.RedisMaster, IsClusterMode: c.RedisCluster && c.RedisMaster == "",
+		DialTimeout: dialTimeout, MaxRetries: -1,
+	}), nil
 }
 
 // close closes what was opened, last first, and returns every error.

@@ -13,6 +13,18 @@
 //
 //	go run ./examples/oectl -mysql 'oe:oe@tcp(127.0.0.1:13306)/oe' -redis 127.0.0.1:16379 overdue
 //
+// A service whose orders are in its own tables gives its sqlstore.Mapping as
+// a JSON file (-mapping, the struct as Go spells it; see loadMapping), and
+// seats in a Redis Cluster or behind Sentinel are named as go-redis's
+// UniversalOptions name them:
+//
+//	oectl -postgres "$DSN" -mapping mapping.json -redis 10.0.0.1:7000,10.0.0.2:7000 overdue
+//	oectl -mysql "$DSN" -redis 10.0.0.1:26379,10.0.0.2:26379 -redis-master seats order O-1
+//
+// It installs as a command of its own:
+//
+//	go install github.com/seatflow/orderexpiry/examples/oectl@latest
+//
 // It prints tables a person reads, and reports progress on long scans to
 // stderr. Every time it shows is the database's or Redis's, never this
 // host's clock.
@@ -28,6 +40,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // usage is printed for -h and for a command line it cannot run.
@@ -45,12 +59,20 @@ Commands:
 Flags:
 `
 
+// quietRedis drops go-redis's own log lines (redis.SetLogger).
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
 // errUsage marks errors in the command line (exit status 2).
 var errUsage = errors.New("usage")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// go-redis logs its Sentinel and Cluster bookkeeping on every connection;
+	// what fails reaches the operator as the command's error.
+	redis.SetLogger(quietRedis{})
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):

@@ -235,7 +235,17 @@ type mEnv struct {
 	// refunded, never reinstated, and there is no deadline control and no
 	// warning, so those actions are left out.
 	orderStoreOnly bool
-	cleanup        func(shows []string)
+	// noLate: the store cannot tell a timeout's cancel from a user's (a
+	// mapping with one cancelled value and no reason column), so a late
+	// payment is refunded, never reinstated. noDeadline: the deadline is
+	// the creation time plus a window, so it cannot move (no Extend or
+	// Shorten).
+	noLate, noDeadline bool
+	// noClaims: the store keeps no claims in SQL (a mapping without a
+	// claims table), so a seat store that lost its data cannot be rebuilt
+	// from it: no wipes.
+	noClaims bool
+	cleanup  func(shows []string)
 	// wipe makes the seat store lose every key (a restart without
 	// persistence), wipeShow one show's keys (eviction, a partial loss).
 	wipe     func()
@@ -316,6 +326,18 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			for _, k := range []string{"PayLate", "PayLateResold", "Extend", "Shorten", "WarnRedeliver"} {
 				delete(actions, k)
 			}
+		}
+		if env.noLate {
+			delete(actions, "PayLate")
+			delete(actions, "PayLateResold")
+		}
+		if env.noDeadline {
+			delete(actions, "Extend")
+			delete(actions, "Shorten")
+		}
+		if env.noClaims {
+			delete(actions, "WipeSeats")
+			delete(actions, "WipeShow")
 		}
 		for k, f := range actions {
 			if k != "" {
@@ -1207,7 +1229,7 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 	// A late payment reinstates an order its timeout or the reconciler
 	// cancelled when every seat is free; one held by another order (or
 	// a stale lock) refunds it.
-	late := !m.env.orderStoreOnly && before == "cancelled" && (o.reason == cancel.ReasonTimeout || o.reason == cancel.ReasonReconcile)
+	late := !m.env.orderStoreOnly && !m.env.noLate && before == "cancelled" && (o.reason == cancel.ReasonTimeout || o.reason == cancel.ReasonReconcile)
 	free := late && !m.lost && !m.lostShows[o.p.ShowID]
 	if late {
 		state := m.fs.show(m.ctx, o.p.ShowID)

@@ -503,10 +503,12 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`")" + b.b.String()`: "the Statuses query's tail: the conditions built by the builder",
 		`s.q.statusesPre + "?" + strings.Repeat(", ?", len(chunk)-1) + s.q.statusesPost`: "the IN list: placeholders only, between the two parts above",
 		`last + "|" + no`: "the Expired cursor returned to the caller, never SQL text (it goes back in as arguments)",
-		`strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no`: "the Expired cursor of the library's schema, for the tests and memstore",
-		`last.ShowID + "|" + last.SeatID`:                        "the Claims cursor returned to the caller, never SQL text (it goes back in as arguments)",
-		`c.name + "=" + c.v.sql`:                                 "a part of the store's Scope: a name for seat-store keys, never SQL",
-		`o.Table + "?" + strings.Join(parts, "&")`:               "the store's Scope: a name for seat-store keys, never SQL",
+		`strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no`:                                 "the Expired cursor of the library's schema, for the tests and memstore",
+		`last.ShowID + "|" + last.SeatID`:                                                        "the Claims cursor returned to the caller, never SQL text (it goes back in as arguments)",
+		`c.name + "=" + c.v.sql`:                                                                 "a part of the store's Scope: a name for seat-store keys, never SQL",
+		`o.Table + "?" + strings.Join(parts, "&")`:                                               "the store's Scope: a name for seat-store keys, never SQL",
+		`"(" + asMS(r.d, r.created.Type, alias+r.created.Column, 0) + " + " + r.windowSQL + ")"`: "expireMS: asMS of the quoted creation column plus the window setting's subquery (windowSQL)",
+		`c.name + " = " + c.v.sql`:                                                               "checkWindow: a Check message naming a condition, never SQL",
 	}
 	// The builder's arguments that are not string literals.
 	builderArgs := map[string]string{
@@ -516,6 +518,7 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		"payment": "\"NULL\" or a quoted mapped column", "x": "keyArg's SQL",
 		"expr":   "a quoted mapped column after \"o.\", or r.expireMS(\"o.\")",
 		"prefix": "a table alias: \"\" or \"o.\" at every call of lock",
+		"unit":   "resolveWindow: strconv of the window setting's unit in milliseconds",
 	}
 	// stable rewrites a clock expression of nowAs or nowMS; the others build
 	// expressions of a quoted column and numbers of the mapping.
@@ -565,8 +568,8 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 						if root := render(a); strings.HasPrefix(root, "r.") || strings.HasPrefix(root, "c.") || root == "sc.Column" || root == "l.sql" {
 							continue
 						}
-					case *ast.IndexExpr: // nowMS[d]
-						if render(a.X) == "nowMS" {
+					case *ast.IndexExpr: // nowMS[d], intCast[r.d], div1000[r.d]: constants per dialect
+						if x := render(a.X); x == "nowMS" || x == "intCast" || x == "div1000" {
 							continue
 						}
 					case *ast.CallExpr:
