@@ -370,11 +370,60 @@ type SeatSeller interface {
 	Sell(ctx context.Context, h Hold) (int, error)
 }
 
+// OrderState is what a store reads of one order for the reconciler
+// (reconcile.StatusReader).
+type OrderState struct {
+	Status expiry.Status
+	// Age is how long ago the order was last written (placed, decided,
+	// reinstated, its deadline moved), by the store's clock: for a decided
+	// order, how long it has been decided. AgeUnknown when the store does
+	// not record it (a host's table mapped without an updated-at column).
+	Age time.Duration
+	// ShowID is the order's show.
+	ShowID string
+	// LockID is the seat lock the order holds (Result.LockID), empty
+	// when the store kept none. A lock under the order's number with
+	// another id, or in another show, is not the order's (a crashed double
+	// submit's, a refused reinstatement's, one a seat store that went back
+	// in time still has): the reconciler's lock pass releases its seats past the grace period,
+	// except those Seats gives the order, which it treats as the order's.
+	LockID string
+	// Seats are the seats the order was placed with (nil when the store
+	// kept none).
+	Seats []string
+}
+
+// AgeUnknown is the OrderState.Age of an order whose store does not record
+// when it was last written. The lock pass then fixes the order's locks at once
+// (see reconcile.Config.Settle).
+const AgeUnknown time.Duration = -1
+
+// SeatStatus is what a seat is in the seat store. A free seat has none.
+type SeatStatus uint8
+
+// The seat statuses.
+const (
+	// SeatLocked: held for a pending order.
+	SeatLocked SeatStatus = iota + 1
+	// SeatSold: sold to a paid order, for good.
+	SeatSold
+)
+
+// String returns "locked" or "sold".
+func (s SeatStatus) String() string {
+	switch s {
+	case SeatLocked:
+		return "locked"
+	case SeatSold:
+		return "sold"
+	}
+	return fmt.Sprintf("SeatStatus(%d)", uint8(s))
+}
+
 // SeatState is one seat as the seat store has it.
 type SeatState struct {
-	// Status is expiry.StatusPending for a locked seat and expiry.StatusPaid
-	// for a sold one; free seats have no SeatState.
-	Status   expiry.Status
+	// Status is SeatLocked or SeatSold; free seats have no SeatState.
+	Status   SeatStatus
 	OrderNo  string
 	UserID   string
 	LockedAt time.Time // for locked seats

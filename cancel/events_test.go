@@ -2,7 +2,6 @@ package cancel_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,31 +11,8 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
 )
-
-// eventLog keeps every event whole.
-type eventLog struct {
-	mu sync.Mutex
-	e  []expiry.Event
-}
-
-func (l *eventLog) Observe(_ context.Context, e expiry.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.e = append(l.e, e)
-}
-
-func (l *eventLog) of(k expiry.Kind) []expiry.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []expiry.Event
-	for _, e := range l.e {
-		if e.Kind == k {
-			out = append(out, e)
-		}
-	}
-	return out
-}
 
 // A cancel reports the order's deadline and the store's clock at the
 // cancel, so its lateness is measured by the store's clock alone.
@@ -44,7 +20,7 @@ func TestCancelReportsLatenessByTheStoresClock(t *testing.T) {
 	ctx := context.Background()
 	storeNow := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	store, seats := memstore.NewStore(func() time.Time { return storeNow }), memstore.NewSeats(nil)
-	log := &eventLog{}
+	log := &expirytest.Recorder{}
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: expiry.Runtime{Observer: log}})
 	require.NoError(t, err)
 	for _, no := range []string{"late", "early"} {
@@ -60,7 +36,7 @@ func TestCancelReportsLatenessByTheStoresClock(t *testing.T) {
 	_, err = svc.UserCancel(ctx, "early", "u1")
 	require.NoError(t, err)
 
-	cancelled := log.of(expiry.KindCancelled)
+	cancelled := log.Of(expiry.KindCancelled)
 	require.Len(t, cancelled, 2)
 	late, known := cancelled[0].Lateness()
 	assert.True(t, known)
@@ -76,7 +52,7 @@ func TestCancelReportsLatenessByTheStoresClock(t *testing.T) {
 func TestRefundedOncePerPayment(t *testing.T) {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
-	log := &eventLog{}
+	log := &expirytest.Recorder{}
 	fail := true
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, Runtime: expiry.Runtime{Observer: log}, DiscrepancyLease: time.Nanosecond,
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error {
@@ -92,8 +68,8 @@ func TestRefundedOncePerPayment(t *testing.T) {
 	require.NoError(t, err)
 	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "o1", PaymentID: "p1"})
 	require.ErrorIs(t, err, cancel.ErrDiscrepancy)
-	assert.Len(t, log.of(expiry.KindHookFailed), 1)
-	assert.Empty(t, log.of(expiry.KindRefunded), "the hook failed: no refund yet")
+	assert.Len(t, log.Of(expiry.KindHookFailed), 1)
+	assert.Empty(t, log.Of(expiry.KindRefunded), "the hook failed: no refund yet")
 	fail = false
 	require.Eventually(t, func() bool {
 		n, err := svc.RetryDiscrepancies(ctx, 10)
@@ -103,7 +79,7 @@ func TestRefundedOncePerPayment(t *testing.T) {
 		_, _ = svc.Pay(ctx, cancel.Payment{OrderNo: "o1", PaymentID: "p1"})
 		_, _ = svc.RetryDiscrepancies(ctx, 10)
 	}
-	refunded := log.of(expiry.KindRefunded)
+	refunded := log.Of(expiry.KindRefunded)
 	require.Len(t, refunded, 1)
 	assert.Equal(t, "o1", refunded[0].OrderNo)
 }

@@ -42,7 +42,7 @@ func (e *lateEnv) assertFate(t *testing.T, no, paymentID string) {
 	assert.True(t, h || r == 1, "I14: payment %s neither honoured nor refunded once (%d)", paymentID, r)
 	if !h {
 		st := e.seat(t, "a1")
-		assert.False(t, st.OrderNo == no && st.Status == expiry.StatusPaid, "I15: seat a1 sold to %s, whose payment was refunded", no)
+		assert.False(t, st.OrderNo == no && st.Status == cancel.SeatSold, "I15: seat a1 sold to %s, whose payment was refunded", no)
 	}
 }
 

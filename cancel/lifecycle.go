@@ -9,7 +9,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// This file is the state machine's optional transitions (issue 12): a late
+// This file is the state machine's optional transitions: a late
 // payment reinstating a cancelled order, a pending order's deadline moved,
 // and the expiry warning. Each has a small store interface of its own, which
 // an OrderStore may implement (cancel/sqlstore and cancel/memstore do); a

@@ -55,7 +55,7 @@ func (c *capture) take() []sentMsg {
 
 func newLateEnv(t *testing.T, accept bool, skew time.Duration) *lateEnv {
 	clock := expirytest.NewFakeClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
-	e := &lateEnv{env: &env{store: memstore.NewStore(clock.Now), seats: memstore.NewSeats(clock.Now), ev: &events{}},
+	e := &lateEnv{env: &env{store: memstore.NewStore(clock.Now), seats: memstore.NewSeats(clock.Now), ev: &expirytest.Recorder{}},
 		clock: clock, sent: &capture{}, warned: map[string]int{}}
 	var err error
 	e.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: e.sent, Runtime: expiry.Runtime{Clock: skewed{clock, skew}}, WarnBefore: 2 * time.Minute})
@@ -134,12 +134,12 @@ func TestLatePaymentReinstates(t *testing.T) {
 		assert.Equal(t, i == 0, res.Changed, "callback %d", i+1)
 		assert.Equal(t, expiry.StatusPaid, res.Order.Status)
 	}
-	assert.Equal(t, 1, e.ev.n(expiry.KindReinstated))
-	assert.Zero(t, e.ev.n(expiry.KindDiscrepancy))
+	assert.Equal(t, 1, e.ev.Count(expiry.KindReinstated))
+	assert.Zero(t, e.ev.Count(expiry.KindDiscrepancy))
 	assert.Empty(t, e.hooked(), "nothing to refund")
 	for _, s := range []string{"a1", "a2"} {
 		st := e.seat(t, s)
-		assert.Equal(t, expiry.StatusPaid, st.Status, "seat %s sold", s)
+		assert.Equal(t, cancel.SeatSold, st.Status, "seat %s sold", s)
 		assert.Equal(t, "o1", st.OrderNo)
 	}
 	assert.Equal(t, 2, e.held(t, "u1"), "I8: the paid order's seats count again")
@@ -162,7 +162,7 @@ func TestLatePaymentNeverAfterUserCancelOrExpireNow(t *testing.T) {
 	res, err := e.svc.ExpireNow(ctx, "o2")
 	require.NoError(t, err)
 	require.True(t, res.Changed)
-	assert.Equal(t, 1, e.ev.n(expiry.KindDeadlineChanged), "expired_now")
+	assert.Equal(t, 1, e.ev.Count(expiry.KindDeadlineChanged), "expired_now")
 	for _, no := range []string{"o1", "o2"} {
 		for i := 0; i < 3; i++ {
 			_, err := e.svc.Pay(ctx, pay(no, "u1", "p-"+no))
@@ -171,7 +171,7 @@ func TestLatePaymentNeverAfterUserCancelOrExpireNow(t *testing.T) {
 		assert.Empty(t, e.seat(t, "a1").OrderNo+e.seat(t, "a2").OrderNo, "no seat taken back")
 	}
 	assert.Len(t, e.hooked(), 2, "I9: refunded once per payment id")
-	assert.Zero(t, e.ev.n(expiry.KindReinstated))
+	assert.Zero(t, e.ev.Count(expiry.KindReinstated))
 }
 
 func TestLatePaymentPolicyOffRefunds(t *testing.T) {
@@ -266,7 +266,7 @@ func TestLatePaymentRacingResale(t *testing.T) {
 		if res.Changed {
 			assert.ErrorIs(t, placeErr, cancel.ErrSeatUnavailable)
 			assert.Equal(t, "o1", st.OrderNo)
-			assert.Equal(t, expiry.StatusPaid, st.Status)
+			assert.Equal(t, cancel.SeatSold, st.Status)
 		} else {
 			require.NoError(t, placeErr)
 			assert.Equal(t, "o2", st.OrderNo)
@@ -330,7 +330,7 @@ func TestExtendFollowsMessagePath(t *testing.T) {
 		_, err := e.svc.Extend(ctx, "o1", "u1", 10*time.Minute)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 1, e.ev.n(expiry.KindDeadlineChanged))
+	assert.Equal(t, 1, e.ev.Count(expiry.KindDeadlineChanged))
 	assert.Empty(t, e.sent.take(), "an extension sends nothing")
 	_, err := e.svc.Extend(ctx, "o1", "u2", time.Hour)
 	assert.ErrorIs(t, err, cancel.ErrNotOwner)
@@ -361,7 +361,7 @@ func TestExtendFollowsMessagePath(t *testing.T) {
 		assert.Equal(t, expiry.OutcomeFinal, out)
 	}
 	assert.Equal(t, 1, e.warnings("o1"), "a redelivered warning never fires twice")
-	assert.Equal(t, 1, e.ev.n(expiry.KindWarned))
+	assert.Equal(t, 1, e.ev.Count(expiry.KindWarned))
 
 	// Shortened: a new warning (at once: less than the lead is left; this
 	// order was warned already, so it ends) and a new expiry message, due
@@ -382,7 +382,7 @@ func TestExtendFollowsMessagePath(t *testing.T) {
 	out, err = e.h.Handle(ctx, short[1].m)
 	require.NoError(t, err)
 	assert.Equal(t, expiry.OutcomeCancelled, out)
-	assert.Equal(t, 2, e.ev.n(expiry.KindDeadlineChanged))
+	assert.Equal(t, 2, e.ev.Count(expiry.KindDeadlineChanged))
 }
 
 func TestExtendDueOrderIsRefused(t *testing.T) {

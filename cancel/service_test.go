@@ -14,40 +14,21 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
 )
-
-type events struct {
-	mu sync.Mutex
-	k  map[expiry.Kind]int
-}
-
-func (e *events) Observe(_ context.Context, ev expiry.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.k == nil {
-		e.k = map[expiry.Kind]int{}
-	}
-	e.k[ev.Kind]++
-}
-
-func (e *events) n(k expiry.Kind) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.k[k]
-}
 
 type env struct {
 	store   *memstore.Store
 	seats   *memstore.Seats
 	svc     *cancel.Service
-	ev      *events
+	ev      *expirytest.Recorder
 	mu      sync.Mutex
 	disc    []cancel.Discrepancy
 	hookErr error // what the refund hook answers
 }
 
 func newEnv(t *testing.T) *env {
-	e := &env{store: memstore.NewStore(nil), seats: memstore.NewSeats(nil), ev: &events{}}
+	e := &env{store: memstore.NewStore(nil), seats: memstore.NewSeats(nil), ev: &expirytest.Recorder{}}
 	var err error
 	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Runtime: expiry.Runtime{Observer: e.ev},
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
@@ -85,7 +66,7 @@ func TestCancelReleasesAfterCommit(t *testing.T) {
 	assert.Equal(t, 2, res.Released)
 	held, _ := e.seats.Held(context.Background(), "s", "u1")
 	assert.Zero(t, held)
-	assert.Equal(t, 1, e.ev.n(expiry.KindCancelled))
+	assert.Equal(t, 1, e.ev.Count(expiry.KindCancelled))
 }
 
 func TestReleaseFailureIsNotAnError(t *testing.T) {
@@ -100,7 +81,7 @@ func TestReleaseFailureIsNotAnError(t *testing.T) {
 	cancelled, _, err := e.svc.Timeout(context.Background(), "o1")
 	require.NoError(t, err, "the order is cancelled; Redis is repaired later")
 	assert.True(t, cancelled)
-	assert.Equal(t, 1, e.ev.n(expiry.KindReleaseFailed))
+	assert.Equal(t, 1, e.ev.Count(expiry.KindReleaseFailed))
 	show, _ := e.seats.Show(context.Background(), "s")
 	assert.Len(t, show, 2, "still locked in Redis until the reconciler runs")
 }
@@ -128,7 +109,7 @@ func TestPayLosesToCancel(t *testing.T) {
 	assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
 	assert.False(t, res.Changed)
 	assert.Equal(t, []cancel.Discrepancy{{PaymentID: "p1", OrderNo: "o1", UserID: "u1", Status: expiry.StatusCancelled}}, e.hooked())
-	assert.Equal(t, 1, e.ev.n(expiry.KindDiscrepancy))
+	assert.Equal(t, 1, e.ev.Count(expiry.KindDiscrepancy))
 	show, _ := e.seats.Show(context.Background(), "s")
 	assert.Empty(t, show, "no seat sold to a cancelled order")
 }
@@ -145,7 +126,7 @@ func TestPayTwiceIsQuiet(t *testing.T) {
 	assert.Equal(t, "p1", res.PaymentID)
 	assert.Empty(t, e.hooked())
 	show, _ := e.seats.Show(context.Background(), "s")
-	assert.Equal(t, expiry.StatusPaid, show["o1a"].Status)
+	assert.Equal(t, cancel.SeatSold, show["o1a"].Status)
 	held, _ := e.seats.Held(context.Background(), "s", "u1")
 	assert.Equal(t, 2, held, "I8: paid seats still count")
 }
@@ -187,7 +168,7 @@ func TestSellFailureIsNotAnError(t *testing.T) {
 	res, err := e.svc.Pay(context.Background(), pay("o1", "u1", "p1"))
 	require.NoError(t, err, "the payment is recorded; Redis is repaired later")
 	assert.True(t, res.Changed)
-	assert.Equal(t, 1, e.ev.n(expiry.KindSellFailed))
+	assert.Equal(t, 1, e.ev.Count(expiry.KindSellFailed))
 }
 
 // I9: a provider repeats a callback that was answered with an error; the
@@ -203,7 +184,7 @@ func TestDiscrepancyHookOncePerPayment(t *testing.T) {
 		assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
 	}
 	assert.Len(t, e.hooked(), 1, "the hook runs once for one payment repeated three times")
-	assert.Equal(t, 1, e.ev.n(expiry.KindDiscrepancy), "counted once per payment")
+	assert.Equal(t, 1, e.ev.Count(expiry.KindDiscrepancy), "counted once per payment")
 }
 
 // A second payment for a paid order (the buyer paid twice) is a discrepancy

@@ -8,11 +8,11 @@
 //     after-commit hook) to send a delayed message for the order. A rollback
 //     sends nothing; a send failure after commit is logged and counted, never
 //     returned to the buyer, and left to the reconciler.
-//  2. A transport (a DelaySender: RocketMQ in package expiry/rocketmq, or the
-//     in-process sender in expiry/inproc) delivers the message at least once.
-//     Its consumer hands the body to a Shell, which decodes and validates it,
-//     restores the trace id and, through a Tracer, the W3C trace context of
-//     the placing request, times the work and calls the Handler.
+//  2. A transport (a DelaySender: expiry/rocketmq, expiry/asynq, expiry/river,
+//     or the in-process sender in expiry/inproc) delivers the message at least
+//     once. Its consumer hands the body to a Shell, which decodes and
+//     validates it, restores the trace id and, through a Tracer, the W3C trace
+//     context of the placing request, times the work and calls the Handler.
 //  3. The Handler asks the Canceller (package cancel) to cancel the order
 //     with reason timeout; the store's compare-and-set does it only if the
 //     order is pending and due by the store's clock. Otherwise the answer
@@ -22,4 +22,67 @@
 //
 // Every outcome goes to an Observer, which a host implements to count things;
 // the default does nothing. The package imports no driver.
+//
+// # Invariants
+//
+// What the tests assert, on the in-memory stores (cancel/memstore) and on
+// real servers (the model test in internal/e2e after every step; the
+// exploration in internal/explore and the ledgers of internal/storm and
+// internal/soak judge I14-I17 from outcomes alone). Every package of the
+// library keeps them; they are numbered so that tests and documents can name
+// them.
+//
+//   - I1: An order ends in exactly one terminal state, paid or cancelled;
+//     never both, never back.
+//   - I2: A seat of a cancelled order is released at most once; a sold seat
+//     is never released; a seat now locked by another order is never
+//     released by this one.
+//   - I3: No order stays pending longer than its expiry plus one reconcile
+//     interval, whatever was lost.
+//   - I4: A timeout never cancels an order before its expire_at by the
+//     database's clock.
+//   - I5: Duplicate deliveries change nothing.
+//   - I6: No message is sent for a rolled-back order.
+//   - I7: Bad input (a malformed message, an unknown order, a hostile id)
+//     never crashes the consumer, never blocks the queue behind it, and is
+//     counted.
+//   - I8: The purchase-limit counter equals the user's seats in pending and
+//     paid orders; never below 0.
+//   - I9: A payment that cannot be honoured is refunded once per payment id,
+//     however often the provider repeats its callback, across crashes and
+//     hosts: recorded in SQL first, the hook retried until it succeeds. The
+//     hook runs once per payment id unless a call dies or stalls past
+//     cancel.Config.DiscrepancyLease between the record and the hook's
+//     success; then it runs again, so it must be idempotent at the provider,
+//     keyed by the discrepancy's PaymentID (no library can call a hook
+//     exactly once across a crash after the provider acted).
+//   - I10: Ids match exactly, byte for byte, on every dialect and collation
+//     ("ALICE" is not "alice").
+//   - I11: No decision compares two application hosts' clocks: every "now"
+//     that decides anything is the database's (the due guard, the
+//     discrepancy lease) or the Redis server's (a lock's age). The Runtime's
+//     clock only paces waits.
+//   - I12: One stuck order never holds the others back, and a backlog drains
+//     at the cancel path's rate, not a batch per interval.
+//   - I13: Hostile-but-legal input is the normal case: a seat listed twice,
+//     an order number placed twice, a case variant of an id, a callback
+//     repeated, Redis losing data twice in a row.
+//   - I14: Payments, judged from outcomes: every payment id ends either
+//     honoured (it paid one order, whose seats are sold to its user) or
+//     refunded once; never both, never neither once settled; its fate never
+//     flips, however often or late the provider repeats it.
+//   - I15: Seats: a seat has at most one holder; a sold seat is never freed;
+//     a release or sale acts on the lock it judged, not a newer lock of the
+//     same order number; SQL and Redis agree after settle.
+//   - I16: Scope: nothing done through one tenant's wiring (a mapping's table
+//     and Where) reads or changes another tenant's rows or seat keys, by
+//     construction: cancel.New and reconcile.New refuse stores and services
+//     of different scopes.
+//   - I17: Limits: a user never holds more seats of a show than its limit,
+//     whichever path gave them (placing, a late payment's reinstatement); an
+//     extension never moves a deadline past placement + cancel.Config.MaxHold.
+//
+// The state machine is the idempotency: a duplicate, late or early message
+// finds the order no longer pending (ignore) or not yet due (re-arm). There
+// is no dedupe table.
 package expiry

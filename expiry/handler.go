@@ -8,16 +8,6 @@ import (
 	"time"
 )
 
-// OrderLookup reads one order; the SQL store implements it (hosts use it to
-// show an order, the Handler does not need it).
-//
-// Order returns the order with ReadAt set to the store's clock at the read,
-// or an error wrapping ErrNotFound. Any other error is transient. It must be
-// safe for concurrent use.
-type OrderLookup interface {
-	Order(ctx context.Context, orderNo string) (Order, error)
-}
-
 // Canceller cancels an order whose time is up; package cancel provides one.
 //
 // Timeout cancels orderNo only if it is still pending and due by the store's

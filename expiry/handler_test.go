@@ -106,7 +106,7 @@ func (w *world) free(t *testing.T, p cancel.Placement) bool {
 	return true
 }
 
-// The article's four cases.
+// The four cases of a delivered message: paid, cancelled, pending and due, pending and not yet due.
 func TestHandlerArticleCases(t *testing.T) {
 	ctx := context.Background()
 

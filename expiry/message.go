@@ -66,10 +66,10 @@ var messagePrefix = []byte("oe1 ")
 // message (KindBadMessage) instead of taking it for an expiry message.
 var warningPrefix = []byte("oew1 ")
 
-// AppendMessage appends the body of m: "oe1 <order-no> <hop>", or for a
+// appendMessage appends the body of m: "oe1 <order-no> <hop>", or for a
 // warning "oew1 <order-no> <hop> <lead-ms>". The trace id is not part of the
 // body; transports carry it as a header or property.
-func AppendMessage(dst []byte, m Message) []byte {
+func appendMessage(dst []byte, m Message) []byte {
 	if m.Warning {
 		dst = append(dst, warningPrefix...)
 	} else {
@@ -99,7 +99,7 @@ func EncodeMessage(m Message) ([]byte, error) {
 	case !m.Warning && m.Lead != 0:
 		return nil, fmt.Errorf("%w: lead %v on an expiry message", ErrBadMessage, m.Lead)
 	}
-	return AppendMessage(make([]byte, 0, len(warningPrefix)+len(m.OrderNo)+20), m), nil
+	return appendMessage(make([]byte, 0, len(warningPrefix)+len(m.OrderNo)+20), m), nil
 }
 
 // DecodeMessage parses a body written by EncodeMessage, an expiry message or

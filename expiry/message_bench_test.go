@@ -17,14 +17,6 @@ func BenchmarkEncodeMessage(b *testing.B) {
 	}
 }
 
-func BenchmarkAppendMessage(b *testing.B) {
-	buf := make([]byte, 0, 64)
-	b.ReportAllocs()
-	for b.Loop() {
-		buf = expiry.AppendMessage(buf[:0], benchMsg)
-	}
-}
-
 func BenchmarkDecodeMessage(b *testing.B) {
 	body, err := expiry.EncodeMessage(benchMsg)
 	if err != nil {

@@ -129,14 +129,6 @@ func (nopObserver) Observe(context.Context, Event) {}
 // NopObserver is the default Observer: it does nothing.
 var NopObserver Observer = nopObserver{}
 
-// OrNop returns o, or NopObserver when o is nil.
-func OrNop(o Observer) Observer {
-	if o == nil {
-		return NopObserver
-	}
-	return o
-}
-
 // MultiObserver returns an Observer that hands every event to each of
 // observers in turn (nil ones are skipped): metrics and a host's own audit,
 // say. With no observer left it returns NopObserver.

@@ -39,19 +39,31 @@ func NewShell(h *Handler) *Shell {
 	return &Shell{h: h, obs: h.obs, log: h.log, now: h.rt.Clock.Now}
 }
 
-// Process handles one delivered body. traceID is the trace id the transport
-// carried beside the body ("" if none). It is ProcessTraced without a trace
-// context.
-func (s *Shell) Process(ctx context.Context, body []byte, traceID string) Verdict {
-	return s.ProcessTraced(ctx, body, traceID, Trace{})
+// Delivery is one message as a transport received it: the body and what
+// the transport carried beside it.
+type Delivery struct {
+	// Body is the encoded Message (EncodeMessage).
+	Body []byte
+	// TraceID is the trace id carried beside the body ("" if none).
+	TraceID string
+	// Trace is the W3C trace context carried beside the body (zero if
+	// none). The Shell bounds it with Trace.Clean: whatever it holds, the
+	// message is handled, never dropped for it.
+	Trace Trace
 }
 
-// ProcessTraced handles one delivered body that came with the W3C trace
-// context t (zero if none). t is bounded with Trace.Clean and handed to the
-// Handler's Tracer, which continues its trace or starts a new one: whatever
-// t holds, the message is handled as Process would, never dropped for it.
-// It implements TracedProcessor.
-func (s *Shell) ProcessTraced(ctx context.Context, body []byte, traceID string, t Trace) Verdict {
+// Processor is what every transport hands its deliveries to; *Shell is the
+// one a host gives them. Process is called concurrently, once per delivery
+// (a delivery may be a redelivery: the Handler is idempotent). Its Verdict
+// is the whole answer: Ack (done, or dropped as bad input and counted) or
+// Retry (deliver it again later). It never panics on bad input.
+type Processor interface {
+	Process(ctx context.Context, d Delivery) Verdict
+}
+
+// Process handles one delivered message. It implements Processor.
+func (s *Shell) Process(ctx context.Context, d Delivery) Verdict {
+	body, traceID, t := d.Body, d.TraceID, d.Trace
 	start := s.now()
 	m, err := DecodeMessage(body)
 	if err != nil {

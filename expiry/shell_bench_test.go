@@ -22,7 +22,7 @@ func BenchmarkShellProcess(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if e.shell.Process(ctx, bodies[i], "trace-1") != expiry.Ack {
+			if e.shell.Process(ctx, expiry.Delivery{Body: bodies[i], TraceID: "trace-1"}) != expiry.Ack {
 				b.Fatal("retry")
 			}
 		}
@@ -31,11 +31,11 @@ func BenchmarkShellProcess(b *testing.B) {
 		e := newBenchEnv(b)
 		no := e.place(b, "d", 1, time.Now().Add(-time.Minute))[0]
 		body, _ := expiry.EncodeMessage(expiry.Message{OrderNo: no, Hop: 1})
-		e.shell.Process(ctx, body, "")
+		e.shell.Process(ctx, expiry.Delivery{Body: body})
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if e.shell.Process(ctx, body, "trace-1") != expiry.Ack {
+			if e.shell.Process(ctx, expiry.Delivery{Body: body, TraceID: "trace-1"}) != expiry.Ack {
 				b.Fatal("retry")
 			}
 		}
@@ -46,7 +46,7 @@ func BenchmarkShellProcess(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			e.shell.Process(ctx, body, "")
+			e.shell.Process(ctx, expiry.Delivery{Body: body})
 		}
 	})
 }

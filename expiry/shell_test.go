@@ -20,12 +20,12 @@ func TestShell(t *testing.T) {
 
 	// Bad input is acknowledged and counted, and does not stop the next message.
 	for _, body := range [][]byte{nil, []byte("garbage"), []byte("oe1 {x} 1"), make([]byte, 1<<20)} {
-		assert.Equal(t, expiry.Ack, shell.Process(ctx, body, ""))
+		assert.Equal(t, expiry.Ack, shell.Process(ctx, expiry.Delivery{Body: body}))
 	}
 	assert.Equal(t, 4, w.rec.count(expiry.KindBadMessage), "I7: bad input is counted")
 
 	w.clock.Advance(time.Minute)
-	assert.Equal(t, expiry.Ack, shell.Process(ctx, []byte("oe1 o1 1"), "trace-9"))
+	assert.Equal(t, expiry.Ack, shell.Process(ctx, expiry.Delivery{Body: []byte("oe1 o1 1"), TraceID: "trace-9"}))
 	assert.Equal(t, expiry.StatusCancelled, w.status(t, "o1"))
 	var handled []expiry.Event
 	for _, e := range w.rec.events {
@@ -44,13 +44,13 @@ func TestShell(t *testing.T) {
 		}
 		return nil
 	}
-	assert.Equal(t, expiry.Retry, shell.Process(ctx, []byte("oe1 o1 1"), ""))
+	assert.Equal(t, expiry.Retry, shell.Process(ctx, expiry.Delivery{Body: []byte("oe1 o1 1")}))
 }
 
 func TestShellRestoresTraceID(t *testing.T) {
 	canc := &stubCanceller{err: expiry.ErrNotFound}
 	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: canc, Sender: &recorder{}})
 	require.NoError(t, err)
-	assert.Equal(t, expiry.Ack, expiry.NewShell(h).Process(context.Background(), []byte("oe1 o1 1"), "abc"))
+	assert.Equal(t, expiry.Ack, expiry.NewShell(h).Process(context.Background(), expiry.Delivery{Body: []byte("oe1 o1 1"), TraceID: "abc"}))
 	assert.Equal(t, "abc", canc.trace)
 }

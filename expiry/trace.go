@@ -99,14 +99,6 @@ func (nopTracer) StartHandle(ctx context.Context, _ Message) (context.Context, f
 // tracer keeps the trace that a traced instance started.
 var NopTracer Tracer = nopTracer{}
 
-// TracedProcessor is a transport's consumer that also takes the trace
-// context the transport carried beside the body; *Shell implements it.
-// expiry/rocketmq and expiry/inproc call ProcessTraced when their consumer
-// implements it, and Process (without the trace context) otherwise.
-type TracedProcessor interface {
-	ProcessTraced(ctx context.Context, body []byte, traceID string, t Trace) Verdict
-}
-
 // send sends m through sender inside tracer's send span, carrying the trace
 // context the tracer gives.
 func send(ctx context.Context, tracer Tracer, sender DelaySender, m Message, delay time.Duration) error {

@@ -99,7 +99,7 @@ func TestShellHandsTheTraceToTheTracer(t *testing.T) {
 			require.NoError(t, err)
 			shell := expiry.NewShell(h)
 			w.clock.Advance(time.Minute)
-			assert.Equal(t, expiry.Ack, shell.ProcessTraced(ctx, []byte("oe1 o1 1"), "t1", tc.in), "never dropped for its trace context")
+			assert.Equal(t, expiry.Ack, shell.Process(ctx, expiry.Delivery{Body: []byte("oe1 o1 1"), TraceID: "t1", Trace: tc.in}), "never dropped for its trace context")
 			assert.Equal(t, expiry.StatusCancelled, w.status(t, "o1"), "handled whatever its trace context")
 			require.Len(t, tr.handles, 1)
 			assert.Equal(t, tc.want, tr.handles[0].Trace)
@@ -115,8 +115,8 @@ func TestShellProcessIsUntraced(t *testing.T) {
 	tr := &traceRecorder{}
 	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.rec, Runtime: expiry.Runtime{Tracer: tr}})
 	require.NoError(t, err)
-	assert.Equal(t, expiry.Ack, expiry.NewShell(h).Process(context.Background(), []byte("oe1 o1 1"), ""))
-	require.Len(t, tr.handles, 1, "Process is ProcessTraced without a trace context")
+	assert.Equal(t, expiry.Ack, expiry.NewShell(h).Process(context.Background(), expiry.Delivery{Body: []byte("oe1 o1 1")}))
+	require.Len(t, tr.handles, 1, "a delivery without a trace context is handled in a new trace")
 	assert.Equal(t, expiry.Trace{}, tr.handles[0].Trace)
 }
 
@@ -138,7 +138,7 @@ func TestRearmChainCarriesTrace(t *testing.T) {
 		last := w.rec.sent[len(w.rec.sent)-1].m
 		require.Equal(t, hop+1, last.Hop)
 		require.Equal(t, expiry.Trace{Parent: validParent, State: "hop=" + strings.Repeat("x", hop+1)}, last.Trace, "hop %d carries its send's trace context", hop+1)
-		assert.Equal(t, expiry.Ack, shell.ProcessTraced(ctx, expiry.AppendMessage(nil, last), "", last.Trace))
+		assert.Equal(t, expiry.Ack, shell.Process(ctx, expiry.Delivery{Body: encode(t, last), Trace: last.Trace}))
 	}
 	assert.Equal(t, expiry.StatusCancelled, w.status(t, "o1"))
 	assert.Len(t, tr.sends, 3, "the first send and two re-arms")
@@ -169,7 +169,7 @@ func TestNopTracerPassesTheTraceOn(t *testing.T) {
 	w.place(t, "o1", time.Minute)
 	shell := expiry.NewShell(w.h)
 	in := expiry.Trace{Parent: validParent, State: "k=v"}
-	assert.Equal(t, expiry.Ack, shell.ProcessTraced(ctx, []byte("oe1 o1 1"), "", in))
+	assert.Equal(t, expiry.Ack, shell.Process(ctx, expiry.Delivery{Body: []byte("oe1 o1 1"), Trace: in}))
 	require.Len(t, w.rec.sent, 1)
 	assert.Equal(t, in, w.rec.sent[0].m.Trace)
 
@@ -177,4 +177,12 @@ func TestNopTracerPassesTheTraceOn(t *testing.T) {
 	end(nil)
 	assert.Equal(t, ctx, sctx)
 	assert.Equal(t, in, tc)
+}
+
+// encode is EncodeMessage for a message the test knows to be valid.
+func encode(t *testing.T, m expiry.Message) []byte {
+	t.Helper()
+	body, err := expiry.EncodeMessage(m)
+	require.NoError(t, err)
+	return body
 }

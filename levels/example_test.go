@@ -8,7 +8,7 @@ import (
 )
 
 func ExampleTable_For() {
-	// The article's rule: the largest level not above the remaining time.
+	// The greedy rule: the largest level not above the remaining time.
 	fmt.Println(levels.Default.Delay(levels.Default.For(15 * time.Minute)))
 	fmt.Println(levels.Default.Delay(levels.Default.For(3 * time.Second)))
 	// Output:

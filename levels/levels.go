@@ -129,7 +129,7 @@ func (t Table) Delay(level int) time.Duration {
 	}
 }
 
-// For is the article's rule: the largest level whose delay is not above
+// For is the greedy rule: the largest level whose delay is not above
 // remaining; level 1 when remaining is below the first level (or zero or
 // negative). It is Plan with no slack. It returns 0 only for the zero Table.
 func (t Table) For(remaining time.Duration) int { return t.Plan(remaining, 0) }
@@ -148,7 +148,7 @@ func (t Table) For(remaining time.Duration) int { return t.Plan(remaining, 0) }
 //     r/Delay(1)+1 hops, and in practice in a handful.
 //
 // With slack 0 and real transit times every hop lands a little early, which is
-// why the article's rule takes 11 hops for 15 minutes once messages take 50 ms
+// why the greedy rule takes 11 hops for 15 minutes once messages take 50 ms
 // in transit; a slack of one second brings that back to two (10m, then 5m).
 // Negative slack counts as 0. It returns 0 only for the zero Table.
 func (t Table) Plan(remaining, slack time.Duration) int {

@@ -75,7 +75,7 @@ func TestParseAccepts(t *testing.T) {
 	assert.NoError(t, err, "64 levels is the documented maximum")
 }
 
-// The article's rule, including the case its own plan got wrong: 3s picks
+// The greedy rule, including the case its own plan got wrong: 3s picks
 // level 1 (1s), not level 2 (5s), because 5s would land after the deadline.
 func TestFor(t *testing.T) {
 	for _, tc := range []struct {
@@ -109,7 +109,7 @@ func TestPlanSlack(t *testing.T) {
 	assert.Equal(t, 18, levels.Default.Plan(time.Duration(1<<63-1), time.Hour), "no overflow")
 }
 
-// The hop counts the README quotes (11 for 15 minutes by the article's rule), from the same model.
+// The hop counts the README quotes (11 for 15 minutes by the greedy rule), from the same model.
 func TestSimulateHopCounts(t *testing.T) {
 	transit := func(int) time.Duration { return 50 * time.Millisecond }
 	for _, tc := range []struct {
@@ -125,7 +125,7 @@ func TestSimulateHopCounts(t *testing.T) {
 		c := levels.Simulate(levels.Default, tc.expiry, tc.slack, transit)
 		assert.Equal(t, tc.hops, c.Hops(), "expiry %v slack %v: levels %v", tc.expiry, tc.slack, c.Levels)
 	}
-	// With zero transit the article's "two hops for 15 minutes" holds.
+	// With zero transit the greedy rule's "two hops for 15 minutes" holds.
 	c := levels.Simulate(levels.Default, 15*time.Minute, 0, nil)
 	assert.Equal(t, []int{14, 9}, c.Levels)
 	assert.Equal(t, time.Duration(0), c.Late)

@@ -4,14 +4,14 @@
 // runs these passes in this order, each bounded by Config.MaxPerRound, each
 // run even when another failed (their errors are joined):
 //
-//   - expired orders (scan #1): orders still pending past expire_at by the
+//   - expired orders: orders still pending past expire_at by the
 //     database's clock go through the same cancel path as a timeout (a lost
 //     or unsent message, a crash after commit). Each cancel is bounded by
 //     Config.OrderTimeout; one that fails is skipped, counted and retried
 //     with a backoff, so one stuck order never holds the others back (I12).
 //     When the pass hits its bound, Run starts the next round at once, so a
 //     backlog drains at the cancel path's rate, not a batch per interval;
-//   - seat locks (scan #4): seats locked in Redis whose order is no longer
+//   - seat locks: seats locked in Redis whose order is no longer
 //     pending are fixed: released when the order is cancelled, or missing
 //     for longer than Config.Grace by the seat store's clock (a crash between
 //     the lock and the SQL commit); marked sold when the order is paid. An
@@ -20,7 +20,7 @@
 //     right after its commit: so one host frees an order's seats, not two
 //     racing each other seat by seat, and only a decider that crashed (or
 //     whose seat store call failed) leaves anything to repair;
-//   - claims (scan #2): SQL's seat claims of pending and paid orders are
+//   - claims: SQL's seat claims of pending and paid orders are
 //     given to the seat store, which fills the seats it lacks (a lost lock,
 //     a show evicted or lost in a partial failure). When the seat store says
 //     it lost all its data (its marker is gone) this is the rebuild, marked
@@ -68,35 +68,8 @@ type ExpiredFinder interface {
 // Statuses returns the state of every order among nos that exists; orders
 // that do not exist are absent from the map. Safe for concurrent use.
 type StatusReader interface {
-	Statuses(ctx context.Context, nos []string) (map[string]OrderState, error)
+	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
 }
-
-// OrderState is what a StatusReader reads of one order.
-type OrderState struct {
-	Status expiry.Status
-	// Age is how long ago the order was last written (placed, decided,
-	// reinstated, its deadline moved), by the store's clock: for a decided
-	// order, how long it has been decided. AgeUnknown when the store does
-	// not record it (a host's table mapped without an updated-at column).
-	Age time.Duration
-	// ShowID is the order's show.
-	ShowID string
-	// LockID is the seat lock the order holds (cancel.Result.LockID), empty
-	// when the store kept none. A lock under the order's number with
-	// another id, or in another show, is not the order's (a crashed double
-	// submit's, a refused reinstatement's, one a seat store that went back
-	// in time still has): scan #4 releases its seats past the grace period,
-	// except those Seats gives the order, which it treats as the order's.
-	LockID string
-	// Seats are the seats the order was placed with (nil when the store
-	// kept none).
-	Seats []string
-}
-
-// AgeUnknown is the OrderState.Age of an order whose store does not record
-// when it was last written. Scan #4 then fixes the order's locks at once
-// (see Config.Settle).
-const AgeUnknown time.Duration = -1
 
 // LockScanner lists seat locks in the seat store, a bounded batch at a time.
 //
@@ -208,11 +181,11 @@ type Config struct {
 	// OrderTimeout bounds the cancel of one expired order; one that takes
 	// longer (a row held by a stuck transaction) is skipped for now.
 	OrderTimeout time.Duration
-	// Settle is how long after an order is decided (OrderState.Age, by the
-	// store's clock) scan #4 leaves its locks to the host that decided it:
+	// Settle is how long after an order is decided (cancel.OrderState.Age, by the
+	// store's clock) the lock pass leaves its locks to the host that decided it:
 	// longer than that host takes from its commit to the seat store's reply
 	// (one round trip; a cancel.Service call). A decider that crashed in
-	// between is repaired by the first pass after Settle. Scan #2's re-check
+	// between is repaired by the first pass after Settle. The claims pass's re-check
 	// of the locks it restored itself does not wait.
 	Settle time.Duration
 	// Runtime: the logger, the observer, and the Clock that paces Run and
@@ -276,9 +249,9 @@ type Reconciler struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	due     string // scan #1's, kept while a round stops at its bound
-	cursor  string // scan #4's
-	claims  string // scan #2's
+	due     string // the expired pass's, kept while a round stops at its bound
+	cursor  string // the lock pass's
+	claims  string // the claims pass's
 	token   string // the rebuild in progress ("": none)
 	backoff map[string]backoff
 }
@@ -303,28 +276,28 @@ func New(c Config) (*Reconciler, error) {
 
 // Report says what one round did.
 type Report struct {
-	Expired   int // orders cancelled by scan #1
+	Expired   int // orders cancelled by the expired pass
 	LostRaces int // expired orders someone else decided first
 	// Skipped counts expired orders left for a later round: their cancel
 	// failed or timed out in this round, or they are waiting out a backoff.
 	Skipped  int
-	Locks    int // seat locks found by scan #4
-	Released int // seats released by scan #4 (or by scan #2's re-check)
-	Sold     int // seats marked sold by scan #4 (or by scan #2's re-check)
-	// Settling counts the seat locks scan #4 left to the host that decided
+	Locks    int // seat locks found by the lock pass
+	Released int // seats released by the lock pass (or by the claims pass's re-check)
+	Sold     int // seats marked sold by the lock pass (or by the claims pass's re-check)
+	// Settling counts the seat locks the lock pass left to the host that decided
 	// their order less than Config.Settle ago.
 	Settling int
-	Restored int // seats given back their state from SQL by scan #2
+	Restored int // seats given back their state from SQL by the claims pass
 	Refunds  int // refund hooks that succeeded on a retry
-	// More is true when scan #1 stopped at MaxPerRound with more orders
+	// More is true when the expired pass stopped at MaxPerRound with more orders
 	// possibly due, having cancelled (or tried) some: Run starts the next
 	// round at once, which goes on where this one stopped.
 	More bool
 	// Rebuilt is true when this round completed a rebuild of the seat store.
 	Rebuilt bool
-	// ClaimsComplete is true when scan #2 finished a pass over SQL's claims.
+	// ClaimsComplete is true when the claims pass finished a pass over SQL's claims.
 	ClaimsComplete bool
-	// Complete is true when scan #4 finished a pass over the seat store.
+	// Complete is true when the lock pass finished a pass over the seat store.
 	Complete bool
 }
 
@@ -332,13 +305,13 @@ type Report struct {
 // failed; the error joins theirs, and the Report counts what was done.
 func (r *Reconciler) Round(ctx context.Context) (Report, error) {
 	var rep Report
-	// Scan #4 before #2: a stale lock released first leaves its seat free for
+	// The lock pass before the claims pass: a stale lock released first leaves its seat free for
 	// the claim that SQL gives it.
 	errs := []error{r.expired(ctx, &rep), r.locks(ctx, &rep), r.restore(ctx, &rep), r.refunds(ctx, &rep)}
 	return rep, errors.Join(errs...)
 }
 
-// restore runs scan #2: the rebuild when the seat store lost its data, else
+// restore runs the claims pass: the rebuild when the seat store lost its data, else
 // the slow repair pass.
 func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 	token, lost, err := r.c.Seats.Lost(ctx)
@@ -435,10 +408,10 @@ func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Rep
 
 // recheck closes the race between reading claims and restoring them: a
 // payment that committed (and sold, finding nothing) in between would
-// otherwise leave the restored lock of a paid order until scan #4 came by;
+// otherwise leave the restored lock of a paid order until the lock pass came by;
 // its restored locks are sold at once (paid is final). A cancel that
 // committed in between leaves a restored lock too, but that one is left to
-// scan #4, which names the lock it judged: a release here could not (Restore
+// the lock pass, which names the lock it judged: a release here could not (Restore
 // answers no lock id), and the order may be reinstated by a late payment,
 // with a new lock of its own, between this read and the release.
 func (r *Reconciler) recheck(ctx context.Context, claims []cancel.Claim, rep *Report) error {
@@ -451,7 +424,7 @@ func (r *Reconciler) recheck(ctx context.Context, claims []cancel.Claim, rep *Re
 	return r.fixLocks(ctx, locks, true, rep)
 }
 
-// expired runs scan #1 with keyset paging, so orders it skips do not come
+// expired runs the expired pass with keyset paging, so orders it skips do not come
 // first again in every batch. A round that stops at its bound leaves its
 // cursor to the next round, which goes on from there (and starts over once
 // it reached the end): however many orders are backing off, the ones after
@@ -485,7 +458,7 @@ func (r *Reconciler) expired(ctx context.Context, rep *Report) error {
 	return ctx.Err()
 }
 
-// skipScanFactor bounds scan #1's reading of orders that are backing off, as
+// skipScanFactor bounds the expired pass's reading of orders that are backing off, as
 // a multiple of MaxPerRound.
 const skipScanFactor = 10
 
@@ -583,7 +556,7 @@ func (r *Reconciler) pruneBackoff() {
 	}
 }
 
-// locks runs scan #4 from where the last round left it.
+// locks runs the lock pass from where the last round left it.
 func (r *Reconciler) locks(ctx context.Context, rep *Report) error {
 	r.mu.Lock()
 	cursor := r.cursor
@@ -618,7 +591,7 @@ type orderLocks struct {
 }
 
 // fixLocks releases or sells the locks whose order is decided (past the
-// settle time) or, past the grace period, missing. fromSQL (locks scan #2
+// settle time) or, past the grace period, missing. fromSQL (locks the claims pass
 // restored itself, which no decider will come back for) sells a paid
 // order's at once and releases nothing (see recheck).
 // A failing order is counted in the error and does not stop the others.
@@ -688,8 +661,8 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		}
 		switch {
 		case exists && st.Status == expiry.StatusPending:
-			continue // the message path or scan #1 will decide it
-		case exists && !fromSQL && st.Age != AgeUnknown && st.Age < r.c.Settle:
+			continue // the message path or the expired pass will decide it
+		case exists && !fromSQL && st.Age != cancel.AgeUnknown && st.Age < r.c.Settle:
 			rep.Settling += len(ol.seats) // its decider is releasing or selling them
 			continue
 		case exists && st.Status == expiry.StatusPaid:
@@ -702,7 +675,7 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 			r.repaired(ctx, no, "sold", n)
 			continue
 		case fromSQL:
-			continue // a lock restored without its id: scan #4 releases it by the id it reads
+			continue // a lock restored without its id: the lock pass releases it by the id it reads
 		case !exists && ol.youngest < r.c.Grace:
 			continue // its placing transaction may not have committed yet
 		}
@@ -720,7 +693,7 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 
 // splitOwn splits the seats of a lock the order does not hold into those
 // SQL gives the order (same show, among st.Seats) and the others.
-func splitOwn(ol *orderLocks, st OrderState) (own, others []string) {
+func splitOwn(ol *orderLocks, st cancel.OrderState) (own, others []string) {
 	for _, seat := range ol.seats {
 		if ol.show == st.ShowID && slices.Contains(st.Seats, seat) {
 			own = append(own, seat)
@@ -750,7 +723,7 @@ func (r *Reconciler) refunds(ctx context.Context, rep *Report) error {
 }
 
 // Run calls Round every interval until ctx is done, logging errors (a failed
-// pass is retried at the next round). A round whose scan #1 stopped at its
+// pass is retried at the next round). A round whose the expired pass stopped at its
 // bound is followed by the next at once, so a backlog drains at full rate.
 // It returns ctx's error, or an error at once for an interval <= 0.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {

@@ -139,7 +139,7 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 	assert.True(t, rep.Complete)
 	assert.Zero(t, rep.Released, "decided moments ago: left to their decider; the ghost is within its grace period")
 	assert.Equal(t, 4, rep.Settling, "the cancelled and the paid order's locks")
-	// The paid order's locks become sales in scan #2: its claims say paid.
+	// The paid order's locks become sales in the claims pass: its claims say paid.
 	assert.Equal(t, 2, rep.Restored)
 
 	e.advance(reconcile.SettleDefault)
@@ -162,10 +162,10 @@ func TestSeatLocksAreRepaired(t *testing.T) {
 	}
 	assert.NotContains(t, show, "g1")
 	for _, s := range paid.Seats {
-		assert.Equal(t, expiry.StatusPaid, show[s].Status)
+		assert.Equal(t, cancel.SeatSold, show[s].Status)
 	}
 	for _, s := range live.Seats {
-		assert.Equal(t, expiry.StatusPending, show[s].Status, "a pending order's locks are left alone")
+		assert.Equal(t, cancel.SeatLocked, show[s].Status, "a pending order's locks are left alone")
 	}
 	for user, want := range map[string]int{"u1": 4, "u2": 0} {
 		n, _ := e.seats.Held(ctx, "s", user)
@@ -337,10 +337,10 @@ func TestRebuildAfterDataLoss(t *testing.T) {
 	assert.Equal(t, 4, total, "2 seats of the pending order, 2 of the paid one")
 	show, _ := e.seats.Show(ctx, "s")
 	for _, s := range pending.Seats {
-		assert.Equal(t, expiry.StatusPending, show[s].Status)
+		assert.Equal(t, cancel.SeatLocked, show[s].Status)
 	}
 	for _, s := range paid.Seats {
-		assert.Equal(t, expiry.StatusPaid, show[s].Status)
+		assert.Equal(t, cancel.SeatSold, show[s].Status)
 	}
 	for _, s := range gone.Seats {
 		assert.NotContains(t, show, s)
@@ -369,7 +369,7 @@ func (c *racingClaims) Claims(ctx context.Context, cursor string, limit int) ([]
 	return claims, next, err
 }
 
-// noLocks hides the seat store from scan #4, so only the rebuild's own
+// noLocks hides the seat store from the lock pass, so only the rebuild's own
 // re-check can repair what the race left.
 type noLocks struct{ *memstore.Seats }
 
@@ -403,10 +403,10 @@ func TestRebuildRacingDecisions(t *testing.T) {
 		assert.NotContains(t, show, s, "I2: the cancelled order's seat is free in the same round")
 	}
 	for _, s := range paid.Seats {
-		assert.Equal(t, expiry.StatusPaid, show[s].Status, "the paid order's restored lock became a sale")
+		assert.Equal(t, cancel.SeatSold, show[s].Status, "the paid order's restored lock became a sale")
 	}
 	for _, s := range still.Seats {
-		assert.Equal(t, expiry.StatusPending, show[s].Status, "the pending order keeps its locks")
+		assert.Equal(t, cancel.SeatLocked, show[s].Status, "the pending order keeps its locks")
 	}
 	held, err := e.seats.Held(ctx, "s", "u1")
 	require.NoError(t, err)
@@ -469,7 +469,7 @@ func TestStuckOrderDoesNotStopTheRound(t *testing.T) {
 	show, err := e.seats.Show(context.Background(), "s")
 	require.NoError(t, err)
 	for _, seat := range stale.Seats {
-		assert.NotContains(t, show, seat, "scan #4 ran despite the stuck order")
+		assert.NotContains(t, show, seat, "the lock pass ran despite the stuck order")
 	}
 }
 
@@ -647,16 +647,16 @@ func TestLockScanRepairsACrashedCancellerAfterTheSettleTime(t *testing.T) {
 // written (a host's table mapped without an updated-at column).
 type unknownAges struct{ *memstore.Store }
 
-func (u unknownAges) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+func (u unknownAges) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	st, err := u.Store.Statuses(ctx, nos)
 	for no, s := range st {
-		s.Age = reconcile.AgeUnknown
+		s.Age = cancel.AgeUnknown
 		st[no] = s
 	}
 	return st, err
 }
 
-// Without ages scan #4 cannot wait for the decider: it releases at once.
+// Without ages the lock pass cannot wait for the decider: it releases at once.
 func TestLockScanWithoutAgesReleasesAtOnce(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)

@@ -40,7 +40,6 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // Store is what the suite tests: the cancel.OrderStore, the
@@ -49,7 +48,7 @@ type Store interface {
 	cancel.OrderStore
 	cancel.DiscrepancyStore
 	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error)
+	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
 	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 }
 
@@ -75,7 +74,7 @@ type StoreHarness struct {
 	// age Statuses answers; 0: a millisecond).
 	WriteResolution time.Duration
 	// NoWriteTime says the store does not record an order's last write
-	// (a Mapping without UpdatedAt): every age is reconcile.AgeUnknown.
+	// (a Mapping without UpdatedAt): every age is cancel.AgeUnknown.
 	NoWriteTime bool
 }
 
@@ -252,7 +251,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Len(t, seats, 4)
 	})
 
-	// Issue 9 item 2: a second placement under an existing order number (a
+	// A second placement under an existing order number (a
 	// retry after an unknown commit, a double submit) fails with
 	// ErrOrderExists and leaves the live order as it was; it is not
 	// ErrSeatUnavailable, so a caller can tell "this order exists" from
@@ -326,7 +325,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Empty(t, res.PaymentID, "a cancelled order has no payment")
 	})
 
-	// Issue 9 item 4: the store keeps the payment id that paid an order, so a
+	// The store keeps the payment id that paid an order, so a
 	// repeated callback (same id) is told from a second payment (another id).
 	t.Run("PaymentID", func(t *testing.T) {
 		h, now := setup(t)
@@ -372,7 +371,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Equal(t, second.PaymentID, res.PaymentID)
 	})
 
-	// Issue 9 item 4, I9: a discrepancy is recorded once per payment id,
+	// I9: a discrepancy is recorded once per payment id,
 	// however often (and however concurrently) it is reported.
 	t.Run("DiscrepancyRecordedOnce", func(t *testing.T) {
 		h, _ := setup(t)
@@ -420,7 +419,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		}
 	})
 
-	// Issue 9 item 4, I9: unsettled discrepancies are claimed again after a
+	// I9: unsettled discrepancies are claimed again after a
 	// lease, by the store's clock, by one claimer at a time, until settled.
 	t.Run("DiscrepancyClaimLeaseSettle", func(t *testing.T) {
 		h, _ := setup(t)
@@ -554,7 +553,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		assert.Error(t, err, "a cursor the store did not make")
 	})
 
-	// Issue 9 item 6 (I12): keyset paging in (expire_at, order number) order
+	// I12: keyset paging in (expire_at, order number) order
 	// returns every due order exactly once, although the ones already
 	// returned stay pending (a round that skips an order whose cancel keeps
 	// failing goes past it, not back to it).
@@ -643,7 +642,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		if h.NoWriteTime {
 			st, err := h.Store.Statuses(ctx, []string{a.OrderNo})
 			require.NoError(t, err)
-			assert.Equal(t, reconcile.AgeUnknown, st[a.OrderNo].Age, "a store without a write time answers AgeUnknown")
+			assert.Equal(t, cancel.AgeUnknown, st[a.OrderNo].Age, "a store without a write time answers AgeUnknown")
 			return
 		}
 		wait := res + 400*time.Millisecond
@@ -755,7 +754,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 }
 
 // statusesOf drops the ages of a Statuses answer.
-func statusesOf(st map[string]reconcile.OrderState) map[string]expiry.Status {
+func statusesOf(st map[string]cancel.OrderState) map[string]expiry.Status {
 	out := make(map[string]expiry.Status, len(st))
 	for no, s := range st {
 		out[no] = s.Status

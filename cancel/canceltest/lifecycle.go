@@ -51,7 +51,7 @@ func (c *claimer) claim(_ context.Context, h cancel.Hold, limit int) (string, er
 	return c.lockID, nil
 }
 
-// runLifecycle is RunStore's part for the optional transitions (issue 12):
+// runLifecycle is RunStore's part for the optional transitions:
 // cancel.Reinstater, cancel.DeadlineStore and cancel.WarnStore. A store that
 // lacks one skips its cases, saying so.
 func runLifecycle(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Time), place func(t *testing.T, h StoreHarness, user string, expireAt time.Time, seats ...string) cancel.Placement) {

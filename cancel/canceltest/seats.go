@@ -92,7 +92,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		require.NoError(t, err)
 		assert.Len(t, show, 2, "seat 3 was not locked: all or nothing")
 		assert.Equal(t, a.OrderNo, show["2"].OrderNo)
-		assert.Equal(t, expiry.StatusPending, show["2"].Status)
+		assert.Equal(t, cancel.SeatLocked, show["2"].Status)
 		assert.Equal(t, 2, held(t, s, a.ShowID, "u1"))
 		assert.Equal(t, 0, held(t, s, a.ShowID, "u2"))
 	})
@@ -110,7 +110,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Error(t, lockErr(s.Lock(ctx, hold("u1", "9"), -1)), "a negative limit is nonsense")
 	})
 
-	// Issue 9 item 1 (I8, I13): a seat listed twice in one Lock must not
+	// I8, I13: a seat listed twice in one Lock must not
 	// count twice. A store may refuse the hold (expiry.ErrInvalidID) or lock
 	// the seat once; either way the counter ends at zero after the release.
 	t.Run("SeatListedTwice", func(t *testing.T) {
@@ -147,7 +147,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 
 	// A seat locked by order X for one user is not free for a Lock of the
 	// same order number by another user (a client-chosen order number
-	// placed twice, issue 9 item 2): that Lock must fail and change nothing.
+	// placed twice): that Lock must fail and change nothing.
 	t.Run("SameOrderOtherUser", func(t *testing.T) {
 		s := newSeats(t)
 		a := hold("u1", "1")
@@ -168,7 +168,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Zero(t, n)
 		show, err = s.Show(ctx, a.ShowID)
 		require.NoError(t, err)
-		assert.Equal(t, cancel.SeatState{Status: expiry.StatusPending, OrderNo: a.OrderNo, UserID: "u1", LockedAt: show["1"].LockedAt, LockID: show["1"].LockID}, show["1"])
+		assert.Equal(t, cancel.SeatState{Status: cancel.SeatLocked, OrderNo: a.OrderNo, UserID: "u1", LockedAt: show["1"].LockedAt, LockID: show["1"].LockID}, show["1"])
 
 		// The same order number may lock other seats for another user (a
 		// double submit whose insert will fail); releasing the order then
@@ -239,7 +239,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		show, err := s.Show(ctx, h.ShowID)
 		require.NoError(t, err)
 		for _, seat := range h.Seats {
-			assert.Equal(t, expiry.StatusPending, show[seat].Status)
+			assert.Equal(t, cancel.SeatLocked, show[seat].Status)
 			assert.NotEqual(t, judged, show[seat].LockID, "a newer lock has a new id")
 		}
 		assert.Equal(t, 2, held(t, s, h.ShowID, "u1"), "I8")
@@ -268,7 +268,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Equal(t, 0, n, "I2: a sold seat is never released")
 		show, err := s.Show(ctx, a.ShowID)
 		require.NoError(t, err)
-		assert.Equal(t, expiry.StatusPaid, show["1"].Status)
+		assert.Equal(t, cancel.SeatSold, show["1"].Status)
 		assert.Equal(t, 2, held(t, s, a.ShowID, "u1"), "I8: paid seats still count")
 		assert.ErrorIs(t, lockErr(s.Lock(ctx, cancel.Hold{ShowID: a.ShowID, OrderNo: id("o"), UserID: "u2", Seats: []string{"1"}}, 0)), cancel.ErrSeatUnavailable, "a sold seat is not free")
 		locks, _ := scanAll(t, s, 2)
@@ -316,7 +316,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Zero(t, found[mine[2].OrderNo], "sold seats are not listed")
 	})
 
-	// Issue 9 item 5 (I11): a lock's time and age are the store's clock, at
+	// I11: a lock's time and age are the store's clock, at
 	// the lock and at the scan, never a host's.
 	t.Run("LockTimeByStoreClock", func(t *testing.T) {
 		s := newSeats(t)
@@ -354,7 +354,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.True(t, show["1"].LockedAt.Equal(l.LockedAt))
 	})
 
-	// Issue 9 item 9: a scan pass costs the live locks, not every seat ever
+	// A scan pass costs the live locks, not every seat ever
 	// sold, and a show without locks leaves the listing.
 	t.Run("ScanCostFollowsLocks", func(t *testing.T) {
 		s := newSeats(t)
@@ -447,7 +447,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 				require.NoError(t, err)
 				locked := 0
 				for _, v := range st {
-					if v.Status == expiry.StatusPending {
+					if v.Status == cancel.SeatLocked {
 						locked++
 					}
 				}
@@ -547,9 +547,9 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Zero(t, n, "idempotent")
 		st, err := s.Show(ctx, show)
 		require.NoError(t, err)
-		assert.Equal(t, expiry.StatusPending, st["a1"].Status)
+		assert.Equal(t, cancel.SeatLocked, st["a1"].Status)
 		assert.Equal(t, lockedA.OrderNo, st["a1"].OrderNo)
-		assert.Equal(t, expiry.StatusPaid, st["p1"].Status)
+		assert.Equal(t, cancel.SeatSold, st["p1"].Status)
 		assert.Equal(t, other.OrderNo, st["x"].OrderNo)
 		assert.NotContains(t, st, "c1")
 		assert.Equal(t, 2, held(t, s, show, "u1"), "I8: the restored lock counts")
@@ -630,7 +630,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.ErrorIs(t, err, expiry.ErrInvalidID)
 	})
 
-	// Issue 9 item 7: a rebuild is named by a token; every caller gets the
+	// A rebuild is named by a token; every caller gets the
 	// same one until it is marked restored.
 	t.Run("RebuildToken", func(t *testing.T) {
 		s := newSeats(t)
@@ -663,7 +663,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.False(t, lost)
 	})
 
-	// Issue 9 item 7: the store loses its data again while a rebuild is
+	// The store loses its data again while a rebuild is
 	// under way. The rebuild must not end by marking a half-empty store as
 	// restored: MarkRestored fails and Lost still reports the loss, under a
 	// new token.

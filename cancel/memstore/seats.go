@@ -151,7 +151,7 @@ func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) (string, error
 	show := s.show(h.ShowID)
 	id := s.lockID(h.ShowID, now)
 	for _, seat := range h.Seats {
-		show[seat] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: h.OrderNo, UserID: h.UserID, LockedAt: now, LockID: id}
+		show[seat] = cancel.SeatState{Status: cancel.SeatLocked, OrderNo: h.OrderNo, UserID: h.UserID, LockedAt: now, LockID: id}
 		s.index(h.ShowID, seat, true)
 	}
 	s.held[key] += len(h.Seats)
@@ -170,7 +170,7 @@ func (s *Seats) Release(_ context.Context, h cancel.Hold) (int, error) {
 	defer s.mu.Unlock()
 	freed := 0
 	for _, seat := range h.Seats {
-		if st, ok := s.seats[h.ShowID][seat]; ok && st.Status == expiry.StatusPending && st.OrderNo == h.OrderNo && (h.LockID == "" || st.LockID == h.LockID) {
+		if st, ok := s.seats[h.ShowID][seat]; ok && st.Status == cancel.SeatLocked && st.OrderNo == h.OrderNo && (h.LockID == "" || st.LockID == h.LockID) {
 			delete(s.seats[h.ShowID], seat)
 			s.index(h.ShowID, seat, false)
 			key := [2]string{h.ShowID, st.UserID}
@@ -195,7 +195,7 @@ func (s *Seats) Sell(_ context.Context, h cancel.Hold) (int, error) {
 	sold := 0
 	for _, seat := range h.Seats {
 		st, ok := show[seat]
-		if ok && (st.Status != expiry.StatusPending || st.OrderNo != h.OrderNo || st.UserID != h.UserID) {
+		if ok && (st.Status != cancel.SeatLocked || st.OrderNo != h.OrderNo || st.UserID != h.UserID) {
 			continue
 		}
 		if h.LockID != "" && (!ok || st.LockID != h.LockID) {
@@ -204,7 +204,7 @@ func (s *Seats) Sell(_ context.Context, h cancel.Hold) (int, error) {
 		if !ok {
 			s.held[[2]string{h.ShowID, h.UserID}]++
 		}
-		show[seat] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: h.OrderNo, UserID: h.UserID}
+		show[seat] = cancel.SeatState{Status: cancel.SeatSold, OrderNo: h.OrderNo, UserID: h.UserID}
 		s.index(h.ShowID, seat, false)
 		sold++
 	}
@@ -403,22 +403,22 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 		st, ok := show[c.SeatID]
 		switch {
 		case !ok && c.Status == expiry.StatusPaid:
-			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}
+			show[c.SeatID] = cancel.SeatState{Status: cancel.SeatSold, OrderNo: c.OrderNo, UserID: c.UserID}
 		case !ok && c.LockID != "":
 			// The order's own lock again, under its id (and the time in it):
 			// the reconciler keeps telling it from any other lock.
 			ms, _, _ := strings.Cut(c.LockID, ".")
 			n, _ := strconv.ParseInt(ms, 10, 64)
-			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: time.UnixMilli(n).UTC(), LockID: c.LockID}
+			show[c.SeatID] = cancel.SeatState{Status: cancel.SeatLocked, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: time.UnixMilli(n).UTC(), LockID: c.LockID}
 			s.index(c.ShowID, c.SeatID, true)
 		case !ok:
 			if ids[c.ShowID] == "" {
 				ids[c.ShowID] = s.lockID(c.ShowID, now)
 			}
-			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPending, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: now, LockID: ids[c.ShowID]}
+			show[c.SeatID] = cancel.SeatState{Status: cancel.SeatLocked, OrderNo: c.OrderNo, UserID: c.UserID, LockedAt: now, LockID: ids[c.ShowID]}
 			s.index(c.ShowID, c.SeatID, true)
-		case c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
-			show[c.SeatID] = cancel.SeatState{Status: expiry.StatusPaid, OrderNo: c.OrderNo, UserID: c.UserID}
+		case c.Status == expiry.StatusPaid && st.Status == cancel.SeatLocked && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
+			show[c.SeatID] = cancel.SeatState{Status: cancel.SeatSold, OrderNo: c.OrderNo, UserID: c.UserID}
 			s.index(c.ShowID, c.SeatID, false)
 			changed++
 			continue
@@ -446,7 +446,7 @@ func (s *Seats) Missing(_ context.Context, claims []cancel.Claim) ([]cancel.Clai
 	var out []cancel.Claim
 	for _, c := range claims {
 		st, ok := s.seats[c.ShowID][c.SeatID]
-		if !ok || c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo && st.UserID == c.UserID {
+		if !ok || c.Status == expiry.StatusPaid && st.Status == cancel.SeatLocked && st.OrderNo == c.OrderNo && st.UserID == c.UserID {
 			out = append(out, c)
 		}
 	}

@@ -21,7 +21,6 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 type order struct {
@@ -53,7 +52,7 @@ type discrepancy struct {
 
 // Store is an in-memory order store: cancel.OrderStore,
 // cancel.DiscrepancyStore, cancel.Reinstater, cancel.DeadlineStore,
-// cancel.WarnStore, expiry.OrderLookup, reconcile.ExpiredFinder,
+// cancel.WarnStore, reconcile.ExpiredFinder,
 // reconcile.StatusReader and reconcile.ClaimScanner, with the same behaviour
 // as sqlstore's Store (both pass cancel/canceltest's RunStore). Ids compare
 // byte for byte, as there. Safe for concurrent use.
@@ -355,17 +354,17 @@ func (s *Store) Overdue(context.Context) (n int, oldest time.Duration, err error
 // Statuses implements reconcile.StatusReader: each order's age is the time
 // since its last write by the store's clock, in whole milliseconds (as
 // sqlstore's), never negative.
-func (s *Store) Statuses(_ context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+func (s *Store) Statuses(_ context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	if err := s.fail("Statuses"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	out := make(map[string]reconcile.OrderState, len(nos))
+	out := make(map[string]cancel.OrderState, len(nos))
 	for _, no := range nos {
 		if o, ok := s.orders[no]; ok {
-			out[no] = reconcile.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond), ShowID: o.o.ShowID, LockID: o.lockID, Seats: slices.Clone(o.placed)}
+			out[no] = cancel.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond), ShowID: o.o.ShowID, LockID: o.lockID, Seats: slices.Clone(o.placed)}
 		}
 	}
 	return out, nil

@@ -15,7 +15,7 @@ import (
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
-// Issue 9 item 5 (I11): the time of a lock is the Redis server's, read by
+// I11: the time of a lock is the Redis server's, read by
 // TIME in the lock script; the package keeps no host clock at all. On a real
 // Redis the lock's time agrees with TIME.
 func TestLockTimeIsRedisTime(t *testing.T) {

@@ -418,9 +418,9 @@ func parseValue(v string) (cancel.SeatState, bool) {
 			}
 			id += "." + parts[4]
 		}
-		return cancel.SeatState{Status: expiry.StatusPending, OrderNo: parts[1], UserID: parts[2], LockedAt: time.UnixMilli(ms).UTC(), LockID: id}, true
+		return cancel.SeatState{Status: cancel.SeatLocked, OrderNo: parts[1], UserID: parts[2], LockedAt: time.UnixMilli(ms).UTC(), LockID: id}, true
 	case len(parts) == 3 && parts[0] == "S":
-		return cancel.SeatState{Status: expiry.StatusPaid, OrderNo: parts[1], UserID: parts[2]}, true
+		return cancel.SeatState{Status: cancel.SeatSold, OrderNo: parts[1], UserID: parts[2]}, true
 	}
 	return cancel.SeatState{}, false
 }
@@ -589,7 +589,7 @@ func (s *Seats) scanBatch(ctx context.Context, show, cursor string, count int) (
 		seat, _ := res[j].(string)
 		v, _ := res[j+1].(string)
 		st, ok := parseValue(v)
-		if !ok || st.Status != expiry.StatusPending {
+		if !ok || st.Status != cancel.SeatLocked {
 			continue
 		}
 		b.locks = append(b.locks, cancel.SeatLock{ShowID: show, SeatID: seat, OrderNo: st.OrderNo, UserID: st.UserID,
@@ -867,7 +867,7 @@ func (s *Seats) Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Cl
 				if vals[i] == nil {
 					out = append(out, c)
 				}
-			case c.Status == expiry.StatusPaid && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
+			case c.Status == expiry.StatusPaid && st.Status == cancel.SeatLocked && st.OrderNo == c.OrderNo && st.UserID == c.UserID:
 				out = append(out, c)
 			}
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Issue 19's items on host tables that lack what the library needs: no
+// Host tables that lack what the library needs: no
 // payment-id column, no claims table, a numeric show column, two tenants
 // in one table. Each test judges outcomes (who paid, who was refunded, who
 // holds which seat), on every dialect.
@@ -196,7 +196,7 @@ func TestWithoutClaimsTableSeatsFollowAtOnce(t *testing.T) {
 			assert.Equal(t, 2, res.Released, "and gives them back at once")
 			_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "B", PaymentID: "PB"})
 			require.NoError(t, err)
-			assert.Equal(t, map[string]string{"b1": "paid:B"}, seatsOf(t, seats, s.Scope(), "ev"), "a1, a2 free; b1 sold to B")
+			assert.Equal(t, map[string]string{"b1": "sold:B"}, seatsOf(t, seats, s.Scope(), "ev"), "a1, a2 free; b1 sold to B")
 			held, err := seats.Scoped(s.Scope()).Held(ctx, "ev", "u1")
 			require.NoError(t, err)
 			assert.Zero(t, held, "I8: u1's counter is back to 0")
@@ -266,7 +266,7 @@ func TestNumericShowColumn(t *testing.T) {
 			res, err := svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: "PA"})
 			require.NoError(t, err)
 			assert.Equal(t, []string{"a1"}, res.Seats)
-			assert.Equal(t, map[string]string{"a1": "paid:A"}, seatsOf(t, seats, s.Scope(), "42"))
+			assert.Equal(t, map[string]string{"a1": "sold:A"}, seatsOf(t, seats, s.Scope(), "42"))
 			claims, _, err := s.Claims(ctx, "", 10)
 			require.NoError(t, err)
 			require.Len(t, claims, 1)

@@ -11,7 +11,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 )
 
-// TestCheckNamesWhatIsWrong (issue 10): Check reads the live database and
+// TestCheckNamesWhatIsWrong: Check reads the live database and
 // names each way SeatFlow's tables can fail the mapping, one problem per
 // case, on every dialect, so a host learns it at startup rather than from
 // a SQL error at the first expiry.

@@ -20,7 +20,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// The corpus (issue 19): the order tables of public projects the mapping was
+// The corpus: the order tables of public projects the mapping was
 // not designed around, as their own DDL (or ORM) creates them, in
 // testdata/corpus/<name>.<dialect>.sql (each file names its source). For
 // each, TestCorpusMapping records what maps today, word for word:

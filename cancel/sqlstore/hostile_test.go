@@ -17,7 +17,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Hostile-but-legal input on the host's own tables (issue 10, I13): what a
+// Hostile-but-legal input on the host's own tables (I13): what a
 // real orders table holds besides the library's rows.
 
 // placeTx places p on s in a transaction of its own.
@@ -254,7 +254,7 @@ func statusOf(t *testing.T, db *sql.DB, d sqlstore.Dialect, no string) int {
 	return v
 }
 
-// TestOverdue (issue 10, item 8): the count of pending orders past their
+// TestOverdue: the count of pending orders past their
 // deadline by the database's clock, and how long ago the oldest passed, on
 // the library's schema and on every host schema, on every dialect.
 func TestOverdue(t *testing.T) {

@@ -1,6 +1,6 @@
 package sqlstore
 
-// The store side of issue 12's transitions: a late payment reinstating a
+// The store side of the optional transitions: a late payment reinstating a
 // cancelled order (cancel.Reinstater), a pending order's deadline moved
 // (cancel.DeadlineStore), the expiry warning's flag (cancel.WarnStore).
 // They use three columns of oe_order that Migrate adds to older tables:
@@ -236,7 +236,7 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	}
 	// The new lock is the order's from this commit on: a cancel's release
 	// that runs late names the old one, and the reconciler tells the two
-	// apart (reconcile.OrderState.LockID).
+	// apart (cancel.OrderState.LockID).
 	if _, err := tx.ExecContext(ctx, s.lateSQL("UPDATE oe_order SET lock_id = ? WHERE order_no = ?"), nullIfEmpty(lockID), p.OrderNo); err != nil {
 		return res, false, true, fmt.Errorf("keep the lock id: %w", err) // rolled back: the caller releases the lock
 	}

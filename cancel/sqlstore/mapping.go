@@ -82,7 +82,7 @@ type Orders struct {
 	// UpdatedAt, optional, receives the database's now on every write. It
 	// is the age Statuses answers: the reconciler's lock pass leaves an
 	// order decided less than reconcile.Config.Settle ago to the instance
-	// that decided it. Without it every age is reconcile.AgeUnknown and the
+	// that decided it. Without it every age is cancel.AgeUnknown and the
 	// pass does not wait.
 	UpdatedAt Time
 	// PaymentID, optional, receives the payment id that paid the order.

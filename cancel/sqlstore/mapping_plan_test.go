@@ -14,7 +14,7 @@ import (
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
-// TestCaseInsensitiveHostTableExactAndIndexed (issue 10, I10): on a host's
+// TestCaseInsensitiveHostTableExactAndIndexed (I10): on a host's
 // MySQL/MariaDB table whose id columns are utf8mb4_general_ci (the server's
 // default), the store still matches ids byte for byte (a case variant of an
 // order number or a user finds nothing) and every lookup by id is still an
@@ -130,7 +130,7 @@ func TestCaseInsensitiveHostTableExactAndIndexed(t *testing.T) {
 	}
 }
 
-// TestOverdueIsARangeOfTheIndex (issue 10, item 8): Overdue reads the
+// TestOverdueIsARangeOfTheIndex: Overdue reads the
 // index range of the overdue orders, not the table: with 1 % of 100k
 // pending orders (10k on SQLite) overdue, the plan is a range of the
 // (status, expire_at_ms, order_no) index and PostgreSQL and MariaDB read

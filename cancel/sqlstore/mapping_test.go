@@ -17,7 +17,7 @@ import (
 )
 
 // The host schemas the conformance suite runs on besides the library's own
-// (issue 10): each is a Mapping and its DDL per dialect, written the way
+//: each is a Mapping and its DDL per dialect, written the way
 // the host's own migrations would, with columns the library does not know.
 
 // hostSchema is one host's tables.

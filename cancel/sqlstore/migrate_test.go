@@ -16,7 +16,7 @@ import (
 )
 
 // TestMigrateUpgradesEarlierSchema: a database created by the schema before
-// issue 9 (testdata/schema-before-issue9: no payment_id, case-insensitive
+// an older version (testdata/schema-before-issue9: no payment_id, case-insensitive
 // ids on MySQL, the two-column expiry index) is brought to the current one
 // by Migrate, twice in a row, and its orders keep working.
 func TestMigrateUpgradesEarlierSchema(t *testing.T) {

@@ -216,7 +216,7 @@ func inline(q string, args []any) string {
 	return b.String()
 }
 
-// TestClaimsMiddlePageIsARange (issue 9, item 10): a rebuild pages through
+// TestClaimsMiddlePageIsARange: a rebuild pages through
 // every claim; each page must start where the last ended (an index range
 // from the cursor), or a rebuild of n claims reads n²/(2·limit) rows. On
 // PostgreSQL the OR form of the keyset (show_id > ? OR (show_id = ? AND
@@ -247,7 +247,7 @@ func TestClaimsMiddlePageIsARange(t *testing.T) {
 	})
 }
 
-// TestNowTruncates (issue 9, item 10): the store's clock is the database's
+// TestNowTruncates: the store's clock is the database's
 // time truncated to the millisecond on every dialect, as MySQL's DIV does,
 // so a cancel never comes up to half a millisecond early (I4). The clock
 // function is replaced with a fixed time to see the arithmetic.
@@ -324,7 +324,7 @@ func explainMySQL(t *testing.T, db *sql.DB, q string, args ...any) []map[string]
 	return out
 }
 
-// TestMySQLIDsAreBinaryAndIndexed (issue 9, item 3, I10): on MySQL/MariaDB
+// TestMySQLIDsAreBinaryAndIndexed (I10): on MySQL/MariaDB
 // the id columns are ascii_bin, so they match byte for byte even from a
 // utf8mb4_general_ci connection, and every lookup by id is still an index
 // lookup (the collation of the column, not of the parameter, decides).
@@ -375,7 +375,7 @@ func TestMySQLIDsAreBinaryAndIndexed(t *testing.T) {
 	}
 }
 
-// TestExpiredMiddlePageIsARange (issue 9, item 6): the reconciler pages
+// TestExpiredMiddlePageIsARange: the reconciler pages
 // through expired orders by (expire_at, order number); a page from the
 // middle of a backlog must read one page of the index, not the backlog
 // before it.

@@ -1,6 +1,6 @@
 package sqlstore_test
 
-// Held-back probe classes of issue 18, written by an adversarial reviewer:
+// Probe classes held back from the authors, written by an adversarial reviewer:
 //
 //   - I4 (never cancelled before its deadline by the database's clock) and
 //     liveness (a due order is found by Expired, counted by Overdue and
@@ -726,7 +726,7 @@ func TestProbeHoldsPaymentIDsExact(t *testing.T) {
 }
 
 // charNo is SeatFlow's schema with CHAR(12) order numbers on both tables
-// (a fixed-width code, as the first public table of issue 18 had).
+// (a fixed-width code, as public order tables have).
 // PostgreSQL's character(n) keeps the padding in what it returns; MariaDB
 // strips it.
 var charNo = hostSchema{

@@ -10,7 +10,6 @@
 //     SettleDiscrepancy),
 //   - cancel.Reinstater (ReinstateCancelled), cancel.DeadlineStore
 //     (SetDeadline) and cancel.WarnStore (MarkWarned), in late.go,
-//   - expiry.OrderLookup (Order),
 //   - reconcile.ExpiredFinder (Expired), reconcile.StatusReader (Statuses)
 //     and reconcile.ClaimScanner (Claims).
 //
@@ -80,7 +79,6 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // Dialect names the SQL flavour of the database behind a Store.
@@ -654,7 +652,7 @@ func (s *Store) status(key string) (expiry.Status, error) {
 	return expiry.Status(k), nil
 }
 
-// Order implements expiry.OrderLookup and cancel.OrderStore.
+// Order implements cancel.OrderStore.
 func (s *Store) Order(ctx context.Context, orderNo string) (expiry.Order, error) {
 	o, _, err := s.orderRow(ctx, orderNo)
 	return o, err
@@ -1141,12 +1139,12 @@ const maxIn = 500
 // Statuses returns the state of each existing order among nos (missing ones
 // are absent from the map): its status and the time since its last write
 // by the database's clock (whole milliseconds, never negative; the
-// resolution of the Mapping's UpdatedAt column, and reconcile.AgeUnknown
+// resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
 // without one). Only rows whose number equals a requested one byte for byte
 // are kept, so a case-insensitive collation of the host's table cannot
 // answer for a case variant (I10). It implements reconcile.StatusReader.
-func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
-	out := make(map[string]reconcile.OrderState, len(nos))
+func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
+	out := make(map[string]cancel.OrderState, len(nos))
 	want := make(map[string]bool, len(nos))
 	for _, no := range nos {
 		want[no] = true
@@ -1177,12 +1175,12 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]reconcil
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: order %s: %w", no, err)
 			}
-			age := reconcile.AgeUnknown
+			age := cancel.AgeUnknown
 			if ageMS.Valid {
 				age = time.Duration(max(0, ageMS.Int64)) * time.Millisecond
 			}
 			if want[no] {
-				out[no] = reconcile.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
+				out[no] = cancel.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
 			}
 		}
 		err = rows.Err()

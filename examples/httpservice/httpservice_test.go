@@ -148,7 +148,7 @@ func (h *harness) seatStates(show string) map[string]string {
 	out := map[string]string{}
 	for id, s := range seats {
 		state := "locked:"
-		if s.Status == expiry.StatusPaid {
+		if s.Status == cancel.SeatSold {
 			state = "sold:"
 		}
 		out[id] = state + s.OrderNo

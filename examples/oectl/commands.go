@@ -23,8 +23,8 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 
 // showOrder prints an order as SQL has it and its seats as Redis has them.
 // A seat SQL and Redis disagree on is what the reconciler repairs: a
-// cancelled order still locking seats (scan #4), a pending one whose seats
-// are gone (scan #2).
+// cancelled order still locking seats, a pending one whose seats
+// are gone.
 func showOrder(ctx context.Context, e *env, no string, w io.Writer) error {
 	if err := expiry.ValidateID("order number", no); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
@@ -67,7 +67,7 @@ func showOrder(ctx context.Context, e *env, no string, w io.Writer) error {
 		for _, seat := range mine {
 			st := show[seat]
 			state, at := "sold", ""
-			if st.Status == expiry.StatusPending {
+			if st.Status == cancel.SeatLocked {
 				state, at = "locked", stamp(st.LockedAt)
 			}
 			fmt.Fprintf(t, "  %s\t%s\t%s\t%s\n", seat, state, st.UserID, at)
@@ -100,11 +100,11 @@ func due(o expiry.Order) string {
 func disagreement(o expiry.Order, seatsInRedis int) string {
 	switch {
 	case o.Status == expiry.StatusCancelled && seatsInRedis > 0:
-		return "! cancelled in SQL but seats still locked in Redis: the reconciler's scan #4 releases them"
+		return "! cancelled in SQL but seats still locked in Redis: the reconciler's lock pass releases them"
 	case o.Status == expiry.StatusPending && o.Remaining() <= 0:
-		return "! pending past its deadline: its expiry message is late or lost; the reconciler's scan #1 cancels it"
+		return "! pending past its deadline: its expiry message is late or lost; the reconciler's expired pass cancels it"
 	case o.Status != expiry.StatusCancelled && seatsInRedis == 0:
-		return "! no seats in Redis for a live order: Redis lost them; the reconciler's scan #2 restores them from SQL"
+		return "! no seats in Redis for a live order: Redis lost them; the reconciler's claims pass restores them from SQL"
 	}
 	return ""
 }
@@ -194,13 +194,13 @@ func reconcileOnce(ctx context.Context, e *env, dry bool, w, logs io.Writer) err
 		what string
 		n    int
 	}{
-		{"expired orders cancelled (scan #1)", rep.Expired},
+		{"expired orders cancelled", rep.Expired},
 		{"orders skipped (their cancel failed)", rep.Skipped},
-		{"seat locks scanned (scan #4)", rep.Locks},
+		{"seat locks scanned", rep.Locks},
 		{"seats released", rep.Released},
 		{"seats left to the instance that just decided their order", rep.Settling},
 		{"seats marked sold", rep.Sold},
-		{"seats restored from SQL (scan #2)", rep.Restored},
+		{"seats restored from SQL", rep.Restored},
 		{"refund hooks retried", rep.Refunds},
 	} {
 		fmt.Fprintf(t, "  %s\t%d\n", row.what, row.n)
@@ -220,7 +220,7 @@ func reconcileOnce(ctx context.Context, e *env, dry bool, w, logs io.Writer) err
 // dryService stands in for the cancel service in a dry run: a cancel the
 // real service would make (a pending order that is due by the store's
 // clock) is reported as made, and nothing is written.
-type dryService struct{ orders expiry.OrderLookup }
+type dryService struct{ orders cancel.OrderStore }
 
 func (d dryService) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
 	o, err := d.orders.Order(ctx, req.OrderNo)
@@ -256,7 +256,7 @@ func (d drySeats) locked(ctx context.Context, h cancel.Hold) (int, error) {
 	}
 	n := 0
 	for _, seat := range h.Seats {
-		if st, ok := show[seat]; ok && st.OrderNo == h.OrderNo && st.Status == expiry.StatusPending {
+		if st, ok := show[seat]; ok && st.OrderNo == h.OrderNo && st.Status == cancel.SeatLocked {
 			n++
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
@@ -34,8 +35,8 @@ func TestSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 12 s")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx, stop := context.WithTimeout(context.Background(), 60*time.Second)
+	defer stop()
 	var out bytes.Buffer
 	dir := t.TempDir()
 	const orders = 24
@@ -128,7 +129,7 @@ func TestSurvivesSIGKILL(t *testing.T) {
 		}
 		for seat, st := range seats {
 			switch {
-			case st.Status == expiry.StatusPending:
+			case st.Status == cancel.SeatLocked:
 				t.Errorf("seat %s/%s still locked by %s", show, seat, st.OrderNo)
 			case soldSQL[show+"/"+seat] != st.OrderNo:
 				t.Errorf("seat %s/%s sold to %s in the seat store, to %q in SQL", show, seat, st.OrderNo, soldSQL[show+"/"+seat])

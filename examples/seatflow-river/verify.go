@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
@@ -133,7 +134,7 @@ func (d *demo) verify(ctx context.Context) error {
 			return err
 		}
 		for seat, st := range seats {
-			if st.Status == expiry.StatusPending {
+			if st.Status == cancel.SeatLocked {
 				locked[seatKey{show, seat}] = st.OrderNo
 			} else {
 				sold[seatKey{show, seat}] = st.OrderNo

@@ -627,11 +627,11 @@ func (d *demo) discrepancy(ctx context.Context, p *plan) {
 		d.problem("%s: encode message: %v", p.no, err)
 		return
 	}
-	if v := d.shell.Process(ctx, body, ""); v != expiry.Ack {
+	if v := d.shell.Process(ctx, expiry.Delivery{Body: body}); v != expiry.Ack {
 		d.problem("%s: the duplicate delivery was not acknowledged (%v)", p.no, v)
 	}
 	d.tl.say("", "someone sends a hostile body %q", "oe1 a{b} 1")
-	if v := d.shell.Process(ctx, []byte("oe1 a{b} 1"), ""); v != expiry.Ack {
+	if v := d.shell.Process(ctx, expiry.Delivery{Body: []byte("oe1 a{b} 1")}); v != expiry.Ack {
 		d.problem("the hostile body was not acknowledged (%v)", v)
 	}
 }

@@ -283,23 +283,15 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 	return nil
 }
 
-// Processor handles a delivered body; *expiry.Shell implements it. A
-// Processor that also implements expiry.TracedProcessor (the Shell does) gets
-// each task's trace context through ProcessTraced.
-type Processor interface {
-	Process(ctx context.Context, body []byte, traceID string) expiry.Verdict
-}
-
 // Consumer runs an asynq server on Config.Queue that hands every task to a
-// Processor. It is also an asynq.Handler (ProcessTask), for a host that
+// expiry.Processor. It is also an asynq.Handler (ProcessTask), for a host that
 // would rather mount it on a server of its own (then that server must read
 // Config.Queue, and its configuration is the host's).
 type Consumer struct {
-	cfg    Config
-	p      Processor
-	traced expiry.TracedProcessor
-	rdb    redis.UniversalClient
-	srv    *aq.Server
+	cfg Config
+	p   expiry.Processor
+	rdb redis.UniversalClient
+	srv *aq.Server
 
 	mu      sync.Mutex
 	started bool
@@ -313,7 +305,7 @@ type Consumer struct {
 // Redis that redis names (asynq.RedisClientOpt, asynq.RedisClusterClientOpt,
 // ...); Start begins consuming, Close stops. The Consumer opens its own
 // connections and Close closes them, started or not.
-func NewConsumer(opt aq.RedisConnOpt, cfg Config, p Processor) (*Consumer, error) {
+func NewConsumer(opt aq.RedisConnOpt, cfg Config, p expiry.Processor) (*Consumer, error) {
 	if opt == nil {
 		return nil, errors.New("expiry/asynq: nil asynq.RedisConnOpt")
 	}
@@ -333,15 +325,14 @@ func NewConsumer(opt aq.RedisConnOpt, cfg Config, p Processor) (*Consumer, error
 	return c, nil
 }
 
-func newConsumer(cfg Config, p Processor) (*Consumer, error) {
+func newConsumer(cfg Config, p expiry.Processor) (*Consumer, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	if p == nil {
 		return nil, errors.New("expiry/asynq: nil Processor")
 	}
-	traced, _ := p.(expiry.TracedProcessor)
-	return &Consumer{cfg: cfg, p: p, traced: traced}, nil
+	return &Consumer{cfg: cfg, p: p}, nil
 }
 
 func (c *Consumer) serverConfig() aq.Config {
@@ -396,7 +387,7 @@ func (c *Consumer) Start() error {
 }
 
 // StartConsumer is NewConsumer then Start.
-func StartConsumer(redis aq.RedisConnOpt, cfg Config, p Processor) (*Consumer, error) {
+func StartConsumer(redis aq.RedisConnOpt, cfg Config, p expiry.Processor) (*Consumer, error) {
 	c, err := NewConsumer(redis, cfg, p)
 	if err != nil {
 		return nil, err
@@ -434,12 +425,11 @@ func (c *Consumer) ProcessTask(ctx context.Context, t *aq.Task) error {
 	_, bad := expiry.DecodeMessage(body)
 	// Handed over even when it does not decode: the Shell counts and logs
 	// bad input (KindBadMessage), as it does for every transport.
-	var v expiry.Verdict
-	if c.traced != nil {
-		v = c.traced.ProcessTraced(ctx, body, h[TraceHeader], expiry.Trace{Parent: h[TraceParentHeader], State: h[TraceStateHeader]})
-	} else {
-		v = c.p.Process(ctx, body, h[TraceHeader])
-	}
+	v := c.p.Process(ctx, expiry.Delivery{
+		Body:    body,
+		TraceID: h[TraceHeader],
+		Trace:   expiry.Trace{Parent: h[TraceParentHeader], State: h[TraceStateHeader]},
+	})
 	switch {
 	case bad != nil:
 		c.poisoned.Add(1)

@@ -35,7 +35,7 @@ func newSender(t testing.TB, opt aq.RedisConnOpt, cfg oeasynq.Config) *oeasynq.S
 
 // startConsumer starts a Consumer closed at cleanup (registered after the
 // queue's own cleanup, so it runs first).
-func startConsumer(t testing.TB, opt aq.RedisConnOpt, cfg oeasynq.Config, p oeasynq.Processor) *oeasynq.Consumer {
+func startConsumer(t testing.TB, opt aq.RedisConnOpt, cfg oeasynq.Config, p expiry.Processor) *oeasynq.Consumer {
 	c, err := oeasynq.StartConsumer(opt, cfg, p)
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -50,25 +50,21 @@ func startConsumer(t testing.TB, opt aq.RedisConnOpt, cfg oeasynq.Config, p oeas
 // trace context when it came.
 type chanProcessor chan expirytest.Delivery
 
-func (c chanProcessor) Process(ctx context.Context, body []byte, traceID string) expiry.Verdict {
-	return c.ProcessTraced(ctx, body, traceID, expiry.Trace{})
-}
-
-func (c chanProcessor) ProcessTraced(_ context.Context, body []byte, traceID string, tc expiry.Trace) expiry.Verdict {
-	m, err := expiry.DecodeMessage(body)
+func (c chanProcessor) Process(_ context.Context, d expiry.Delivery) expiry.Verdict {
+	m, err := expiry.DecodeMessage(d.Body)
 	if err == nil {
-		m.TraceID, m.Trace = traceID, tc
+		m.TraceID, m.Trace = d.TraceID, d.Trace
 		c <- expirytest.Delivery{Message: m, At: time.Now()}
 	}
 	return expiry.Ack
 }
 
-// untraced hides ProcessTraced, for the conformance suite, which compares
-// the whole message and sends none.
+// untraced drops the W3C trace context, for the conformance suite, which
+// compares the whole message and sends none.
 type untraced struct{ c chanProcessor }
 
-func (u untraced) Process(ctx context.Context, body []byte, traceID string) expiry.Verdict {
-	return u.c.Process(ctx, body, traceID)
+func (u untraced) Process(ctx context.Context, d expiry.Delivery) expiry.Verdict {
+	return u.c.Process(ctx, expiry.Delivery{Body: d.Body, TraceID: d.TraceID})
 }
 
 func TestSenderConformance(t *testing.T) {
@@ -89,7 +85,7 @@ func TestSenderConformance(t *testing.T) {
 	}
 }
 
-// The trace id and the W3C trace context reach a TracedProcessor in the
+// The trace id and the W3C trace context reach the Processor in the
 // task's headers, as expiry/rocketmq carries them in properties.
 func TestTraceHeaders(t *testing.T) {
 	for _, b := range backends {
@@ -165,27 +161,6 @@ func TestLateness(t *testing.T) {
 	}
 }
 
-// countingObserver counts events by kind.
-type countingObserver struct {
-	mu     sync.Mutex
-	counts map[expiry.Kind]int
-}
-
-func (o *countingObserver) Observe(_ context.Context, e expiry.Event) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.counts == nil {
-		o.counts = map[expiry.Kind]int{}
-	}
-	o.counts[e.Kind]++
-}
-
-func (o *countingObserver) count(k expiry.Kind) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.counts[k]
-}
-
 // canceller is a Canceller that fails the first failures calls for each
 // order, then cancels it.
 type canceller struct {
@@ -238,7 +213,7 @@ func TestPoisonIsCountedAndDropped(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			opt := b.opt(t)
-			obs := &countingObserver{}
+			obs := &expirytest.Recorder{}
 			cfg := oeasynq.Config{Queue: queue(t, opt), Runtime: expiry.Runtime{Observer: obs}}
 			can := newCanceller(0)
 			c := startConsumer(t, opt, cfg, shell(t, can, obs))
@@ -285,7 +260,7 @@ func TestPoisonIsCountedAndDropped(t *testing.T) {
 			assert.EqualValues(t, len(cases), c.Poisoned())
 			// One observer serves the Shell and the Consumer here, as it
 			// would in a host: each bad task is counted once.
-			assert.Equal(t, len(cases), obs.count(expiry.KindBadMessage))
+			assert.Equal(t, len(cases), obs.Count(expiry.KindBadMessage))
 			assert.Equal(t, 1, can.callsOf("GOOD1"))
 			assert.Zero(t, can.callsOf("A1"), "a task of another type never reaches the Handler")
 		})
@@ -317,7 +292,7 @@ func TestRetryVerdict(t *testing.T) {
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					opt := b.opt(t)
-					obs := &countingObserver{}
+					obs := &expirytest.Recorder{}
 					cfg := oeasynq.Config{Queue: queue(t, opt), MaxRetry: tc.maxRetry, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: time.Second}
 					can := newCanceller(tc.failures)
 					c := startConsumer(t, opt, cfg, shell(t, can, obs))
@@ -343,7 +318,7 @@ func TestRetryVerdict(t *testing.T) {
 					time.Sleep(2 * time.Second)
 					assert.Equal(t, tc.calls, can.callsOf("R1"))
 					assert.Zero(t, c.Poisoned(), "a transient failure is not poison")
-					assert.Zero(t, obs.count(expiry.KindBadMessage))
+					assert.Zero(t, obs.Count(expiry.KindBadMessage))
 				})
 			}
 		})
@@ -357,7 +332,7 @@ type blocking struct {
 	finished atomic.Int32
 }
 
-func (b *blocking) Process(ctx context.Context, _ []byte, _ string) expiry.Verdict {
+func (b *blocking) Process(context.Context, expiry.Delivery) expiry.Verdict {
 	b.started <- struct{}{}
 	<-b.release
 	b.finished.Add(1)
@@ -415,7 +390,7 @@ func TestCloseUnstarted(t *testing.T) {
 // for a retry, as the Shell does when the store call is cancelled.
 type hanging struct{ calls atomic.Int32 }
 
-func (h *hanging) Process(ctx context.Context, _ []byte, _ string) expiry.Verdict {
+func (h *hanging) Process(ctx context.Context, _ expiry.Delivery) expiry.Verdict {
 	h.calls.Add(1)
 	<-ctx.Done()
 	return expiry.Retry

@@ -108,4 +108,4 @@ func TestDueAt(t *testing.T) {
 
 type nopProcessor struct{}
 
-func (nopProcessor) Process(context.Context, []byte, string) expiry.Verdict { return expiry.Ack }
+func (nopProcessor) Process(context.Context, expiry.Delivery) expiry.Verdict { return expiry.Ack }

@@ -13,8 +13,8 @@ import (
 
 type printer struct{}
 
-func (printer) Process(_ context.Context, body []byte, _ string) expiry.Verdict {
-	fmt.Printf("delivered %q\n", body)
+func (printer) Process(_ context.Context, d expiry.Delivery) expiry.Verdict {
+	fmt.Printf("delivered %q\n", d.Body)
 	return expiry.Ack
 }
 

@@ -24,13 +24,6 @@ import (
 // ErrClosed is returned by Send after Close.
 var ErrClosed = errors.New("inproc: sender closed")
 
-// Consumer receives delivered bodies; *expiry.Shell implements it. A
-// Consumer that also implements expiry.TracedProcessor (the Shell does) gets
-// each message's trace context through ProcessTraced.
-type Consumer interface {
-	Process(ctx context.Context, body []byte, traceID string) expiry.Verdict
-}
-
 // Config configures a Sender. The zero Config delays messages exactly, on the
 // system clock.
 type Config struct {
@@ -51,8 +44,8 @@ type Config struct {
 type Sender struct {
 	cfg      Config
 	mu       sync.Mutex
-	consumer Consumer
-	held     []*delivery // fell due before Attach
+	consumer expiry.Processor
+	held     []*expiry.Delivery // fell due before Attach
 	timers   map[uint64]expiry.Timer
 	next     uint64
 	closed   bool
@@ -73,7 +66,7 @@ func New(c Config) *Sender {
 }
 
 // Attach sets the consumer and releases deliveries that were held for it.
-func (s *Sender) Attach(c Consumer) {
+func (s *Sender) Attach(c expiry.Processor) {
 	s.mu.Lock()
 	s.consumer = c
 	held := s.held
@@ -99,7 +92,7 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 		delay = s.cfg.Levels.Delay(level)
 	}
 	delay = max(delay, 0)
-	return s.schedule(&delivery{body: body, traceID: m.TraceID, trace: m.Trace}, delay, func() {
+	return s.schedule(&expiry.Delivery{Body: body, TraceID: m.TraceID, Trace: m.Trace}, delay, func() {
 		s.cfg.Observer.Observe(ctx, expiry.Event{Kind: expiry.KindSent, OrderNo: m.OrderNo, Hop: m.Hop, Level: level, Delay: delay})
 	})
 }
@@ -107,7 +100,7 @@ func (s *Sender) Send(ctx context.Context, m expiry.Message, delay time.Duration
 // schedule starts a message's timer, then calls sent (nil for a redelivery,
 // which is not a send) under the lock: fire takes the lock too, so even a
 // zero delay is delivered after its send was observed.
-func (s *Sender) schedule(d *delivery, delay time.Duration, sent func()) error {
+func (s *Sender) schedule(d *expiry.Delivery, delay time.Duration, sent func()) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -123,7 +116,7 @@ func (s *Sender) schedule(d *delivery, delay time.Duration, sent func()) error {
 	return nil
 }
 
-func (s *Sender) fire(id uint64, d *delivery) {
+func (s *Sender) fire(id uint64, d *expiry.Delivery) {
 	s.mu.Lock()
 	delete(s.timers, id)
 	c := s.consumer
@@ -136,25 +129,12 @@ func (s *Sender) fire(id uint64, d *delivery) {
 	s.deliver(c, d)
 }
 
-// delivery is one message as the consumer gets it: the body and what a
-// broker would carry beside it as properties.
-type delivery struct {
-	body    []byte
-	traceID string
-	trace   expiry.Trace
-}
-
-func (s *Sender) deliver(c Consumer, d *delivery) {
+func (s *Sender) deliver(c expiry.Processor, d *expiry.Delivery) {
 	defer s.wg.Done()
 	if c == nil {
 		return // closed before a consumer was attached
 	}
-	var v expiry.Verdict
-	if tc, ok := c.(expiry.TracedProcessor); ok {
-		v = tc.ProcessTraced(context.Background(), d.body, d.traceID, d.trace)
-	} else {
-		v = c.Process(context.Background(), d.body, d.traceID)
-	}
+	v := c.Process(context.Background(), *d)
 	if v == expiry.Retry {
 		_ = s.schedule(d, s.cfg.RetryDelay, nil) // after Close the message is dropped, as documented
 	}

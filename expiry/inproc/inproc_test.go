@@ -24,12 +24,12 @@ type chanConsumer struct {
 	verdict func(expiry.Message) expiry.Verdict
 }
 
-func (c chanConsumer) Process(_ context.Context, body []byte, traceID string) expiry.Verdict {
-	m, err := expiry.DecodeMessage(body)
+func (c chanConsumer) Process(_ context.Context, d expiry.Delivery) expiry.Verdict {
+	m, err := expiry.DecodeMessage(d.Body)
 	if err != nil {
 		return expiry.Ack
 	}
-	m.TraceID = traceID
+	m.TraceID = d.TraceID
 	c.ch <- expirytest.Delivery{Message: m, At: time.Now()}
 	if c.verdict != nil {
 		return c.verdict(m)
@@ -99,16 +99,16 @@ func TestClose(t *testing.T) {
 	assert.ErrorIs(t, s.Send(context.Background(), expiry.Message{OrderNo: "o2", Hop: 1}, 0), inproc.ErrClosed)
 }
 
-// tracedConsumer is a consumer that also takes the trace context, as the
-// Shell does (expiry.TracedProcessor).
+// tracedConsumer is a consumer that also records each delivery's trace
+// context.
 type tracedConsumer struct {
 	chanConsumer
 	traces chan expiry.Trace
 }
 
-func (c tracedConsumer) ProcessTraced(ctx context.Context, body []byte, traceID string, tc expiry.Trace) expiry.Verdict {
-	c.traces <- tc
-	return c.Process(ctx, body, traceID)
+func (c tracedConsumer) Process(ctx context.Context, d expiry.Delivery) expiry.Verdict {
+	c.traces <- d.Trace
+	return c.chanConsumer.Process(ctx, d)
 }
 
 func TestTraceIsCarried(t *testing.T) {

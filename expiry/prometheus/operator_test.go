@@ -195,7 +195,10 @@ func exported(t *testing.T) map[string]string {
 	return out
 }
 
-var metricRef = regexp.MustCompile(`\borderexpiry_[a-z0-9_]+`)
+var (
+	metricRef   = regexp.MustCompile(`\borderexpiry_[a-z0-9_]+`)
+	selectorRef = regexp.MustCompile(`\borderexpiry_[a-z0-9_]+\{([^}]*)\}`)
+)
 
 // The dashboard an operator imports (dashboard.json) references only
 // metrics this package exports, and shows every one of them.
@@ -203,11 +206,16 @@ func TestDashboardReferencesExportedMetrics(t *testing.T) {
 	raw, err := os.ReadFile("dashboard.json")
 	require.NoError(t, err)
 	var dash struct {
-		Inputs []struct {
-			Name     string `json:"name"`
-			PluginID string `json:"pluginId"`
-		} `json:"__inputs"`
-		UID    string `json:"uid"`
+		UID        string `json:"uid"`
+		Templating struct {
+			List []struct {
+				Type  string `json:"type"`
+				Name  string `json:"name"`
+				Query any    `json:"query"`
+				Multi bool   `json:"multi"`
+				All   bool   `json:"includeAll"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			ID         int    `json:"id"`
 			Type       string `json:"type"`
@@ -223,8 +231,16 @@ func TestDashboardReferencesExportedMetrics(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(raw, &dash), "valid JSON")
 	require.NotEmpty(t, dash.UID)
-	require.Len(t, dash.Inputs, 1)
-	assert.Equal(t, "prometheus", dash.Inputs[0].PluginID)
+	// An operator picks the data source, and narrows every panel to some
+	// jobs and instances, from the dashboard's own variables.
+	vars := map[string]string{}
+	for _, v := range dash.Templating.List {
+		vars[v.Name] = v.Type
+		if v.Type == "query" {
+			assert.True(t, v.Multi && v.All, "variable %s takes several values and All", v.Name)
+		}
+	}
+	assert.Equal(t, map[string]string{"datasource": "datasource", "job": "query", "instance": "query"}, vars)
 
 	have := exported(t)
 	used := map[string]bool{}
@@ -235,11 +251,16 @@ func TestDashboardReferencesExportedMetrics(t *testing.T) {
 		if p.Type == "row" {
 			continue
 		}
-		assert.Equal(t, "${"+dash.Inputs[0].Name+"}", p.Datasource.UID, "panel %q uses the imported data source", p.Title)
+		assert.Equal(t, "${datasource}", p.Datasource.UID, "panel %q uses the chosen data source", p.Title)
 		require.NotEmpty(t, p.Targets, "panel %q has a query", p.Title)
 		for _, tg := range p.Targets {
 			refs := metricRef.FindAllString(tg.Expr, -1)
 			require.NotEmpty(t, refs, "panel %q %s: %s", p.Title, tg.RefID, tg.Expr)
+			for _, sel := range selectorRef.FindAllStringSubmatch(tg.Expr, -1) {
+				assert.Contains(t, sel[1], `job=~"$job"`, "panel %q %s: %s", p.Title, tg.RefID, sel[0])
+				assert.Contains(t, sel[1], `instance=~"$instance"`, "panel %q %s: %s", p.Title, tg.RefID, sel[0])
+			}
+			assert.Len(t, selectorRef.FindAllString(tg.Expr, -1), len(refs), "panel %q %s: every metric has a selector: %s", p.Title, tg.RefID, tg.Expr)
 			for _, ref := range refs {
 				name := ref
 				for _, suffix := range []string{"_bucket", "_sum", "_count"} {

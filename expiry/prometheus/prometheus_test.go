@@ -136,10 +136,10 @@ func TestRegistration(t *testing.T) {
 	require.NoError(t, err, "another namespace is independent")
 }
 
-type processorFunc func(ctx context.Context, body []byte, trace string) expiry.Verdict
+type processorFunc func(ctx context.Context, d expiry.Delivery) expiry.Verdict
 
-func (f processorFunc) Process(ctx context.Context, body []byte, trace string) expiry.Verdict {
-	return f(ctx, body, trace)
+func (f processorFunc) Process(ctx context.Context, d expiry.Delivery) expiry.Verdict {
+	return f(ctx, d)
 }
 
 // TestThroughTheLibrary wires the Observer into the real Handler, Shell,
@@ -160,8 +160,8 @@ func TestThroughTheLibrary(t *testing.T) {
 	shell := expiry.NewShell(h)
 	var mu sync.Mutex
 	var verdicts []expiry.Verdict
-	sender.Attach(processorFunc(func(ctx context.Context, body []byte, trace string) expiry.Verdict {
-		v := shell.Process(ctx, body, trace)
+	sender.Attach(processorFunc(func(ctx context.Context, d expiry.Delivery) expiry.Verdict {
+		v := shell.Process(ctx, d)
 		mu.Lock()
 		verdicts = append(verdicts, v)
 		mu.Unlock()

@@ -23,6 +23,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
 	oeriver "github.com/seatflow/orderexpiry/expiry/river"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 	"github.com/seatflow/orderexpiry/reconcile"
@@ -103,7 +104,7 @@ func TestCrashAfterCommit(t *testing.T) {
 	client := newClient(t, d, w, nil)
 	sender, err := oeriver.NewSender(client, oeriver.Config{})
 	require.NoError(t, err)
-	var obs events
+	var obs expirytest.Recorder
 	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: expiry.Runtime{Observer: &obs, Logger: quiet()}})
 	require.NoError(t, err)
 	r, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Runtime: expiry.Runtime{Logger: quiet()}})
@@ -129,7 +130,7 @@ func TestCrashAfterCommit(t *testing.T) {
 	assert.False(t, now.Before(o.ExpireAt), "not before its deadline by the database's clock (I4)")
 	// Once, or more if the job came a little early by the database's clock
 	// and the Handler re-armed it.
-	assert.GreaterOrEqual(t, obs.count(expiry.KindHandled), 1, "handled by the new process")
+	assert.GreaterOrEqual(t, obs.Count(expiry.KindHandled), 1, "handled by the new process")
 	held, err = seats.Held(ctx, "s1", "u1")
 	require.NoError(t, err)
 	assert.Zero(t, held, "its seat released by the cancel path")

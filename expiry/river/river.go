@@ -208,13 +208,6 @@ func (s *Sender[TTx]) sent(ctx context.Context, m expiry.Message, delay time.Dur
 	s.cfg.Observer.Observe(ctx, expiry.Event{Kind: expiry.KindSent, OrderNo: m.OrderNo, Hop: m.Hop, Delay: max(delay, 0)})
 }
 
-// Processor handles a delivered body; *expiry.Shell implements it. A
-// Processor that also implements expiry.TracedProcessor (the Shell does) gets
-// each job's trace context through ProcessTraced.
-type Processor interface {
-	Process(ctx context.Context, body []byte, traceID string) expiry.Verdict
-}
-
 // ErrNotAttached is what a Worker returns for a job it got before Attach:
 // River retries the job.
 var ErrNotAttached = errors.New("river: worker has no processor attached")
@@ -232,12 +225,12 @@ type Worker struct {
 	p atomic.Pointer[processor]
 }
 
-type processor struct{ p Processor }
+type processor struct{ p expiry.Processor }
 
 // NewWorker returns a Worker handing jobs to p. p may be nil when the
 // Processor needs a Sender that needs the client this Worker is registered
 // on (the usual wiring): Attach it before starting the client.
-func NewWorker(p Processor) *Worker {
+func NewWorker(p expiry.Processor) *Worker {
 	w := &Worker{}
 	if p != nil {
 		w.Attach(p)
@@ -246,7 +239,7 @@ func NewWorker(p Processor) *Worker {
 }
 
 // Attach sets the Processor that jobs are handed to.
-func (w *Worker) Attach(p Processor) { w.p.Store(&processor{p}) }
+func (w *Worker) Attach(p expiry.Processor) { w.p.Store(&processor{p}) }
 
 // Work implements river.Worker.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
@@ -255,7 +248,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return ErrNotAttached
 	}
 	a := job.Args
-	v := process(ctx, pp.p, []byte(a.Body), a.TraceID, expiry.Trace{Parent: a.TraceParent, State: a.TraceState})
+	v := pp.p.Process(ctx, expiry.Delivery{Body: []byte(a.Body), TraceID: a.TraceID, Trace: expiry.Trace{Parent: a.TraceParent, State: a.TraceState}})
 	if _, err := expiry.DecodeMessage([]byte(a.Body)); err != nil {
 		// The Shell has counted and logged it; cancelling records the
 		// job as dropped, where completing it would say it was handled.
@@ -265,13 +258,6 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return fmt.Errorf("%w: order message %q", ErrRetry, a.Body)
 	}
 	return nil
-}
-
-func process(ctx context.Context, p Processor, body []byte, traceID string, t expiry.Trace) expiry.Verdict {
-	if tp, ok := p.(expiry.TracedProcessor); ok {
-		return tp.ProcessTraced(ctx, body, traceID, t)
-	}
-	return p.Process(ctx, body, traceID)
 }
 
 // Middleware implements river.Worker. It checks the job's args before River
@@ -295,7 +281,7 @@ func (c *argsCheck) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 		return doInner(ctx)
 	} else if pp := c.w.p.Load(); pp != nil {
 		// The raw args are no expiry body: the Shell counts and logs them.
-		process(ctx, pp.p, job.EncodedArgs, "", expiry.Trace{})
+		pp.p.Process(ctx, expiry.Delivery{Body: job.EncodedArgs})
 		return river.JobCancel(fmt.Errorf("%w: job args: %w", expiry.ErrBadMessage, err))
 	}
 	return ErrNotAttached

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,16 +117,12 @@ func newClient(t testing.TB, d riverdriver.Driver[*sql.Tx], w *oeriver.Worker, c
 // would, and reports it.
 type recorder struct{ ch chan expirytest.Delivery }
 
-func (r recorder) Process(ctx context.Context, body []byte, traceID string) expiry.Verdict {
-	return r.ProcessTraced(ctx, body, traceID, expiry.Trace{})
-}
-
-func (r recorder) ProcessTraced(_ context.Context, body []byte, traceID string, tc expiry.Trace) expiry.Verdict {
-	m, err := expiry.DecodeMessage(body)
+func (r recorder) Process(_ context.Context, d expiry.Delivery) expiry.Verdict {
+	m, err := expiry.DecodeMessage(d.Body)
 	if err != nil {
 		return expiry.Ack
 	}
-	m.TraceID, m.Trace = traceID, tc.Clean()
+	m.TraceID, m.Trace = d.TraceID, d.Trace.Clean()
 	r.ch <- expirytest.Delivery{Message: m, At: time.Now()}
 	return expiry.Ack
 }
@@ -182,27 +177,6 @@ func (f stubCanceller) Timeout(_ context.Context, no string) (bool, expiry.Order
 	return f(no)
 }
 
-// events counts the observer's events by kind.
-type events struct {
-	mu sync.Mutex
-	n  map[expiry.Kind]int
-}
-
-func (e *events) Observe(_ context.Context, ev expiry.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.n == nil {
-		e.n = map[expiry.Kind]int{}
-	}
-	e.n[ev.Kind]++
-}
-
-func (e *events) count(k expiry.Kind) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[k]
-}
-
 // waitJob waits until job id reaches state.
 func waitJob(t *testing.T, c *river.Client[*sql.Tx], id int64, state rivertype.JobState) *rivertype.JobRow {
 	t.Helper()
@@ -225,7 +199,7 @@ func TestWorkerVerdicts(t *testing.T) {
 			db, d := b.open(t)
 			var failures atomic.Int32
 			failures.Store(1)
-			var obs events
+			var obs expirytest.Recorder
 			w := oeriver.NewWorker(nil) // attached below, as a host wires it
 			// A short retry delay so the retried job comes back within the
 			// test; River's default policy waits attempt^4 seconds.
@@ -262,7 +236,7 @@ func TestWorkerVerdicts(t *testing.T) {
 			assert.Equal(t, 2, row.Attempt, "failed once, retried, then handled")
 			require.Len(t, row.Errors, 1)
 			assert.Contains(t, row.Errors[0].Error, "transiently")
-			assert.Equal(t, 2, obs.count(expiry.KindBadMessage), "both bad jobs counted")
+			assert.Equal(t, 2, obs.Count(expiry.KindBadMessage), "both bad jobs counted")
 		})
 	}
 }

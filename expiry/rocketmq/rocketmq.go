@@ -129,7 +129,7 @@ type Config struct {
 	Levels levels.Table
 	// Slack lets the last hop land up to this long after the deadline, which
 	// saves hops (ModeLevels): 0 means one second (a 10s order is then one
-	// hop, not six); a negative Slack means none, the article's rule.
+	// hop, not six); a negative Slack means none, the greedy rule.
 	Slack time.Duration
 	// MaxTimerDelay caps a timer message's delay (ModeTimer); 0 means three
 	// days, the broker's default timerMaxDelaySec.
@@ -271,14 +271,7 @@ func instanceName() string {
 	return fmt.Sprintf("oe-%d-%d", os.Getpid(), instances.Add(1))
 }
 
-// Processor handles a delivered body; *expiry.Shell implements it. A
-// Processor that also implements expiry.TracedProcessor (the Shell does) gets
-// each message's trace context through ProcessTraced.
-type Processor interface {
-	Process(ctx context.Context, body []byte, traceID string) expiry.Verdict
-}
-
-// Consumer is a push consumer that hands every message to a Processor.
+// Consumer is a push consumer that hands every message to an expiry.Processor.
 type Consumer struct {
 	cfg     Config
 	c       rmq.PushConsumer
@@ -289,7 +282,7 @@ type Consumer struct {
 }
 
 // NewConsumer subscribes to cfg.Topic; Start begins consuming.
-func NewConsumer(cfg Config, p Processor) (*Consumer, error) {
+func NewConsumer(cfg Config, p expiry.Processor) (*Consumer, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -309,7 +302,6 @@ func NewConsumer(cfg Config, p Processor) (*Consumer, error) {
 		return nil, fmt.Errorf("rocketmq: new consumer: %w", err)
 	}
 	c := &Consumer{cfg: cfg, c: pc}
-	traced, _ := p.(expiry.TracedProcessor)
 	err = pc.Subscribe(cfg.Topic, consumer.MessageSelector{}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		if !c.enter() {
 			return consumer.ConsumeRetryLater, nil // shutting down: leave it to the next consumer
@@ -317,13 +309,11 @@ func NewConsumer(cfg Config, p Processor) (*Consumer, error) {
 		defer c.running.Done()
 		result := consumer.ConsumeSuccess
 		for _, m := range msgs {
-			var v expiry.Verdict
-			if traced != nil {
-				tc := expiry.Trace{Parent: m.GetProperty(TraceParentProperty), State: m.GetProperty(TraceStateProperty)}
-				v = traced.ProcessTraced(ctx, m.Body, m.GetProperty(TraceProperty), tc)
-			} else {
-				v = p.Process(ctx, m.Body, m.GetProperty(TraceProperty))
-			}
+			v := p.Process(ctx, expiry.Delivery{
+				Body:    m.Body,
+				TraceID: m.GetProperty(TraceProperty),
+				Trace:   expiry.Trace{Parent: m.GetProperty(TraceParentProperty), State: m.GetProperty(TraceStateProperty)},
+			})
 			if v == expiry.Retry {
 				result = consumer.ConsumeRetryLater
 			}
@@ -360,7 +350,7 @@ func (c *Consumer) Start() error {
 // StartConsumer creates a Consumer and starts it, trying again every half
 // second while the topic has no route yet (a topic created a moment ago
 // reaches the name server within seconds), until ctx is done.
-func StartConsumer(ctx context.Context, cfg Config, p Processor) (*Consumer, error) {
+func StartConsumer(ctx context.Context, cfg Config, p expiry.Processor) (*Consumer, error) {
 	for {
 		c, err := NewConsumer(cfg, p)
 		if err != nil {

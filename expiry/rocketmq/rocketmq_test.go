@@ -53,7 +53,7 @@ func topic(t *testing.T) (rocketmq.Config, string) {
 	return rocketmq.Config{NameServers: ns, Topic: name, Group: name + "_g"}, addr
 }
 
-func startConsumer(t *testing.T, cfg rocketmq.Config, p rocketmq.Processor) *rocketmq.Consumer {
+func startConsumer(t *testing.T, cfg rocketmq.Config, p expiry.Processor) *rocketmq.Consumer {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := rocketmq.StartConsumer(ctx, cfg, p)
@@ -76,10 +76,10 @@ func newSender(t *testing.T, cfg rocketmq.Config) *rocketmq.Sender {
 // chanProcessor decodes like the Shell and forwards deliveries.
 type chanProcessor chan expirytest.Delivery
 
-func (c chanProcessor) Process(_ context.Context, body []byte, traceID string) expiry.Verdict {
-	m, err := expiry.DecodeMessage(body)
+func (c chanProcessor) Process(_ context.Context, d expiry.Delivery) expiry.Verdict {
+	m, err := expiry.DecodeMessage(d.Body)
 	if err == nil {
-		m.TraceID = traceID
+		m.TraceID = d.TraceID
 		c <- expirytest.Delivery{Message: m, At: time.Now()}
 	}
 	return expiry.Ack
@@ -191,7 +191,7 @@ func (c *chain) assertReleased(t *testing.T, p cancel.Placement) {
 	assert.Zero(t, n, "order_seat rows are gone")
 }
 
-// The article's smoke test: a 10-second order, not paid, is cancelled by the
+// The smoke test: a 10-second order, not paid, is cancelled by the
 // broker's delayed delivery.
 func TestSmokeTenSeconds(t *testing.T) {
 	for _, mode := range []rocketmq.Mode{rocketmq.ModeLevels, rocketmq.ModeTimer} {
@@ -309,7 +309,7 @@ type blockingProcessor struct {
 	once     sync.Once
 }
 
-func (b *blockingProcessor) Process(context.Context, []byte, string) expiry.Verdict {
+func (b *blockingProcessor) Process(context.Context, expiry.Delivery) expiry.Verdict {
 	first := false
 	b.once.Do(func() { first = true })
 	if first {
@@ -347,15 +347,11 @@ func TestCloseDrains(t *testing.T) {
 }
 
 // tracedProcessor records the trace context each delivery carried, as the
-// Shell's ProcessTraced receives it.
+// Shell receives it.
 type tracedProcessor chan [2]any
 
-func (c tracedProcessor) Process(ctx context.Context, body []byte, traceID string) expiry.Verdict {
-	return c.ProcessTraced(ctx, body, traceID, expiry.Trace{})
-}
-
-func (c tracedProcessor) ProcessTraced(_ context.Context, body []byte, _ string, tc expiry.Trace) expiry.Verdict {
-	c <- [2]any{string(body), tc}
+func (c tracedProcessor) Process(_ context.Context, d expiry.Delivery) expiry.Verdict {
+	c <- [2]any{string(d.Body), d.Trace}
 	return expiry.Ack
 }
 

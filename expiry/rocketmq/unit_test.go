@@ -71,7 +71,7 @@ func TestPlan(t *testing.T) {
 	require.NoError(t, err)
 	defer none.Close()
 	_, d = none.Plan(10*time.Second - 5*time.Millisecond)
-	assert.Equal(t, 5*time.Second, d, "negative slack: the article's rule")
+	assert.Equal(t, 5*time.Second, d, "negative slack: the greedy rule")
 	dflt, err := rocketmq.NewSender(rocketmq.Config{NameServers: []string{"127.0.0.1:1"}, Topic: "t", Group: "plan4"})
 	require.NoError(t, err)
 	defer dflt.Close()

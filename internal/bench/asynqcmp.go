@@ -247,7 +247,7 @@ func (c *common) transportRun(ctx context.Context, tr string, idx int, bd *bench
 		start = func(shell *expiry.Shell) error {
 			srv := asynq.NewServerFromRedisClient(rdb, cfg)
 			err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-				if shell.Process(ctx, t.Payload(), "") == expiry.Retry {
+				if shell.Process(ctx, expiry.Delivery{Body: t.Payload()}) == expiry.Retry {
 					return errors.New("transient failure; asynq retries")
 				}
 				return nil

@@ -76,7 +76,7 @@ func (o *cancelCounter) Observe(_ context.Context, e expiry.Event) {
 
 // countingSeats is the real seat store, counting the seats each Release
 // freed per order: the cancel path's releases and the reconciler's own
-// (scan #4) alike.
+// alike.
 type countingSeats struct {
 	*redisseat.Seats
 	mu    sync.Mutex
@@ -94,7 +94,7 @@ func (s *countingSeats) Release(ctx context.Context, h cancel.Hold) (int, error)
 }
 
 // roundClock tells the reconciler's rounds apart from the outside: a round
-// starts with scan #1 (its first Expired call), goes on with scan #4 (its
+// starts with the expired pass (its first Expired call), goes on with the lock pass (its
 // first ScanLocks call) and ends with the refunds pass (RetryDiscrepancies),
 // each called once per round from Run's goroutine.
 type roundClock struct {
@@ -409,7 +409,7 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 				rest += rt.end.Sub(rt.locks)
 			}
 		}
-		fmt.Printf("- of the rounds' time: scan #1 with its cancels %v (of which inside `Expired` %v), scans #4, #2 and refunds %v\n", fmtDur(exp), fmtDur(scan), fmtDur(rest))
+		fmt.Printf("- of the rounds' time: the expired pass with its cancels %v (of which inside `Expired` %v), the lock, claims and refunds passes %v\n", fmtDur(exp), fmtDur(scan), fmtDur(rest))
 	}
 	fmt.Printf("- raw cancel path: %d orders in %v + %v\n", o.n, fmtDur(d1), fmtDur(d2))
 	recRate := float64(o.n) / recDrain.Seconds()
@@ -627,7 +627,7 @@ func checkBacklog(ctx context.Context, s *backlogSet, n, history int, gen func(i
 				heldB++
 			}
 			cl, ok := sqlClaims[show+"/"+seat]
-			if !ok || cl.order != st.OrderNo || cl.state != seatState(st.Status) {
+			if !ok || cl.order != st.OrderNo || cl.state != soldState(st.Status) {
 				mismatch++
 			}
 		}

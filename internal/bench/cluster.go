@@ -297,7 +297,7 @@ func (c *common) clusterBacklog(engine, bin, dir string, n int, t *table, failed
 			twice++
 		}
 		if len(releasers[gen(i).no]) > 1 {
-			two++ // one instance's cancel and another's scan #4 each freed some of its seats (reconcile.Config.Settle prevents it)
+			two++ // one instance's cancel and another's lock pass each freed some of its seats (reconcile.Config.Settle prevents it)
 		}
 		if freedPer[gen(i).no] > 2 {
 			over++ // a seat freed twice

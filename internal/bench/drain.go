@@ -35,7 +35,7 @@ type drainSet struct {
 	seatsN  int
 	scanT   time.Duration // inside ExpiredFinder.Expired
 	cancelT time.Duration // inside Service.Cancel (SQL transaction + Redis release)
-	claimsT time.Duration // inside ClaimScanner.Claims and SeatRestorer.Restore (scan #2)
+	claimsT time.Duration // inside ClaimScanner.Claims and SeatRestorer.Restore
 	reads   int64         // MariaDB: Innodb_buffer_pool_reads during its rounds (server-wide)
 }
 
@@ -112,7 +112,7 @@ func runDrain(c *common, args []string) error {
 	fmt.Printf("Backlog: %d pending orders past expire_at (2 seats each, locked in Redis), inside a table of %d and one of %d orders. %s "+
 		"Bulk-loaded in 100k-row chunks (`-load fast`: LOAD DATA LOCAL INFILE / COPY; `-load insert`: 1000-row INSERTs), then ANALYZE. "+
 		"Drain: `reconcile.Reconciler.Round` (Batch %d, MaxPerRound %d), rounds alternating between the two tables so both see the same background load; "+
-		"the rate counts round time only. Each table has its own Redis database, so scan #4 sees only its own locks.\n\n",
+		"the rate counts round time only. Each table has its own Redis database, so the lock pass sees only its own locks.\n\n",
 		*backlog, *small, *large, lay, *batch, *perRound)
 	summary := newTable("database", "table", "load time", "drain rounds", "drained", "drain time", "of which scan / cancel / claims pass", "**orders/s**", "**large / small**", "MariaDB buffer-pool reads / order")
 	for _, e := range engines {

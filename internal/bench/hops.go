@@ -44,7 +44,7 @@ type simMode struct {
 }
 
 var simModes = []simMode{
-	{"rule, slack 0 (article)", false, 0},
+	{"rule, slack 0 (greedy)", false, 0},
 	{"rule, slack 1s", false, time.Second},
 	{"timer (5.x)", true, 0},
 }
@@ -189,7 +189,7 @@ func runHops(c *common, args []string) error {
 		g.add(fmt.Sprintf("15m with slack 1s: lateness ≤ slack + max transit (%v)", lim), "max "+fmtDur(maxDur(r.late)), yes(maxDur(r.late) <= lim))
 	}
 	if r, ok := results[fmt.Sprint(15*time.Minute, simModes[0].name)]; ok {
-		g.add("15m, article's rule: 11 hops (50 ms fixed transit)", fmt.Sprintf("%d hops fixed-50ms; %.2f mean / %d max with jitter", r.fixedHops, r.hopsMean, r.hopsMax), yes(r.fixedHops == 11))
+		g.add("15m, the greedy rule: 11 hops (50 ms fixed transit)", fmt.Sprintf("%d hops fixed-50ms; %.2f mean / %d max with jitter", r.fixedHops, r.hopsMean, r.hopsMax), yes(r.fixedHops == 11))
 	}
 	worstSlack := time.Duration(0)
 	for _, e := range expiries {

@@ -356,7 +356,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 // discard is the in-process sender's consumer: nothing fires during the run.
 type discard struct{}
 
-func (discard) Process(context.Context, []byte, string) expiry.Verdict { return expiry.Ack }
+func (discard) Process(context.Context, expiry.Delivery) expiry.Verdict { return expiry.Ack }
 
 // handSQL is the by-hand transaction's statements: the library's columns,
 // the claims in one multi-row INSERT.

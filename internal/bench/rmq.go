@@ -48,7 +48,7 @@ func (c *common) rmqTopic(ctx context.Context, tag string) (rocketmq.Config, fun
 
 // rmqConsumer starts a consumer, retrying while a new topic's route
 // propagates to the name server.
-func rmqConsumer(cfg rocketmq.Config, p rocketmq.Processor) (*rocketmq.Consumer, error) {
+func rmqConsumer(cfg rocketmq.Config, p expiry.Processor) (*rocketmq.Consumer, error) {
 	deadline := time.Now().Add(40 * time.Second)
 	for {
 		c, err := rocketmq.NewConsumer(cfg, p)

@@ -257,7 +257,7 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 			if v == vOursIP {
 				sh = shellIP
 			}
-			if sh.Process(ctx, o.body, "") != expiry.Ack {
+			if sh.Process(ctx, expiry.Delivery{Body: o.body}) != expiry.Ack {
 				return errors.New("shell asked for a retry")
 			}
 			return nil
@@ -407,7 +407,7 @@ func (c *common) throughputEngine(engine string, conc []int, n, reps, nSeats int
 				var err error
 				switch v {
 				case vOurs:
-					if cshell.Process(ctx, g[i].body, "") != expiry.Ack {
+					if cshell.Process(ctx, expiry.Delivery{Body: g[i].body}) != expiry.Ack {
 						err = errors.New("retry")
 					}
 				case vStore:

@@ -255,6 +255,14 @@ func seatState(st expiry.Status) int {
 	return 1
 }
 
+// soldState is seatState for a seat as the seat store has it.
+func soldState(st cancel.SeatStatus) int {
+	if st == cancel.SeatSold {
+		return 2
+	}
+	return 1
+}
+
 var loadSeq atomic.Int64
 
 // loadDataMySQL streams TSV through go-sql-driver's reader handlers into

@@ -122,7 +122,7 @@ func (b *Books) Observe(o Outcome, settled bool) []string {
 	for _, show := range sortedKeys(o.Seats) {
 		for _, seat := range sortedKeys(o.Seats[show]) {
 			st := o.Seats[show][seat]
-			if st.Status != expiry.StatusPaid {
+			if st.Status != cancel.SeatSold {
 				continue
 			}
 			key := show + "/" + seat
@@ -140,7 +140,7 @@ func (b *Books) Observe(o Outcome, settled bool) []string {
 		if _, observed := o.Seats[show]; !observed {
 			continue
 		}
-		if st := o.Seats[show][seat]; st.Status != expiry.StatusPaid || st.OrderNo != b.sold[key] {
+		if st := o.Seats[show][seat]; st.Status != cancel.SeatSold || st.OrderNo != b.sold[key] {
 			if settled || st.OrderNo != "" { // a lost Redis write may free it for a while; another holder never
 				fail("I15: seat %s was sold to %s, now %+v", key, b.sold[key], st)
 			}
@@ -149,7 +149,7 @@ func (b *Books) Observe(o Outcome, settled bool) []string {
 	if settled {
 		type holder struct {
 			no     string
-			status expiry.Status
+			status cancel.SeatStatus
 		}
 		want := map[string]map[string]holder{}
 		for _, no := range sortedKeys(o.Orders) {
@@ -164,7 +164,11 @@ func (b *Books) Observe(o Outcome, settled bool) []string {
 				if other, taken := want[ord.ShowID][seat]; taken {
 					fail("I15: seat %s/%s held in SQL by two live orders, %s and %s", ord.ShowID, seat, other.no, no)
 				}
-				want[ord.ShowID][seat] = holder{no, ord.Status}
+				st := cancel.SeatLocked
+				if ord.Status == expiry.StatusPaid {
+					st = cancel.SeatSold
+				}
+				want[ord.ShowID][seat] = holder{no, st}
 			}
 		}
 		for _, show := range sortedKeys(o.Seats) {

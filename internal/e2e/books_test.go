@@ -23,10 +23,10 @@ func TestBooks(t *testing.T) {
 		return OrderOutcome{Status: expiry.StatusPending, UserID: user, ShowID: "s", Seats: seats}
 	}
 	sold := func(no, user string) cancel.SeatState {
-		return cancel.SeatState{Status: expiry.StatusPaid, OrderNo: no, UserID: user}
+		return cancel.SeatState{Status: cancel.SeatSold, OrderNo: no, UserID: user}
 	}
 	locked := func(no, user string) cancel.SeatState {
-		return cancel.SeatState{Status: expiry.StatusPending, OrderNo: no, UserID: user}
+		return cancel.SeatState{Status: cancel.SeatLocked, OrderNo: no, UserID: user}
 	}
 	for _, c := range []struct {
 		name string

@@ -36,7 +36,7 @@ func (w *World) Check(ctx context.Context, placed []cancel.Placement, settled bo
 				bad = append(bad, fmt.Sprintf("I1/I5: %s paid, but the library reported %d payments and %d cancels", p.OrderNo, paid, c))
 			}
 			for _, s := range p.Seats {
-				if st := show[s]; st.Status != expiry.StatusPaid || st.OrderNo != p.OrderNo {
+				if st := show[s]; st.Status != cancel.SeatSold || st.OrderNo != p.OrderNo {
 					bad = append(bad, fmt.Sprintf("I2: seat %s of paid order %s is %+v, want sold to it", s, p.OrderNo, st))
 				}
 			}

@@ -282,7 +282,7 @@ func TestCrashRelease(t *testing.T) {
 	seats := e.seatState(t)
 	for _, s := range victim.Seats {
 		require.Equal(t, victim.OrderNo, seats[s].OrderNo, "seat %s is still locked by the cancelled order", s)
-		require.Equal(t, expiry.StatusPending, seats[s].Status)
+		require.Equal(t, cancel.SeatLocked, seats[s].Status)
 	}
 	require.Equal(t, 6, e.held(t, "u1"), "the counter still counts the victim's seats (I8 lags until the repair)")
 
@@ -314,9 +314,9 @@ func TestCrashRelease(t *testing.T) {
 		assert.NotContains(t, seats, s)
 	}
 	for _, s := range pending.Seats {
-		assert.Equal(t, cancel.SeatState{Status: expiry.StatusPending, OrderNo: pending.OrderNo, UserID: "u1", LockedAt: seats[s].LockedAt, LockID: seats[s].LockID}, seats[s])
+		assert.Equal(t, cancel.SeatState{Status: cancel.SeatLocked, OrderNo: pending.OrderNo, UserID: "u1", LockedAt: seats[s].LockedAt, LockID: seats[s].LockID}, seats[s])
 	}
-	assert.Equal(t, cancel.SeatState{Status: expiry.StatusPaid, OrderNo: paid.OrderNo, UserID: "u1"}, seats["c1"])
+	assert.Equal(t, cancel.SeatState{Status: cancel.SeatSold, OrderNo: paid.OrderNo, UserID: "u1"}, seats["c1"])
 	assert.Equal(t, len(pending.Seats)+len(paid.Seats), e.held(t, "u1"), "I8: counter == seats of pending and paid orders")
 	st, _ = e.status(t, pending.OrderNo)
 	assert.Equal(t, expiry.StatusPending, st)

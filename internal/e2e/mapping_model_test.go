@@ -1,7 +1,7 @@
 package e2e_test
 
 // The model test (model_test.go) on SeatFlow's own tables through a
-// sqlstore.Mapping (issue 10): order_info with a numeric primary key beside
+// sqlstore.Mapping: order_info with a numeric primary key beside
 // the unique order number, TINYINT statuses 0/1/2, a DATETIME deadline in
 // UTC (kept to the second, rounded up), order_seat rows a cancel deletes,
 // and on MariaDB the server's case-insensitive utf8mb4_general_ci for the

@@ -290,7 +290,7 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"SeatStoreOutage":  m.SeatStoreOutage,
 			"":                 m.Check,
 			"DeliverDuplicate": m.DeliverDuplicate,
-			// The hostile-but-legal vocabulary (issue 9, I13).
+			// The hostile-but-legal vocabulary (I13).
 			"PlaceDupSeat": m.PlaceDupSeat,
 			"PlaceAgain":   m.PlaceAgain,
 			"PayAgain":     m.PayAgain,
@@ -301,14 +301,14 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			"WipeShow":     m.WipeShow,
 			"FailRefunds":  m.FailRefunds,
 			"SkewClock":    m.SkewClock,
-			// Issue 12: late payments, deadline control, the expiry warning.
+			// Late payments, deadline control, the expiry warning.
 			"PayLate":       m.PayLate,
 			"PayLateResold": m.PayLateResold,
 			"Extend":        m.Extend,
 			"ExpireNow":     m.ExpireNow,
 			"Shorten":       m.Shorten,
 			"WarnRedeliver": m.WarnRedeliver,
-			// Several instances (issue 13): another host's scan between a
+			// Several instances: another host's scan between a
 			// cancel's commit and its release.
 			"CancelUnderScan": m.CancelUnderScan,
 		}
@@ -795,7 +795,7 @@ func (s *mOrders) SettleDiscrepancy(ctx context.Context, paymentID string) error
 	return s.inner.SettleDiscrepancy(ctx, paymentID)
 }
 
-func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
+func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	if _, hit := s.m.fault("Statuses", ""); hit {
 		return nil, injected("Statuses")
 	}
@@ -841,7 +841,7 @@ func (s *mSeats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, er
 	// the ack is lost: the lock is in the store all the same.
 	after := s.show(ctx, h.ShowID)
 	for _, seat := range h.Seats {
-		if st, ok := after[seat]; ok && st.Status == expiry.StatusPending && st.OrderNo == h.OrderNo {
+		if st, ok := after[seat]; ok && st.Status == cancel.SeatLocked && st.OrderNo == h.OrderNo {
 			delete(s.m.freed, [3]string{h.OrderNo, h.ShowID, seat})
 		}
 	}
@@ -913,7 +913,7 @@ func (s *mSeats) auditRelease(h cancel.Hold, before, after map[string]cancel.Sea
 		if still && a == b {
 			continue
 		}
-		if b.Status != expiry.StatusPending || b.OrderNo != h.OrderNo || still {
+		if b.Status != cancel.SeatLocked || b.OrderNo != h.OrderNo || still {
 			m.violate("I2: releasing %s changed seat %s/%s from %+v to %+v (not a lock of this order)", h.OrderNo, h.ShowID, seat, b, a)
 			continue
 		}
@@ -957,7 +957,7 @@ func (s *mSeats) Sell(ctx context.Context, h cancel.Hold) (int, error) {
 			continue
 		}
 		changed++
-		if a.Status != expiry.StatusPaid || a.OrderNo != h.OrderNo || (was && (b.Status != expiry.StatusPending || b.OrderNo != h.OrderNo)) {
+		if a.Status != cancel.SeatSold || a.OrderNo != h.OrderNo || (was && (b.Status != cancel.SeatLocked || b.OrderNo != h.OrderNo)) {
 			s.m.violate("I2: selling for %s changed seat %s/%s from %+v to %+v", h.OrderNo, h.ShowID, seat, b, a)
 		}
 	}
@@ -1585,7 +1585,7 @@ func (m *machine) DeliverStray(t *rapid.T) {
 		body := rapid.SampledFrom([]string{"", "oe1 ", "oe1 x{y} 1", "oe1 ok 0", "hello", "oe1 " + strings.Repeat("a", 300) + " 1"}).Draw(t, "body")
 		snap := m.snapshot(t)
 		bad := m.obs.kinds[expiry.KindBadMessage]
-		if v := m.shell.Process(m.ctx, []byte(body), "trace"); v != expiry.Ack {
+		if v := m.shell.Process(m.ctx, expiry.Delivery{Body: []byte(body), TraceID: "trace"}); v != expiry.Ack {
 			m.violate("I7: garbage %q got verdict %v, want Ack", body, v)
 		}
 		if m.obs.kinds[expiry.KindBadMessage] != bad+1 {
@@ -1619,7 +1619,7 @@ func (m *machine) deliver(t *rapid.T, msg expiry.Message, duplicate bool) bool {
 		if eerr != nil {
 			t.Fatal(eerr)
 		}
-		v := m.shell.Process(m.ctx, body, "trace-"+msg.OrderNo)
+		v := m.shell.Process(m.ctx, expiry.Delivery{Body: body, TraceID: "trace-" + msg.OrderNo})
 		outcome, err = m.obs.handled.Outcome, m.obs.handled.Err
 		if (v == expiry.Ack) != (err == nil) {
 			m.violate("shell verdict %v for outcome %v err %v", v, outcome, err)
@@ -2045,9 +2045,9 @@ func (m *machine) Check(t *rapid.T) {
 			}
 			perUser[s.UserID]++
 			switch {
-			case s.Status == expiry.StatusPaid && o.status != expiry.StatusPaid:
+			case s.Status == cancel.SeatSold && o.status != expiry.StatusPaid:
 				fail("I2: seat %s/%s sold to %s, which is %s", show, seat, s.OrderNo, m.state(o))
-			case s.Status == expiry.StatusPaid:
+			case s.Status == cancel.SeatSold:
 			case o.placed && o.status == expiry.StatusPending:
 			case o.placed && o.status == expiry.StatusPaid:
 				if !o.lag {
@@ -2076,7 +2076,7 @@ func (m *machine) Check(t *rapid.T) {
 					blocked[o.p.UserID]++
 					continue
 				}
-				if !ok || s.OrderNo != no || (o.status == expiry.StatusPending && s.Status != expiry.StatusPending) {
+				if !ok || s.OrderNo != no || (o.status == expiry.StatusPending && s.Status != cancel.SeatLocked) {
 					fail("I2: seat %s/%s of %s order %s is %+v (held %v)", show, seat, o.status, no, s, ok)
 				}
 			}
@@ -2163,7 +2163,7 @@ func (m *machine) settle(t *rapid.T) {
 	m.Check(t)
 	for _, show := range m.shows {
 		for seat, s := range m.fs.show(m.ctx, show) {
-			if o := m.orders[s.OrderNo]; o != nil && s.Status != expiry.StatusPaid && o.status == expiry.StatusPaid {
+			if o := m.orders[s.OrderNo]; o != nil && s.Status != cancel.SeatSold && o.status == expiry.StatusPaid {
 				t.Fatalf("seat %s/%s of paid %s not sold after the final round: %+v", show, seat, s.OrderNo, s)
 			}
 		}

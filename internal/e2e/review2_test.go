@@ -76,7 +76,7 @@ func rv2Held(e *rvEnv, seats *memstore.Seats, show, user string) int {
 // ---------------------------------------------------------------------------
 // The two holes found, fixed: the lock pass groups and judges locks by
 // (show, id), and sells a paid order's own seats under a lock it does not
-// hold (reconcile.OrderState.ShowID, Seats).
+// hold (cancel.OrderState.ShowID, Seats).
 
 // A double submit of one order number for two shows (the buyer's two tabs,
 // one per show; a client retry after it changed the show) within one
@@ -136,7 +136,7 @@ func TestReview2HoldsDoubleSubmitAcrossShowsLockIDCollides(t *testing.T) {
 			st := rv2Seat(e, e.seats, "Y", "y1")
 			assert.Empty(t, st.OrderNo, "I15: seat y1 of show Y (never A's in SQL) is %v to A after settle", st.Status)
 			assert.Equal(t, 0, rv2Held(e, e.seats, "Y", "u1"), "I8: u1 holds no seat of show Y")
-			assert.Equal(t, expiry.StatusPaid, rv2Seat(e, e.seats, "X", "x1").Status, "A's own seat is sold")
+			assert.Equal(t, cancel.SeatSold, rv2Seat(e, e.seats, "X", "x1").Status, "A's own seat is sold")
 		})
 	}
 }
@@ -207,7 +207,7 @@ func TestReview2HoldsStaleLockOfReinstatedOrderSoldAfterFailover(t *testing.T) {
 			assert.Equal(t, n, rv2Held(e, replica, "ev", "u1"), "I8")
 			st := rv2Seat(e, replica, "ev", "z1")
 			assert.Equal(t, "A", st.OrderNo)
-			assert.Equal(t, expiry.StatusPaid, st.Status)
+			assert.Equal(t, cancel.SeatSold, st.Status)
 		})
 	}
 }
@@ -269,7 +269,7 @@ func TestReview2HoldsStalledReleaseNeverFreesReinstatedLock(t *testing.T) {
 				assert.Equal(t, 0, e.refunds.count("P"))
 				st := e.seat("ev", "a1")
 				assert.Equal(t, "A", st.OrderNo, "I15")
-				assert.Equal(t, expiry.StatusPaid, st.Status, "I15")
+				assert.Equal(t, cancel.SeatSold, st.Status, "I15")
 				assert.Equal(t, 1, e.held("ev", "u1"), "I8")
 			})
 		}
@@ -320,7 +320,7 @@ func TestReview2HoldsGhostLockOfLostReplyReleasedNotSold(t *testing.T) {
 			rv2Settle(e)
 			rv2Rounds(e, rec, 2)
 			assert.Empty(t, e.seat("ev", "a1").OrderNo, "I15: the ghost's seat is never sold to A")
-			assert.Equal(t, expiry.StatusPaid, e.seat("ev", "a2").Status)
+			assert.Equal(t, cancel.SeatSold, e.seat("ev", "a2").Status)
 			assert.Equal(t, 1, e.held("ev", "u1"), "I8")
 			b := cancel.Placement{OrderNo: "B", UserID: "u2", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: e.later()}
 			require.NoError(t, e.place(svc, b), "the ghost's seat is free for another buyer")
@@ -440,7 +440,7 @@ func TestReview2HoldsReinstatementCommitUnknown(t *testing.T) {
 				assert.Equal(t, 0, e.refunds.count("P"), "I14")
 				st := e.seat("ev", "a1")
 				assert.Equal(t, "A", st.OrderNo, "I15")
-				assert.Equal(t, expiry.StatusPaid, st.Status, "I15")
+				assert.Equal(t, cancel.SeatSold, st.Status, "I15")
 				assert.Equal(t, 1, e.held("ev", "u1"), "I8")
 			})
 		}

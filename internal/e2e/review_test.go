@@ -352,7 +352,7 @@ func TestReviewHoldsLatePayRepeatsRacingOnTwoServices(t *testing.T) {
 				}
 				st := e.seat("ev", p.Seats[0])
 				if by != "" {
-					assert.Equal(t, expiry.StatusPaid, st.Status, "I15: %s paid, its seat sold", p.OrderNo)
+					assert.Equal(t, cancel.SeatSold, st.Status, "I15: %s paid, its seat sold", p.OrderNo)
 					assert.Equal(t, p.OrderNo, st.OrderNo)
 					assert.Equal(t, 1, e.held("ev", p.UserID))
 				} else {
@@ -759,7 +759,7 @@ func TestReviewRecheckSparesReinstatedLock(t *testing.T) {
 	assert.ErrorIs(t, err, cancel.ErrLimitExceeded, "I17: u1 already holds A's seat (paid) at a limit of 1")
 }
 
-// The same newer lock against the lock pass (scan #4), which names the lock
+// The same newer lock against the lock pass, which names the lock
 // it judged: a stale lock of cancelled A (its release failed) is judged by
 // one reconciler, freed by another, A is reinstated by a late payment whose
 // sale fails for a moment, and the first reconciler's release then finds
@@ -824,7 +824,7 @@ func TestReviewHoldsLockPassSparesReinstatedLock(t *testing.T) {
 	_, err = r1.Round(ctx)
 	require.NoError(t, err)
 	st := rvSeat(t, seats, "a1")
-	assert.Equal(t, expiry.StatusPaid, st.Status)
+	assert.Equal(t, cancel.SeatSold, st.Status)
 	assert.Equal(t, "A", st.OrderNo)
 	assert.Equal(t, 1, rvHeld(t, seats, "u1"))
 	assert.Equal(t, 0, refunds.count("P"))
@@ -1096,7 +1096,7 @@ func TestReviewHoldsLatePaymentOfAnotherUserDecidesNothing(t *testing.T) {
 			assert.Equal(t, 0, e.refunds.count("P"))
 			st := e.seat("ev", "a1")
 			assert.Equal(t, "A", st.OrderNo)
-			assert.Equal(t, expiry.StatusPaid, st.Status)
+			assert.Equal(t, cancel.SeatSold, st.Status)
 		})
 	}
 }

@@ -413,10 +413,10 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 
 			// The consumer: the id in a well-formed body, and the value as the
 			// whole body. Dropped (Ack), counted, nothing sent.
-			for _, body := range [][]byte{expiry.AppendMessage(nil, expiry.Message{OrderNo: v, Hop: 1}), []byte(v)} {
+			for _, body := range [][]byte{[]byte("oe1 " + v + " 1"), []byte(v)} {
 				tally.try(t, w, "Shell.Process/body", what, func() (bool, string) {
 					bad, sent := w.obs.kinds[expiry.KindBadMessage], w.sent.n
-					verdict := w.shell.Process(ctx, body, v)
+					verdict := w.shell.Process(ctx, expiry.Delivery{Body: body, TraceID: v})
 					return verdict == expiry.Ack && w.obs.kinds[expiry.KindBadMessage] == bad+1 && w.sent.n == sent,
 						fmt.Sprintf("verdict %v, bad messages %d→%d", verdict, bad, w.obs.kinds[expiry.KindBadMessage])
 				})
@@ -450,7 +450,7 @@ func securityTest(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect) {
 // TestSQLStoreBuildsNoSQLFromCallerData reads every non-test file of
 // cancel/sqlstore and checks that no SQL text can contain caller data.
 //
-// The store's SQL is built once, in New, from a Mapping (issue 10): names
+// The store's SQL is built once, in New, from a Mapping: names
 // the mapping validated and quoted (ident), constants it validated
 // (literal), numbers, and literals of the package. Run-time values only
 // ever become arguments, by slot. So the test checks three things:

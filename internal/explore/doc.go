@@ -39,7 +39,8 @@
 // TestExplore prints, per scenario, the figures (sequences explored,
 // distinct states, steps, settles, violations) and the shortest sequence
 // of each class of finding, as a readable step list with the calls each
-// step made; TestSequences replays the holes reported in issue 18.
+// step made; TestSequences replays the holes the reviews reported (see
+// internal/testenv/README.md, "systematic exploration").
 //
 // The package uses the library's public API only (cancel, cancel/memstore,
 // reconcile, expiry), as a host would. It has no non-test code besides this

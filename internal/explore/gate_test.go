@@ -337,8 +337,8 @@ func (g *gatedStore) Expired(ctx context.Context, cursor string, limit int) ([]s
 	return nos, next, err
 }
 
-func (g *gatedStore) Statuses(ctx context.Context, nos []string) (map[string]reconcile.OrderState, error) {
-	var st map[string]reconcile.OrderState
+func (g *gatedStore) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
+	var st map[string]cancel.OrderState
 	err := g.w.do(ctx, "Statuses", strings.Join(nos, ","), false, func() (string, error) {
 		var err error
 		st, err = g.Store.Statuses(ctx, nos)

@@ -101,7 +101,7 @@ func (w *world) observe() *observation {
 		show, _ := t.shared.Show(ctx, t.show)
 		s.seats[t.show] = show
 		for _, st := range show {
-			if st.Status == expiry.StatusPending && now.Sub(st.LockedAt) < reconcile.GraceDefault {
+			if st.Status == cancel.SeatLocked && now.Sub(st.LockedAt) < reconcile.GraceDefault {
 				s.young = true
 			}
 		}
@@ -197,7 +197,7 @@ func (s *observation) hash(h history) [16]byte {
 		for _, seat := range slices.Sorted(maps.Keys(s.seats[show])) {
 			st := s.seats[show][seat]
 			age := ""
-			if st.Status == expiry.StatusPending {
+			if st.Status == cancel.SeatLocked {
 				age = bucket(s.now.Sub(st.LockedAt), reconcile.GraceDefault)
 			}
 			fmt.Fprintf(&b, "s %s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, lockID(st), age)
@@ -310,13 +310,13 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 		switch {
 		case !ok:
 			add("I15", "a sold seat was freed", "seat %s was sold to %s, now free", k, no)
-		case st.Status != expiry.StatusPaid || st.OrderNo != no:
+		case st.Status != cancel.SeatSold || st.OrderNo != no:
 			add("I15", "a sold seat changed hands", "seat %s was sold to %s, now %s", k, no, seatState(st))
 		}
 	}
 	for show, seats := range cur.seats {
 		for seat, st := range seats {
-			if k := show + "/" + seat; st.Status == expiry.StatusPaid && next.soldTo[k] == "" {
+			if k := show + "/" + seat; st.Status == cancel.SeatSold && next.soldTo[k] == "" {
 				next.soldTo[k] = st.OrderNo
 			}
 		}
@@ -400,9 +400,9 @@ func judgeSettled(w *world, cur *observation) []finding {
 			c, claimed := claims[t.show+"/"+seat]
 			st, held := cur.seats[t.show][seat]
 			switch {
-			case claimed && c.Status == expiry.StatusPending && !(held && st.Status == expiry.StatusPending && st.OrderNo == c.OrderNo):
+			case claimed && c.Status == expiry.StatusPending && !(held && st.Status == cancel.SeatLocked && st.OrderNo == c.OrderNo):
 				add("I15", "a pending order's seat is not locked by it", "seat %s/%s: pending %s (tenant %d) in SQL, %s in the seat store", t.show, seat, c.OrderNo, t.n, stateOrFree(st, held))
-			case claimed && c.Status == expiry.StatusPaid && !(held && st.Status == expiry.StatusPaid && st.OrderNo == c.OrderNo):
+			case claimed && c.Status == expiry.StatusPaid && !(held && st.Status == cancel.SeatSold && st.OrderNo == c.OrderNo):
 				add("I15", "a paid order's seat is not sold to it", "seat %s/%s: paid %s (tenant %d) in SQL, %s in the seat store", t.show, seat, c.OrderNo, t.n, stateOrFree(st, held))
 			case !claimed && held:
 				add("I15", "a seat no order has in SQL is taken in the seat store", "seat %s/%s: no claim in SQL, %s in the seat store", t.show, seat, seatState(st))
@@ -428,7 +428,7 @@ func judgeSettled(w *world, cur *observation) []finding {
 				continue
 			}
 			st, ok := cur.seats[c.ShowID][c.SeatID]
-			if !ok || st.Status != expiry.StatusPaid || st.OrderNo != c.OrderNo || st.UserID != o.UserID {
+			if !ok || st.Status != cancel.SeatSold || st.OrderNo != c.OrderNo || st.UserID != o.UserID {
 				sold = false
 			}
 		}

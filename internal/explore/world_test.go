@@ -262,7 +262,7 @@ func seatMap(s *memstore.Seats, show string) map[string]string {
 }
 
 func seatState(v cancel.SeatState) string {
-	if v.Status == expiry.StatusPaid {
+	if v.Status == cancel.SeatSold {
 		return "sold to " + v.OrderNo
 	}
 	return "locked by " + v.OrderNo

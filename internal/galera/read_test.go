@@ -20,7 +20,7 @@ import (
 // reads each right after, through node 2, as another instance's handler,
 // reconciler or placing check does: the order's row (Order: the handler's
 // lookup, Place's "exists already" check) and its state (Statuses: the
-// reconciler's scan #4, with the settle age). Galera replicates
+// reconciler's lock pass, with the settle age). Galera replicates
 // synchronously but applies asynchronously: a commit on node 1 returns once
 // certified, and node 2 may not have applied it yet. With wsrep_sync_wait=1
 // every read waits for that first, and must never be stale; without it the

@@ -174,7 +174,7 @@ func TestBackInTimePaidOrderPendingAgain(t *testing.T) {
 	rounds, rep := converge(t, w)
 	seats := seatsOf(t, w)
 	for _, s := range p.Seats {
-		require.Equal(t, cancel.SeatState{OrderNo: p.OrderNo, UserID: p.UserID, Status: expiry.StatusPaid}, seats[s],
+		require.Equal(t, cancel.SeatState{OrderNo: p.OrderNo, UserID: p.UserID, Status: cancel.SeatSold}, seats[s],
 			"I15: seat %s was sold; a sold seat is never freed", s)
 	}
 	require.Zero(t, w.Ledger.Released[p.OrderNo], "I2: nothing released")
@@ -190,7 +190,7 @@ func TestBackInTimePaidOrderPendingAgain(t *testing.T) {
 	require.Equal(t, 1, w.Ledger.Refunded["pay-1a"], "I9: refunded once")
 	require.Equal(t, "cancelled", status(t, w, p.OrderNo), "I14: refunded, so not honoured")
 	converge(t, w)
-	require.Equal(t, expiry.StatusPaid, seatsOf(t, w)["s1"].Status, "a sold seat is never freed")
+	require.Equal(t, cancel.SeatSold, seatsOf(t, w)["s1"].Status, "a sold seat is never freed")
 }
 
 // Case 1a': the provider repeats the callback before the deadline (it was
@@ -231,7 +231,7 @@ func TestBackInTimePaidOrderMissing(t *testing.T) {
 	rounds, rep := converge(t, w)
 	seats := seatsOf(t, w)
 	for _, s := range p.Seats {
-		require.Equal(t, expiry.StatusPaid, seats[s].Status, "I15: seat %s was sold; a sold seat is never freed", s)
+		require.Equal(t, cancel.SeatSold, seats[s].Status, "I15: seat %s was sold; a sold seat is never freed", s)
 	}
 	t.Logf("FIGURE back in time, paid order missing: seats stay sold in Redis; reconciler converged in %d rounds (%s)", rounds, rep)
 	gap(t, false, "order %s: its seats are sold in the seat store and SQL has no such order (placement and payment lost); the reconciler never looks at sold seats, so nothing counts or reports it", p.OrderNo)
@@ -293,7 +293,7 @@ func TestBackInTimeCancelledPendingAgainSeatResold(t *testing.T) {
 
 	rounds, rep := converge(t, w)
 	seats := seatsOf(t, w)
-	require.Equal(t, cancel.SeatState{OrderNo: b.OrderNo, UserID: b.UserID, Status: expiry.StatusPaid}, seats["s2"], "a sold seat is never freed, nor locked for another order")
+	require.Equal(t, cancel.SeatState{OrderNo: b.OrderNo, UserID: b.UserID, Status: cancel.SeatSold}, seats["s2"], "a sold seat is never freed, nor locked for another order")
 	require.Equal(t, a.OrderNo, seats["s1"].OrderNo, "the free seat is locked again for the pending order")
 	t.Logf("FIGURE back in time, seat resold after a lost cancel: reconciler converged in %d rounds (%s); s2 stays sold to the lost order", rounds, rep)
 
@@ -304,7 +304,7 @@ func TestBackInTimeCancelledPendingAgainSeatResold(t *testing.T) {
 	converge(t, w)
 	seats = seatsOf(t, w)
 	require.Equal(t, b.OrderNo, seats["s2"].OrderNo, "the seat sold to b stays b's in the seat store")
-	require.Equal(t, cancel.SeatState{OrderNo: a.OrderNo, UserID: a.UserID, Status: expiry.StatusPaid}, seats["s1"])
+	require.Equal(t, cancel.SeatState{OrderNo: a.OrderNo, UserID: a.UserID, Status: cancel.SeatSold}, seats["s1"])
 	gap(t, w.Ledger.Kind(expiry.KindSellFailed)+w.Ledger.Kind(expiry.KindDiscrepancy) > kinds,
 		"order %s: paid in SQL with seat s2, which the seat store sold to %s (a sale SQL lost); Pay and the reconciler say nothing (the sale's count is ignored)", a.OrderNo, b.OrderNo)
 }
@@ -362,7 +362,7 @@ func TestBackInTimeRefundAndCancelGone(t *testing.T) {
 	bad := judgeOne(t, w, []cancel.Placement{p}, map[string]bool{"pay-3b": true})
 	t.Logf("FIGURE back in time, refund and cancel gone: repeated callback honoured: %v (order %s), refunds %d; ledger violations: %v",
 		honoured, status(t, w, p.OrderNo), w.Ledger.Refunded["pay-3b"], bad)
-	require.Equal(t, expiry.StatusPaid, seatsOf(t, w)["s1"].Status, "SQL says paid: the seat store follows, and the seat is never freed again")
+	require.Equal(t, cancel.SeatSold, seatsOf(t, w)["s1"].Status, "SQL says paid: the seat store follows, and the seat is never freed again")
 	gap(t, len(bad) == 0, "payment %s: %v", pay.PaymentID, bad)
 }
 

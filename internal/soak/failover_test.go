@@ -277,7 +277,7 @@ func runClusterFailover(t *testing.T, sc foScenario) {
 		st, err := seats.Show(ctx, show)
 		require.NoError(t, err)
 		for _, s := range st {
-			if s.Status == expiry.StatusPending {
+			if s.Status == cancel.SeatLocked {
 				victimLocks++
 			}
 		}
@@ -404,9 +404,9 @@ func runClusterFailover(t *testing.T, sc foScenario) {
 	}
 	assert.Zero(t, after.seats, "seats that differ from SQL after one round")
 	assert.Zero(t, after.counters, "counters that differ from SQL after one round")
-	assert.GreaterOrEqual(t, final.Restored, 2*len(lost.placed)+2*len(lost.placedPaid), "scan #2 put back the lost locks and sales of free seats")
-	assert.GreaterOrEqual(t, final.Sold, 2*len(lost.paid), "scan #4 sold the seats of orders paid in the window")
-	assert.GreaterOrEqual(t, final.Released, 2*len(lost.cancelled), "scan #4 released the seats of orders cancelled in the window")
+	assert.GreaterOrEqual(t, final.Restored, 2*len(lost.placed)+2*len(lost.placedPaid), "the claims pass put back the lost locks and sales of free seats")
+	assert.GreaterOrEqual(t, final.Sold, 2*len(lost.paid), "the lock pass sold the seats of orders paid in the window")
+	assert.GreaterOrEqual(t, final.Released, 2*len(lost.cancelled), "the lock pass released the seats of orders cancelled in the window")
 
 	// What every call answered agrees with SQL.
 	for _, v := range ld.check(ctx, t) {
@@ -818,11 +818,11 @@ func compare(ctx context.Context, store *sqlstore.Store, seats *redisseat.Seats,
 			}
 			g, ok := got[seat[1]]
 			switch {
-			case w.Status == expiry.StatusPending && (!ok || g.Status != expiry.StatusPending || g.OrderNo != w.OrderNo || g.UserID != w.UserID):
+			case w.Status == expiry.StatusPending && (!ok || g.Status != cancel.SeatLocked || g.OrderNo != w.OrderNo || g.UserID != w.UserID):
 				d.lockSeats++
 				add(&d.lockMissing, w.OrderNo)
 				d.violations = append(d.violations, fmt.Sprintf("I2: seat %s/%s should be locked by pending %s, Redis has %+v", show, seat[1], w.OrderNo, g))
-			case w.Status == expiry.StatusPaid && (!ok || g.Status != expiry.StatusPaid || g.OrderNo != w.OrderNo || g.UserID != w.UserID):
+			case w.Status == expiry.StatusPaid && (!ok || g.Status != cancel.SeatSold || g.OrderNo != w.OrderNo || g.UserID != w.UserID):
 				d.saleSeats++
 				add(&d.saleMissing, w.OrderNo)
 				d.violations = append(d.violations, fmt.Sprintf("I2: seat %s/%s should be sold to paid %s, Redis has %+v", show, seat[1], w.OrderNo, g))

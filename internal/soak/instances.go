@@ -14,7 +14,7 @@ import (
 )
 
 // Build compiles cmd/soakinstance (without -race: rocketmq-client-go has data
-// races of its own, see the README's Reliability section) into dir.
+// races of its own, see internal/testenv/README.md, "Reliability") into dir.
 func Build(dir string) (string, error) {
 	bin := filepath.Join(dir, "soakinstance")
 	root, err := moduleDir()

@@ -1,10 +1,10 @@
-// Package soak is the multi-process soak of orderexpiry (issue 13): three
+// Package soak is the multi-process soak of orderexpiry: three
 // instances of an order service (cmd/soakinstance, real OS processes) in one
 // consumer group on two RocketMQ brokers, sharing a database and a replicated
 // Redis, under a load generator, while an instance is SIGKILLed, a broker is
 // SIGKILLed with delayed messages stored on it, and the Redis primary is
-// SIGKILLed and its replica promoted. See soak_test.go and the README section
-// "Running several instances".
+// SIGKILLed and its replica promoted. See soak_test.go and README.md in this
+// directory.
 package soak
 
 import (

@@ -30,7 +30,6 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
-	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/rocketmq"
 	"github.com/seatflow/orderexpiry/internal/e2e"
 	"github.com/seatflow/orderexpiry/internal/testenv"
@@ -327,7 +326,7 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 		}
 		time.Sleep(time.Second)
 	}
-	time.Sleep(reconcileEvery + time.Second) // one more round on every instance: scan #4 and #2 after the last cancels
+	time.Sleep(reconcileEvery + time.Second) // one more round on every instance: the lock and claims passes after the last cancels
 	for _, in := range s.insts {
 		in.Signal(syscall.SIGTERM, 20*time.Second)
 	}
@@ -714,7 +713,7 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 		for seat, ss := range st {
 			so := inSQL[ss.OrderNo]
 			switch {
-			case ss.Status == expiry.StatusPending:
+			case ss.Status == cancel.SeatLocked:
 				bad = append(bad, fmt.Sprintf("I2: seat %s/%s still locked by %s after the final round", show, seat, ss.OrderNo))
 			case so == nil || so.status != 1:
 				bad = append(bad, fmt.Sprintf("I2: seat %s/%s sold to %s, which is not paid", show, seat, ss.OrderNo))

@@ -3,8 +3,8 @@
 // at once by timeouts, payments, user cancels, duplicate deliveries and
 // reconcilers on several hosts, while faults are injected from outside the
 // library (toxiproxy between the library and its servers, a private Redis
-// stopped and restarted). Afterwards every invariant (README, "Invariants") that the
-// storm can reach (I1, I2, I3, I4, I5, I8, I9) must hold, and the history of
+// stopped and restarted). Afterwards every invariant (package expiry's documentation,
+// I1-I17) that the storm can reach (I1, I2, I3, I4, I5, I8, I9) must hold, and the history of
 // every order must be linearizable against a per-order state machine
 // (History, Model: porcupine).
 //

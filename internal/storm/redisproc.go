@@ -41,8 +41,8 @@ func FreePort(t testing.TB) int {
 // sold seats of paid orders would come back free (I2: a sold seat must stay
 // sold) and the counters would restart at zero while the users still hold
 // seats in pending and paid orders (I8). The library cannot repair that: the
-// reconciler fixes locks that exist in Redis (scan #4) and pending orders
-// in SQL (scan #1), but nothing rebuilds Redis state from SQL. A Redis that
+// reconciler fixes locks that exist in Redis and pending orders
+// in SQL, but nothing rebuilds Redis state from SQL. A Redis that
 // holds seat state must therefore be run with persistence (or replicas), and
 // the storm tests the library under that deployment. (StartRedis with
 // persist false runs it without, to see exactly that.)

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The replicated servers (issue 13) that services.sh starts beside the others.
+// The replicated servers that services.sh starts beside the others.
 const (
 	EnvRedisPrimary    = "OE_REDIS_PRIMARY"          // host:port of a Redis primary (AOF, noeviction)
 	EnvRedisReplica    = "OE_REDIS_REPLICA"          // host:port of its replica (REPLICAOF the primary)

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # patroni.sh — PostgreSQL with streaming replication under Patroni and one etcd, on loopback,
-# for the integration tests (issue 23).
+# for the integration tests.
 #
 # Sourced by internal/testenv/services.sh, it defines:
 #   pat_start   start etcd and three Patroni-managed PostgreSQL nodes (or reuse them when all

@@ -685,32 +685,51 @@ cmd_start() {
 cmd_stop() {
 	find_bins
 	lock_state
-	local rc=0
+	# Each server stops on its own, at once: the JVMs' shutdown hooks and
+	# the clusters' nodes take most of the time, and nothing here depends on
+	# another server being gone first.
+	local rc=0 pid pids=()
 	if rmq_load; then
-		rmq_stop 9>&- || {
-			rc=$?
-			log "rmq_stop failed (exit $rc)"
-		}
-		rm -f "$RMQ_ENV_FILE"
+		(
+			rmq_stop 9>&- || {
+				rc=$?
+				log "rmq_stop failed (exit $rc)"
+				exit "$rc"
+			}
+			rm -f "$RMQ_ENV_FILE"
+		) &
+		pids+=($!)
 	fi
 	if gal_load; then
-		gal_stop || {
+		(gal_stop || {
 			rc=$?
 			log "gal_stop failed (exit $rc)"
-		}
+			exit "$rc"
+		}) &
+		pids+=($!)
 	fi
 	if pat_load; then
-		pat_stop || {
+		(pat_stop || {
 			rc=$?
 			log "pat_stop failed (exit $rc)"
-		}
+			exit "$rc"
+		}) &
+		pids+=($!)
 	fi
-	redis_stop
-	redis_pair_stop
-	redis_cluster_stop
-	log "redis cluster: stopped"
-	mysql_stop
-	pg_stop
+	(
+		redis_stop
+		redis_pair_stop
+		redis_cluster_stop
+		log "redis cluster: stopped"
+	) &
+	pids+=($!)
+	(mysql_stop) &
+	pids+=($!)
+	(pg_stop) &
+	pids+=($!)
+	for pid in "${pids[@]}"; do
+		wait "$pid" || rc=$?
+	done
 	log "stopped"
 	return "$rc"
 }
