@@ -23,6 +23,12 @@
 // (Service.Extend, Shorten, ExpireNow; DeadlineStore), and the expiry
 // warning, at most once per order (Service.Warn, the Handler's
 // expiry.Warner; WarnStore).
+//
+// When SQL goes back in time (a failover to a replica that lacked the last
+// commits, a restore from a backup), a sold seat is never freed and a
+// payment id is never both honoured and refunded; what cannot be repaired
+// is reported as expiry.KindDiverged (backintime.go: SeatReader,
+// RefundLedger, and the reconciler's sold pass).
 package cancel
 
 import (
@@ -222,7 +228,9 @@ type Discrepancy struct {
 	OrderNo   string
 	UserID    string
 	// Status is the order's status when the payment arrived: cancelled, or
-	// paid (by another payment).
+	// paid (by another payment); pending when the payment was refused
+	// because the seat store recorded it refunded although SQL has its
+	// order pending again (SQL went back in time, backintime.go).
 	Status expiry.Status
 }
 

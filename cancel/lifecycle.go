@@ -135,7 +135,7 @@ func lateReason(r Reason) bool { return r == ReasonTimeout || r == ReasonReconci
 func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, error) {
 	rs, ok := s.store.(Reinstater)
 	if !ok {
-		return s.refuse(ctx, p, res, res.Order.Status)
+		return s.refuse(ctx, p, res, res.Order.Status, false)
 	}
 	var claimed *Hold
 	rres, err := rs.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold, limit int) (string, error) {
@@ -154,7 +154,7 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 	case err == nil && rres.Changed:
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindReinstated, OrderNo: p.OrderNo, Seats: len(rres.Seats)})
 		s.log.InfoContext(ctx, "late payment reinstated a cancelled order", "order", p.OrderNo, "payment", p.PaymentID, "seats", len(rres.Seats))
-		s.sell(ctx, p.OrderNo, rres)
+		s.sell(ctx, p, rres)
 		return rres, nil
 	case err == nil:
 		// Someone else decided first: another late payment reinstated it
@@ -163,7 +163,7 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 		if rres.Order.Status == expiry.StatusPaid && rres.PaymentID == p.PaymentID {
 			return rres, nil
 		}
-		return s.refuse(ctx, p, rres, rres.Order.Status)
+		return s.refuse(ctx, p, rres, rres.Order.Status, false)
 	}
 	if claimed != nil && !errors.Is(err, expiry.ErrCommitUnknown) {
 		// The lock is ours (Lock is strict) and nothing committed: give it
@@ -176,7 +176,7 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 	}
 	switch {
 	case errors.Is(err, ErrSeatUnavailable), errors.Is(err, ErrNoSeatRecord), errors.Is(err, ErrLimitExceeded), errors.Is(err, ErrDiscrepancy):
-		return s.refuse(ctx, p, res, expiry.StatusCancelled)
+		return s.refuse(ctx, p, res, expiry.StatusCancelled, false)
 	default: // transient, ErrNotOwner, ErrNotFound: the provider's retry decides
 		return res, fmt.Errorf("cancel: late payment %s of order %s: %w", p.PaymentID, p.OrderNo, err)
 	}

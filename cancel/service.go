@@ -27,6 +27,10 @@ type Service struct {
 	onWarning     func(context.Context, expiry.Order) error
 	sched         *expiry.Scheduler
 	maxHold       time.Duration
+	// ledger and reader: Config.Seats's, when it implements them (see
+	// backintime.go).
+	ledger RefundLedger
+	reader SeatReader
 }
 
 // Defaults of Config.
@@ -50,6 +54,13 @@ const (
 // Config wires a Service. Store and Seats are required.
 type Config struct {
 	Store OrderStore
+	// Seats is the seat store. When it also implements RefundLedger
+	// (cancel/redisseat's does), refunds are recorded there too and every
+	// Pay reads that record first (one more seat-store round trip), so that
+	// SQL losing its last commits neither refunds a payment twice nor
+	// honours a refunded one; when it implements SeatReader, a payment whose
+	// seats the seat store sold to another order is reported
+	// (backintime.go).
 	Seats SeatStore
 	// Discrepancies records payments that could not be honoured, once per
 	// payment id (cancel/sqlstore's Store). Required with OnDiscrepancy.
@@ -127,6 +138,8 @@ func New(c Config) (*Service, error) {
 		s.lease = DiscrepancyLeaseDefault
 	}
 	s.maxHold = c.MaxHold
+	s.ledger, _ = c.Seats.(RefundLedger)
+	s.reader, _ = c.Seats.(SeatReader)
 	if s.maxHold == 0 {
 		s.maxHold = MaxHoldDefault
 	}
@@ -264,22 +277,39 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 // ErrDiscrepancy (a repeated callback gets it too). After the store's
 // transaction the seats are marked sold in the seat store; a failure there is
 // logged and left to the reconciler.
+//
+// With a seat store that is a RefundLedger, a payment id it recorded
+// refunded is refused (ErrDiscrepancy, the hook not called again) whatever
+// SQL says, and a seat the sale found sold to another order is reported as
+// expiry.KindDiverged: both can happen only after SQL lost commits
+// (backintime.go).
 func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, fmt.Errorf("cancel: %w", err)
+	}
+	if s.ledger != nil {
+		// A payment the seat store recorded refunded is never honoured,
+		// even when SQL lost that record (backintime.go). When the seat
+		// store cannot answer, SQL decides alone, as it always did.
+		refunded, err := s.ledger.Refunded(ctx, p.PaymentID)
+		if err != nil {
+			s.log.WarnContext(ctx, "could not read the seat store's refund record; SQL decides alone", "order", p.OrderNo, "payment", p.PaymentID, "err", err)
+		} else if refunded {
+			return s.refusedBefore(ctx, p)
+		}
 	}
 	res, err := s.store.PayPending(ctx, p)
 	if errors.Is(err, ErrDiscrepancy) {
 		// The id was decided before (refunded, or it paid another order):
 		// it pays nothing, and is never refunded twice.
-		return s.refuse(ctx, p, res, res.Order.Status)
+		return s.refuse(ctx, p, res, res.Order.Status, false)
 	}
 	if err != nil {
 		return res, err
 	}
 	if res.Changed {
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindPaid, OrderNo: p.OrderNo, Seats: len(res.Seats)})
-		s.sell(ctx, p.OrderNo, res)
+		s.sell(ctx, p, res)
 		return res, nil
 	}
 	switch {
@@ -287,20 +317,25 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 		return s.payLate(ctx, p, res)
 	case res.Order.Status == expiry.StatusCancelled,
 		res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID:
-		return s.refuse(ctx, p, res, res.Order.Status)
+		return s.refuse(ctx, p, res, res.Order.Status, false)
 	}
 	return res, nil // the same payment again, or an order still pending (a store that refused)
 }
 
-func (s *Service) sell(ctx context.Context, orderNo string, res Result) {
+func (s *Service) sell(ctx context.Context, p Payment, res Result) {
 	if len(res.Seats) == 0 {
 		return
 	}
-	hold := Hold{ShowID: res.Order.ShowID, OrderNo: orderNo, UserID: res.Order.UserID, Seats: res.Seats}
-	if _, err := s.seats.Sell(ctx, hold); err != nil {
-		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSellFailed, OrderNo: orderNo, Seats: len(hold.Seats), Err: err})
+	hold := Hold{ShowID: res.Order.ShowID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Seats: res.Seats}
+	n, err := s.seats.Sell(ctx, hold)
+	if err != nil {
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSellFailed, OrderNo: p.OrderNo, Seats: len(hold.Seats), Err: err})
 		s.log.ErrorContext(ctx, "marking seats sold failed after payment; the reconciler will mark them",
-			"order", orderNo, "show", hold.ShowID, "err", err)
+			"order", p.OrderNo, "show", hold.ShowID, "err", err)
+		return
+	}
+	if n < len(hold.Seats) {
+		s.checkSale(ctx, p.PaymentID, hold)
 	}
 }
 
@@ -310,7 +345,12 @@ func (s *Service) sell(ctx context.Context, orderNo string, res Result) {
 // again: refunded before, it is refunded (the hook is not called again);
 // honoured before (a concurrent late payment of the same id reinstated the
 // order first), Pay answers the order as paid by it, without an error.
-func (s *Service) refuse(ctx context.Context, p Payment, res Result, status expiry.Status) (Result, error) {
+//
+// refundedBefore says the seat store recorded p's id refunded (Pay read it
+// first): if SQL then records the discrepancy as new, SQL lost its record
+// of that refund (it went back in time), which is reported; runHook does
+// not refund it again.
+func (s *Service) refuse(ctx context.Context, p Payment, res Result, status expiry.Status, refundedBefore bool) (Result, error) {
 	d := Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: status}
 	if s.discrepancies != nil {
 		recorded, err := s.discrepancies.RecordDiscrepancy(ctx, d)
@@ -327,6 +367,13 @@ func (s *Service) refuse(ctx context.Context, p Payment, res Result, status expi
 			return res, fmt.Errorf("cancel: order %s: payment %s (recorded before): %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
 		}
 	}
+	if refundedBefore {
+		reason := DivergedRefundRepeated
+		if d.Status == expiry.StatusPending {
+			reason = DivergedRefundedPayment
+		}
+		s.diverged(ctx, d.OrderNo, d.PaymentID, reason, 0)
+	}
 	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDiscrepancy, OrderNo: d.OrderNo, Reason: "paid_after_" + d.Status.String()})
 	s.log.WarnContext(ctx, "payment for an order that is not payable", "order", d.OrderNo, "payment", d.PaymentID, "status", d.Status)
 	if s.onDiscrepancy != nil {
@@ -339,10 +386,37 @@ func (s *Service) refuse(ctx context.Context, p Payment, res Result, status expi
 func (s *Service) runHook(ctx context.Context, d Discrepancy) bool {
 	hctx, done := context.WithTimeout(context.WithoutCancel(ctx), s.lease/2)
 	defer done()
+	if s.ledger != nil {
+		// The seat store's record of a refund outlives a record SQL lost
+		// (backintime.go): a refund made once is not made again. When the
+		// seat store cannot answer, SQL's record decides alone, as it
+		// always did: refunds go on during a seat-store outage.
+		refunded, err := s.ledger.Refunded(hctx, d.PaymentID)
+		if err != nil {
+			s.log.WarnContext(ctx, "could not read the seat store's refund record; SQL's decides alone", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
+		}
+		if err == nil && refunded {
+			// Refunded already: by a call whose record SQL lost (refuse
+			// reported it), or by the reconciler's retry while this call
+			// stalled past the lease. Settled, not refunded again.
+			if err := s.discrepancies.SettleDiscrepancy(hctx, d.PaymentID); err != nil {
+				s.log.ErrorContext(ctx, "a refund made before could not be recorded settled; the reconciler will try again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
+				return false
+			}
+			return true
+		}
+	}
 	if err := s.onDiscrepancy(hctx, d); err != nil {
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindHookFailed, OrderNo: d.OrderNo, Err: err})
 		s.log.ErrorContext(ctx, "refund hook failed; the reconciler will call it again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
 		return false
+	}
+	if s.ledger != nil {
+		if err := s.ledger.MarkRefunded(hctx, d.PaymentID, d.OrderNo); err != nil {
+			// SQL's record still keeps the hook from running again; only a
+			// later loss of that record is no longer covered.
+			s.log.ErrorContext(ctx, "refund made but not recorded in the seat store", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
+		}
 	}
 	if err := s.discrepancies.SettleDiscrepancy(hctx, d.PaymentID); err != nil {
 		s.log.ErrorContext(ctx, "refund hook ran but could not be recorded; it will be called again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)

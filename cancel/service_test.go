@@ -342,3 +342,35 @@ func TestSeatsPerOrderAreBounded(t *testing.T) {
 	p.Seats = seats[:cancel.MaxSeats]
 	require.NoError(t, e.svc.Place(context.Background(), p, func(ctx context.Context, p cancel.Placement) error { return e.store.Place(ctx, p) }))
 }
+
+// The seat store's refund record is a second guard beside SQL's: while the
+// seat store cannot answer, SQL decides alone, as without it. A payment is
+// honoured, and a refund made (once), during the outage; the refund's mark
+// is simply missing afterwards.
+func TestRefundRecordUnreachableSQLDecides(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.place(t, "o1", "u1", time.Hour)
+	e.place(t, "o2", "u1", time.Hour)
+	_, err := e.svc.UserCancel(ctx, "o2", "u1")
+	require.NoError(t, err)
+	e.seats.Fail = func(op string) error {
+		if op == "Refunded" || op == "MarkRefunded" || op == "SeatStates" {
+			return errors.New("redis down")
+		}
+		return nil
+	}
+	res, err := e.svc.Pay(ctx, pay("o1", "u1", "p1"))
+	require.NoError(t, err)
+	assert.True(t, res.Changed, "honoured: SQL decides")
+	for i := 0; i < 2; i++ {
+		_, err = e.svc.Pay(ctx, pay("o2", "u1", "p2"))
+		require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+	}
+	assert.Len(t, e.hooked(), 1, "refunded once: SQL's record keeps the repeat from the hook")
+	assert.Zero(t, e.ev.Count(expiry.KindDiverged))
+	e.seats.Fail = nil
+	refunded, err := e.seats.Refunded(ctx, "p2")
+	require.NoError(t, err)
+	assert.False(t, refunded, "the mark failed; nothing else depends on it")
+}

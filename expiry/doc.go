@@ -50,7 +50,9 @@
 //     paid orders; never below 0.
 //   - I9: A payment that cannot be honoured is refunded once per payment id,
 //     however often the provider repeats its callback, across crashes and
-//     hosts: recorded in SQL first, the hook retried until it succeeds. The
+//     hosts: recorded in SQL first, the hook retried until it succeeds, and
+//     the refund recorded in the seat store too, so that SQL losing its
+//     record (a failover) refunds nothing twice. The
 //     hook runs once per payment id unless a call dies or stalls past
 //     cancel.Config.DiscrepancyLease between the record and the hook's
 //     success; then it runs again, so it must be idempotent at the provider,

@@ -68,9 +68,24 @@ const (
 	// discrepancy, and the record was settled: one refund, once per
 	// payment id.
 	KindRefunded
+	// KindDiverged: SQL and the seat store disagree in a way the library
+	// cannot repair, because SQL went back in time (an asynchronous
+	// failover promoted a replica that lacked the last commits, a restore
+	// from a backup): Reason says how, OrderNo and Seats which. The
+	// library never frees a sold seat nor honours a refunded payment to
+	// hide it; only the host, which has the payment provider's records,
+	// can settle it. Reasons: "sold_pending", "sold_cancelled",
+	// "sold_missing" (the seat store has seats sold to an order that SQL
+	// has pending, cancelled or does not have: a payment SQL lost),
+	// "sold_to_another" (a payment SQL accepted, for seats the seat store
+	// sold to another order: two buyers hold them), "refund_repeated" (a
+	// refund SQL forgot, recorded again and not handed to the hook a
+	// second time) and "refunded_payment" (a payment SQL would have
+	// honoured although the seat store recorded it refunded: refused).
+	KindDiverged
 )
 
-var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped", "sent", "reinstated", "warned", "deadline_changed", "refunded"}
+var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped", "sent", "reinstated", "warned", "deadline_changed", "refunded", "diverged"}
 
 // String returns the kind's snake_case name, suitable as a metric label.
 func (k Kind) String() string {

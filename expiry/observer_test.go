@@ -45,8 +45,8 @@ func TestMultiObserver(t *testing.T) {
 
 func TestKindNames(t *testing.T) {
 	for k, want := range map[expiry.Kind]string{expiry.KindSkipped: "skipped", expiry.KindReinstated: "reinstated",
-		expiry.KindWarned: "warned", expiry.KindDeadlineChanged: "deadline_changed", expiry.KindRefunded: "refunded",
-		expiry.KindRefunded + 1: "unknown", 0: "unknown"} {
+		expiry.KindWarned: "warned", expiry.KindDeadlineChanged: "deadline_changed", expiry.KindRefunded: "refunded", expiry.KindDiverged: "diverged",
+		expiry.KindDiverged + 1: "unknown", 0: "unknown"} {
 		assert.Equal(t, want, k.String())
 	}
 }

@@ -28,6 +28,9 @@
 //     otherwise the pass goes on slowly, round after round. Each batch that
 //     restored anything is then checked against SQL again, so a cancel that
 //     committed meanwhile does not leave its seats locked;
+//   - sold seats (sold.go), when the seat store is a SoldScanner: seats
+//     sold to an order SQL does not show paid (SQL went back in time: a
+//     failover that lost commits) are counted and reported, never freed;
 //   - refunds: recorded discrepancies whose refund hook failed or was
 //     interrupted are handed to the hook again (I9).
 //
@@ -254,6 +257,8 @@ type Reconciler struct {
 	claims  string // the claims pass's
 	token   string // the rebuild in progress ("": none)
 	backoff map[string]backoff
+
+	soldPass soldPass // sold.go
 }
 
 // backoff paces the retries of one order whose cancel failed, by
@@ -289,6 +294,12 @@ type Report struct {
 	Settling int
 	Restored int // seats given back their state from SQL by the claims pass
 	Refunds  int // refund hooks that succeeded on a retry
+	// Diverged counts the sold seats the sold pass found this round whose
+	// order SQL does not show paid (see sold.go): SQL went back in time.
+	// They are never freed; each order is reported once per Reconciler as
+	// an expiry.KindDiverged event, and counted again in every round while
+	// it lasts, so a host can alert on it.
+	Diverged int
 	// More is true when the expired pass stopped at MaxPerRound with more orders
 	// possibly due, having cancelled (or tried) some: Run starts the next
 	// round at once, which goes on where this one stopped.
@@ -307,7 +318,7 @@ func (r *Reconciler) Round(ctx context.Context) (Report, error) {
 	var rep Report
 	// The lock pass before the claims pass: a stale lock released first leaves its seat free for
 	// the claim that SQL gives it.
-	errs := []error{r.expired(ctx, &rep), r.locks(ctx, &rep), r.restore(ctx, &rep), r.refunds(ctx, &rep)}
+	errs := []error{r.expired(ctx, &rep), r.locks(ctx, &rep), r.restore(ctx, &rep), r.sold(ctx, &rep), r.refunds(ctx, &rep)}
 	return rep, errors.Join(errs...)
 }
 

@@ -58,7 +58,10 @@ type Clock interface {
 	Now(ctx context.Context) (time.Time, error)
 }
 
-// RunSeats runs the seat-store suite. newSeats must return an empty store
+// RunSeats runs the seat-store suite, with the cases of the optional
+// interfaces for when SQL goes back in time (cancel.SeatReader,
+// cancel.RefundLedger, and ScanSold of reconcile.SoldScanner) for a store
+// that implements them. newSeats must return an empty store
 // (for Redis, a fresh namespace): some cases count the calls of a scan pass.
 func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 	ctx := context.Background()
@@ -720,6 +723,8 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		require.NoError(t, err)
 		assert.Empty(t, shows, "a refused hold lists no show")
 	})
+
+	runBackInTime(t, newSeats)
 }
 
 // scanAll runs one full ScanLocks pass with the given count per call and

@@ -15,7 +15,8 @@ import (
 
 // Seats is an in-memory seat store with the semantics of cancel/redisseat:
 // it passes the same conformance suite (cancel/canceltest.RunSeats), so the
-// two cannot drift. Its clock (NewSeats) plays the Redis server's: lock
+// two cannot drift. Like redisseat's it is also a cancel.SeatReader, a
+// cancel.RefundLedger and a reconcile.SoldScanner. Its clock (NewSeats) plays the Redis server's: lock
 // times and ages are read from it. Safe for concurrent use.
 type Seats struct {
 	mu       sync.Mutex
@@ -24,6 +25,7 @@ type Seats struct {
 	locked   map[string]map[string]struct{}         // show → locked seats (the lock index)
 	listed   map[string]struct{}                    // shows the lock scan walks
 	held     map[[2]string]int                      // (show, user) → seats held
+	refunds  map[string]string                      // payment id → order (RefundLedger)
 	token    string                                 // the current (or completed) rebuild's token
 	restored bool
 	tokens   int
@@ -37,7 +39,8 @@ type Seats struct {
 	scopes *scopes
 	// Fail, when set, is returned by every call whose name it is given
 	// ("Lock", "Release", "Sell", "ScanLocks", "Lost", "Restore",
-	// "MarkRestored", "RetireShow").
+	// "MarkRestored", "RetireShow", "ScanSold", "SeatStates", "Refunded",
+	// "MarkRefunded").
 	Fail func(op string) error
 }
 
@@ -82,6 +85,7 @@ func (s *Seats) reset() {
 	s.locked = map[string]map[string]struct{}{}
 	s.listed = map[string]struct{}{}
 	s.held = map[[2]string]int{}
+	s.refunds = map[string]string{}
 	s.token, s.restored = "", false
 }
 
@@ -467,4 +471,102 @@ func (s *Seats) WipeShow(show string) {
 			delete(s.held, key)
 		}
 	}
+}
+
+// ScanSold implements reconcile.SoldScanner (see redisseat.Seats.ScanSold):
+// the sold seats of every show, in (show, seat) order, count sales per call.
+// The cursor is "show|seat" of the next sale.
+func (s *Seats) ScanSold(_ context.Context, cursor string, count int) ([]cancel.SeatSale, string, error) {
+	if err := s.fail("ScanSold"); err != nil {
+		return nil, "", err
+	}
+	if count <= 0 {
+		count = 100
+	}
+	cshow, cseat, _ := strings.Cut(cursor, "|")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	shows := make([]string, 0, len(s.seats))
+	for show := range s.seats {
+		if show >= cshow {
+			shows = append(shows, show)
+		}
+	}
+	slices.Sort(shows)
+	var out []cancel.SeatSale
+	for _, show := range shows {
+		var seats []string
+		for seat, st := range s.seats[show] {
+			if st.Status == cancel.SeatSold && (show != cshow || seat >= cseat) {
+				seats = append(seats, seat)
+			}
+		}
+		slices.Sort(seats)
+		for _, seat := range seats {
+			if len(out) == count {
+				return out, show + "|" + seat, nil
+			}
+			st := s.seats[show][seat]
+			out = append(out, cancel.SeatSale{ShowID: show, SeatID: seat, OrderNo: st.OrderNo, UserID: st.UserID})
+		}
+	}
+	return out, "", nil
+}
+
+// SeatStates implements cancel.SeatReader (see redisseat.Seats.SeatStates).
+func (s *Seats) SeatStates(_ context.Context, show string, seats []string) (map[string]cancel.SeatState, error) {
+	if err := expiry.ValidateID("show id", show); err != nil {
+		return nil, err
+	}
+	for _, seat := range seats {
+		if err := expiry.ValidateID("seat id", seat); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.fail("SeatStates"); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]cancel.SeatState{}
+	for _, seat := range seats {
+		if st, ok := s.seats[show][seat]; ok {
+			out[seat] = st
+		}
+	}
+	return out, nil
+}
+
+// Refunded implements cancel.RefundLedger (see redisseat.Seats.Refunded).
+func (s *Seats) Refunded(_ context.Context, paymentID string) (bool, error) {
+	if err := expiry.ValidateID("payment id", paymentID); err != nil {
+		return false, err
+	}
+	if err := s.fail("Refunded"); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.refunds[paymentID]
+	return ok, nil
+}
+
+// MarkRefunded implements cancel.RefundLedger (see
+// redisseat.Seats.MarkRefunded): the first mark of a payment id stays.
+func (s *Seats) MarkRefunded(_ context.Context, paymentID, orderNo string) error {
+	if err := expiry.ValidateID("payment id", paymentID); err != nil {
+		return err
+	}
+	if err := expiry.ValidateID("order number", orderNo); err != nil {
+		return err
+	}
+	if err := s.fail("MarkRefunded"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.refunds[paymentID]; !ok {
+		s.refunds[paymentID] = orderNo
+	}
+	return nil
 }

@@ -405,3 +405,37 @@ func (s *Store) Claims(_ context.Context, cursor string, limit int) ([]cancel.Cl
 	last := out[len(out)-1]
 	return out, last.ShowID + "|" + last.SeatID, nil
 }
+
+// Snapshot copies the store's rows and returns a function that puts them
+// back, as a database that failed over to an asynchronous replica lacking
+// every commit made after the snapshot: orders, claims and discrepancy
+// records all go back to what they were. For tests of what the library does
+// when SQL goes back in time; the seat store keeps what it has.
+func (s *Store) Snapshot() (restore func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copyAll := func(orders map[string]*order, claims map[[2]string]string, disc map[string]*discrepancy) (map[string]*order, map[[2]string]string, map[string]*discrepancy) {
+		o2 := make(map[string]*order, len(orders))
+		for k, v := range orders {
+			c := *v
+			c.seats, c.placed = slices.Clone(v.seats), slices.Clone(v.placed)
+			o2[k] = &c
+		}
+		d2 := make(map[string]*discrepancy, len(disc))
+		for k, v := range disc {
+			c := *v
+			d2[k] = &c
+		}
+		c2 := make(map[[2]string]string, len(claims))
+		for k, v := range claims {
+			c2[k] = v
+		}
+		return o2, c2, d2
+	}
+	orders, claims, disc := copyAll(s.orders, s.claims, s.disc)
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.orders, s.claims, s.disc = copyAll(orders, claims, disc)
+	}
+}

@@ -16,6 +16,9 @@
 // orders. All changes run as Lua scripts on the three keys of one show, which
 // share a hash tag, so they are atomic on a single node and on Redis Cluster
 // alike (the test command runs the store's suite on a three-master cluster).
+// For when SQL goes back in time, a set <ns>:sold lists the shows whose
+// seats may be sold (ScanSold), and <ns>:refund:{<payment id>} records each
+// refund the hook made (Refunded, MarkRefunded): see backintime.go.
 //
 // # Clocks
 //
@@ -226,6 +229,8 @@ func unreachable(err error) bool {
 }
 
 func (s *Seats) showsKey() string             { return s.ns + ":shows" }
+func (s *Seats) soldShowsKey() string         { return s.ns + ":sold" }
+func (s *Seats) refundKey(id string) string   { return s.ns + ":refund:{" + id + "}" }
 func (s *Seats) markerKey() string            { return s.ns + ":restored" }
 func (s *Seats) seatsKey(show string) string  { return s.ns + ":{" + show + "}:seats" }
 func (s *Seats) limitKey(show string) string  { return s.ns + ":{" + show + "}:limit" }
@@ -285,6 +290,9 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, err
 	// The show is listed before the script, so that every Lock attempt in a
 	// show lists it (see ScanLocks for why this and the SADD after are
 	// enough), and a lock in an unlisted show is never left behind.
+	// The same round trip lists it for the sold pass (ScanSold): every
+	// show whose seats are ever sold had a lock first, or a rebuild
+	// (Restore and Reindex list those).
 	keys, argv := s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, limit}, h.Seats)
 	var res []any
 	var err error
@@ -294,7 +302,7 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, err
 		// On a cluster (or a ring) the two keys may live on different
 		// servers, and a pipeline would send to both at once: list first,
 		// then lock.
-		if err := s.seen(s.rdb.SAdd(ctx, s.showsKey(), h.ShowID).Err()); err != nil {
+		if err := s.seen(s.listBoth(ctx, h.ShowID)); err != nil {
 			return "", fmt.Errorf("redisseat: lock %s: %w", h.OrderNo, err)
 		}
 		s.at("lock: listed, before the script")
@@ -337,7 +345,18 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, err
 	}
 }
 
-// listAndLock is the SADD of the show and the lock script in one round trip
+// listBoth lists show for the lock scan and for the sold pass (ScanSold),
+// in one round trip.
+func (s *Seats) listBoth(ctx context.Context, show string) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, s.showsKey(), show)
+		p.SAdd(ctx, s.soldShowsKey(), show)
+		return nil
+	})
+	return err
+}
+
+// listAndLock is the SADD of the show (and of <ns>:sold) and the lock script in one round trip
 // (a pipeline on one server runs them in order, the SADD first), where two
 // calls in sequence cost a placement a second round trip. Should the SADD
 // fail while the script locked (the server refused a write for memory, say,
@@ -347,6 +366,7 @@ func (s *Seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, err
 func (s *Seats) listAndLock(ctx context.Context, h cancel.Hold, keys []string, argv []any) ([]any, error) {
 	pipe := s.rdb.Pipeline()
 	sadd := pipe.SAdd(ctx, s.showsKey(), h.ShowID)
+	sold := pipe.SAdd(ctx, s.soldShowsKey(), h.ShowID)
 	run := lockScript.EvalSha(ctx, pipe, keys, argv...)
 	_, _ = pipe.Exec(ctx) // each command's own error is read below
 	res, err := run.Slice()
@@ -356,10 +376,10 @@ func (s *Seats) listAndLock(ctx context.Context, h cancel.Hold, keys []string, a
 		res, err = lockScript.Run(ctx, s.rdb, keys, argv...).Slice()
 	}
 	err = s.seen(err)
-	if lerr := s.seen(sadd.Err()); lerr != nil {
+	if lerr := s.seen(errors.Join(sadd.Err(), sold.Err())); lerr != nil {
 		if err == nil && len(res) == 3 {
 			if code, _ := res[0].(int64); code == 1 {
-				if s.list(ctx, h.ShowID) == nil {
+				if s.list(ctx, h.ShowID) == nil && s.seen(s.rdb.SAdd(ctx, s.soldShowsKey(), h.ShowID).Err()) == nil {
 					return res, nil
 				}
 				id, _ := res[2].(string)
@@ -651,6 +671,9 @@ func (s *Seats) RetireShow(ctx context.Context, show string) error {
 	if n > 0 {
 		return fmt.Errorf("redisseat: retire %s: %w (%d)", show, ErrShowHasLocks, n)
 	}
+	if err := s.seen(s.rdb.SRem(ctx, s.soldShowsKey(), show).Err()); err != nil {
+		return fmt.Errorf("redisseat: retire %s: %w", show, err)
+	}
 	return s.unlistIfEmpty(ctx, show)
 }
 
@@ -671,6 +694,9 @@ func (s *Seats) Reindex(ctx context.Context) (int, error) {
 			show := strings.TrimSuffix(strings.TrimPrefix(iter.Val(), prefix), suffix)
 			if expiry.ValidateID("show id", show) != nil {
 				continue // not ours
+			}
+			if err := s.seen(s.rdb.SAdd(ctx, s.soldShowsKey(), show).Err()); err != nil { // for ScanSold
+				return fmt.Errorf("show %s: %w", show, err)
 			}
 			n, err := s.reindexShow(ctx, show)
 			added += n
@@ -783,6 +809,7 @@ func (s *Seats) MarkRestored(ctx context.Context, token string) error {
 // with an invalid id fails the whole call before anything changes.
 func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error) {
 	byShow := map[string][]any{}
+	sales := map[string]bool{}
 	var shows []string
 	for _, c := range claims {
 		for _, f := range [...]struct{ kind, id string }{{"show id", c.ShowID}, {"seat id", c.SeatID}, {"order number", c.OrderNo}, {"user id", c.UserID}} {
@@ -796,6 +823,7 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 		kind := "L"
 		if c.Status == expiry.StatusPaid {
 			kind = "S"
+			sales[c.ShowID] = true
 		} else if c.Status != expiry.StatusPending {
 			continue // a cancelled order has no claim to restore
 		}
@@ -822,6 +850,11 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 		changed += int(res[0])
 		if res[1] > 0 {
 			if err := s.list(ctx, show); err != nil {
+				return changed, fmt.Errorf("redisseat: restore %s: %w", show, err)
+			}
+		}
+		if res[0] > res[1] && sales[show] { // sales restored: list the show for ScanSold
+			if err := s.seen(s.rdb.SAdd(ctx, s.soldShowsKey(), show).Err()); err != nil {
 				return changed, fmt.Errorf("redisseat: restore %s: %w", show, err)
 			}
 		}

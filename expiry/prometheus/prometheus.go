@@ -6,7 +6,8 @@
 //
 //	orderexpiry_events_total{kind, detail}      every Event; detail is the
 //	    Handler's outcome (kind "handled"), the reason (kinds "cancelled",
-//	    "discrepancy", "repaired"), or empty
+//	    "discrepancy", "repaired", "diverged"), or empty; alert on any
+//	    "diverged": SQL lost commits the seat store kept (a failover)
 //	orderexpiry_seats_total{kind}               seats moved by cancelled,
 //	    paid, repaired, release_failed and sell_failed events
 //	orderexpiry_handle_seconds{outcome}         how long handling a message took
@@ -198,6 +199,8 @@ func (o *Observer) Observe(_ context.Context, e expiry.Event) {
 		o.warnings.Inc()
 	case expiry.KindDeadlineChanged:
 		o.deadlines.Inc()
+	case expiry.KindDiverged:
+		detail = e.Reason // what SQL going back in time left: alert on any
 	}
 	o.events.WithLabelValues(kind, detail).Inc()
 	switch e.Kind {

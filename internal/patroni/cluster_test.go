@@ -248,11 +248,11 @@ func worlds(t *testing.T, dbs []*sql.DB, show string) []*e2e.World {
 }
 
 // reconciler is a reconciler over w with a short grace and settle, so a
-// test's repairs happen within seconds.
+// test's repairs happen within seconds; its events go to w's Ledger.
 func reconciler(t *testing.T, w *e2e.World) *reconcile.Reconciler {
 	t.Helper()
 	r, err := reconcile.New(reconcile.Config{Orders: w.Store, Seats: w.Seats, Service: w.Service, Batch: 100,
-		Grace: 2 * time.Second, Settle: 500 * time.Millisecond})
+		Grace: 2 * time.Second, Settle: 500 * time.Millisecond, Runtime: expiry.Runtime{Observer: w.Ledger}})
 	require.NoError(t, err)
 	return r
 }
