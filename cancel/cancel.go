@@ -379,7 +379,7 @@ type SeatSeller interface {
 }
 
 // OrderState is what a store reads of one order for the reconciler
-// (reconcile.StatusReader).
+// (reconcile.Orders).
 type OrderState struct {
 	Status expiry.Status
 	// Age is how long ago the order was last written (placed, decided,

@@ -53,89 +53,54 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// ExpiredFinder finds pending orders that are past due.
-//
-// Expired returns up to limit numbers of orders that are pending and past
-// expire_at by the store's clock, in (expire_at, order number) order,
-// strictly after cursor ("" starts), following an index (never a full scan),
-// and the cursor to continue from ("" when fewer than limit were returned).
-// Keyset paging lets a round go past orders it skips (one whose cancel keeps
-// failing) instead of meeting them first in every batch. Safe for
-// concurrent use; errors are transient.
-type ExpiredFinder interface {
+// Orders is the SQL side the reconciler reads; cancel/sqlstore's Store and
+// cancel/memstore's Store implement it. Every method is safe for concurrent
+// use, changes nothing, and returns only transient errors.
+type Orders interface {
+	// Expired returns up to limit numbers of orders that are pending and
+	// past expire_at by the store's clock, in (expire_at, order number)
+	// order, strictly after cursor ("" starts), following an index (never a
+	// full scan), and the cursor to continue from ("" when fewer than limit
+	// were returned). Keyset paging lets a round go past orders it skips
+	// (one whose cancel keeps failing) instead of meeting them first in
+	// every batch.
 	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-}
-
-// StatusReader reads the state of many orders at once.
-//
-// Statuses returns the state of every order among nos that exists; orders
-// that do not exist are absent from the map. Safe for concurrent use.
-type StatusReader interface {
+	// Statuses returns the state of every order among nos that exists;
+	// orders that do not exist are absent from the map.
 	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
-}
-
-// LockScanner lists seat locks in the seat store, a bounded batch at a time.
-//
-// ScanLocks returns the locks found examining about count entries from
-// cursor ("" starts a pass), and the cursor to continue from ("" when the
-// pass is complete). A lock may be seen twice in a pass. Safe for concurrent
-// use.
-type LockScanner interface {
-	ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error)
-}
-
-// ClaimScanner lists SQL's seat claims of pending and paid orders, a batch
-// at a time, in key order after cursor ("" starts; "" returned: done). Safe
-// for concurrent use.
-type ClaimScanner interface {
+	// Claims lists SQL's seat claims of pending and paid orders, a batch at
+	// a time, in key order after cursor ("" starts; "" returned: done).
 	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 }
 
-// SeatRestorer tells when the seat store lost its data and records a
-// completed rebuild.
-//
-// Lost reports that it did (its marker is gone) and names the rebuild with a
-// token: every caller gets the same token until MarkRestored succeeds or the
-// store loses its data again (a new token then). MarkRestored records a
-// completed rebuild under token, only if
-// token is still current (atomically); otherwise it returns an error
-// wrapping cancel.ErrRestoreInterrupted and the rebuild starts over, so a
-// second loss during a rebuild is never marked restored over a half-empty
-// store. Safe for concurrent use.
-type SeatRestorer interface {
-	Lost(ctx context.Context) (token string, lost bool, err error)
-	MarkRestored(ctx context.Context, token string) error
-}
-
-// SeatRepairer gives the seat store what SQL's claims say it lacks.
-//
-// Missing returns the claims whose seat the store does not hold as the
-// claim says (free, or a paid claim's seat only locked); it changes nothing.
-// Restore gives each claim's seat its state if the seat is free (and counts
-// it for the user), and turns a paid claim's lock into a sale; it is
-// idempotent and returns the number of seats changed. Safe for concurrent
-// use.
-type SeatRepairer interface {
-	Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error)
-	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
-}
-
-// Orders is the SQL side the reconciler reads; cancel/sqlstore's Store
-// implements it.
-type Orders interface {
-	ExpiredFinder
-	StatusReader
-	ClaimScanner
-}
-
-// Seats is the seat side the reconciler scans and repairs;
-// cancel/redisseat's Seats implements it.
+// Seats is the seat side the reconciler scans and repairs; cancel/redisseat's
+// Seats and cancel/memstore's Seats implement it. Every method is safe for
+// concurrent use.
 type Seats interface {
-	LockScanner
 	cancel.SeatReleaser
 	cancel.SeatSeller
-	SeatRestorer
-	SeatRepairer
+	// ScanLocks returns the locks found examining about count entries from
+	// cursor ("" starts a pass), and the cursor to continue from ("" when
+	// the pass is complete). A lock may be seen twice in a pass.
+	ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error)
+	// Lost reports that the store lost its data (its marker is gone) and
+	// names the rebuild with a token: every caller gets the same token until
+	// MarkRestored succeeds or the store loses its data again (a new token
+	// then).
+	Lost(ctx context.Context) (token string, lost bool, err error)
+	// MarkRestored records a completed rebuild under token, only if token is
+	// still current (atomically); otherwise it returns an error wrapping
+	// cancel.ErrRestoreInterrupted and the rebuild starts over, so a second
+	// loss during a rebuild is never marked restored over a half-empty store.
+	MarkRestored(ctx context.Context, token string) error
+	// Missing returns the claims whose seat the store does not hold as the
+	// claim says (free, or a paid claim's seat only locked); it changes
+	// nothing.
+	Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error)
+	// Restore gives each claim's seat its state if the seat is free (and
+	// counts it for the user), and turns a paid claim's lock into a sale; it
+	// is idempotent and returns the number of seats changed.
+	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 }
 
 // Service is the cancel path and the refund retries; *cancel.Service

@@ -250,7 +250,7 @@ func (s *Seats) listedShows() []string {
 	return out
 }
 
-// ScanLocks implements reconcile.LockScanner (see redisseat.Seats.ScanLocks):
+// ScanLocks implements reconcile.Seats (see redisseat.Seats.ScanLocks):
 // it walks the listed shows' lock indexes, never the sold seats, counting one
 // entry per lock and at least one per show, and unlists a show whose index
 // is empty. The cursor is "show|seat" of the next entry to examine.
@@ -347,7 +347,7 @@ func (s *Seats) Wipe() {
 	}
 }
 
-// Lost implements reconcile.SeatRestorer (see redisseat.Seats.Lost): the
+// Lost implements reconcile.Seats (see redisseat.Seats.Lost): the
 // first call after a loss starts a rebuild under a new token, and every call
 // returns it until MarkRestored succeeds or the store is wiped again.
 func (s *Seats) Lost(context.Context) (string, bool, error) {
@@ -366,7 +366,7 @@ func (s *Seats) Lost(context.Context) (string, bool, error) {
 	return s.token, true, nil
 }
 
-// MarkRestored implements reconcile.SeatRestorer (see
+// MarkRestored implements reconcile.Seats (see
 // redisseat.Seats.MarkRestored).
 func (s *Seats) MarkRestored(_ context.Context, token string) error {
 	if err := s.fail("MarkRestored"); err != nil {
@@ -381,7 +381,7 @@ func (s *Seats) MarkRestored(_ context.Context, token string) error {
 	return nil
 }
 
-// Restore implements reconcile.SeatRestorer (see redisseat.Seats.Restore).
+// Restore implements reconcile.Seats (see redisseat.Seats.Restore).
 func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 	if err := s.fail("Restore"); err != nil {
 		return 0, err
@@ -435,7 +435,7 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 	return changed, nil
 }
 
-// Missing implements reconcile.SeatRepairer (see redisseat.Seats.Missing).
+// Missing implements reconcile.Seats (see redisseat.Seats.Missing).
 func (s *Seats) Missing(_ context.Context, claims []cancel.Claim) ([]cancel.Claim, error) {
 	if err := s.fail("Missing"); err != nil {
 		return nil, err

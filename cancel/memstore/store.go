@@ -52,8 +52,7 @@ type discrepancy struct {
 
 // Store is an in-memory order store: cancel.OrderStore,
 // cancel.DiscrepancyStore, cancel.Reinstater, cancel.DeadlineStore,
-// cancel.WarnStore, reconcile.ExpiredFinder,
-// reconcile.StatusReader and reconcile.ClaimScanner, with the same behaviour
+// cancel.WarnStore and reconcile.Orders, with the same behaviour
 // as sqlstore's Store (both pass cancel/canceltest's RunStore). Ids compare
 // byte for byte, as there. Safe for concurrent use.
 type Store struct {
@@ -282,7 +281,7 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 	return cancel.Result{Changed: true, Order: cur, Seats: seats, PaymentID: o.paymentID, LockID: o.lockID}, nil
 }
 
-// Expired implements reconcile.ExpiredFinder like sqlstore's: pending orders
+// Expired implements reconcile.Orders like sqlstore's: pending orders
 // due by the store's clock in (expire_at, order number) order, strictly after
 // cursor, which is "expire_at_ms|order_no" ("" starts); next is "" after a
 // page shorter than limit.
@@ -351,7 +350,7 @@ func (s *Store) Overdue(context.Context) (n int, oldest time.Duration, err error
 	return n, oldest, nil
 }
 
-// Statuses implements reconcile.StatusReader: each order's age is the time
+// Statuses implements reconcile.Orders: each order's age is the time
 // since its last write by the store's clock, in whole milliseconds (as
 // sqlstore's), never negative.
 func (s *Store) Statuses(_ context.Context, nos []string) (map[string]cancel.OrderState, error) {
@@ -370,7 +369,7 @@ func (s *Store) Statuses(_ context.Context, nos []string) (map[string]cancel.Ord
 	return out, nil
 }
 
-// Claims implements reconcile.ClaimScanner; the cursor is "show|seat".
+// Claims implements reconcile.Orders; the cursor is "show|seat".
 func (s *Store) Claims(_ context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
 	if err := s.fail("Claims"); err != nil {
 		return nil, "", err

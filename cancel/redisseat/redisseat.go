@@ -498,7 +498,7 @@ func (s *Seats) ListedShows(ctx context.Context) ([]string, error) {
 	return shows, nil
 }
 
-// ScanLocks implements reconcile.LockScanner: the seat locks of every listed
+// ScanLocks implements reconcile.Seats: the seat locks of every listed
 // show, a bounded batch at a time. cursor "" starts a pass; the returned
 // cursor continues it, and is "" when the pass is complete. count bounds the
 // entries examined per call, about (Redis's SSCAN COUNT is a hint, and a
@@ -753,7 +753,7 @@ func (s *Seats) reindexShow(ctx context.Context, show string) (int, error) {
 	}
 }
 
-// Lost implements reconcile.SeatRestorer. It reports whether the
+// Lost implements reconcile.Seats. It reports whether the
 // namespace's marker key says the seat state must be rebuilt from SQL (Redis
 // lost its data, or this namespace was never rebuilt), and names the rebuild:
 // the first caller after a loss starts one under a fresh random token, and
@@ -779,7 +779,7 @@ func (s *Seats) Lost(ctx context.Context) (token string, lost bool, err error) {
 	return token, true, nil
 }
 
-// MarkRestored implements reconcile.SeatRestorer: it records that the
+// MarkRestored implements reconcile.Seats: it records that the
 // rebuild named token is complete, atomically and only if token is still the
 // current rebuild's; otherwise (the data was lost again, so the rebuild must
 // start over) it changes nothing and returns an error wrapping
@@ -800,7 +800,7 @@ func (s *Seats) MarkRestored(ctx context.Context, token string) error {
 	return nil
 }
 
-// Restore implements reconcile.SeatRestorer: it gives free seats the state of
+// Restore implements reconcile.Seats: it gives free seats the state of
 // their SQL claims (locked at the server's time for a pending order, sold for
 // a paid one), raising the user's counter for each, and turns a paid order's
 // locks (same order and user) into sales; seats held otherwise are left
@@ -867,7 +867,7 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 // order. It changes nothing (one HMGET per show). The reconciler reads SQL
 // again for what Missing returns before it restores, so a seat that a cancel
 // released between the claims read and now is never locked again. Part of
-// reconcile.SeatRepairer.
+// reconcile.Seats.
 func (s *Seats) Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error) {
 	byShow := map[string][]cancel.Claim{}
 	var shows []string

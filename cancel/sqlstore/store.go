@@ -10,8 +10,7 @@
 //     SettleDiscrepancy),
 //   - cancel.Reinstater (ReinstateCancelled), cancel.DeadlineStore
 //     (SetDeadline) and cancel.WarnStore (MarkWarned), in late.go,
-//   - reconcile.ExpiredFinder (Expired), reconcile.StatusReader (Statuses)
-//     and reconcile.ClaimScanner (Claims).
+//   - reconcile.Orders (Expired, Statuses, Claims).
 //
 // The schema (schema/*.sql, also returned by Schema) has three tables:
 // oe_order, oe_order_seat, whose primary key (show_id, seat_id) allows one
@@ -1013,7 +1012,7 @@ func isDuplicate(err error) bool {
 // (status, expire_at_ms)): each page is an index range from the cursor,
 // whatever precedes it. The cursor is "key|order_no", the key being the
 // deadline column's value (epoch milliseconds on the library's schema). It
-// implements reconcile.ExpiredFinder.
+// implements reconcile.Orders.
 func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	if limit <= 0 {
 		return nil, "", nil
@@ -1142,7 +1141,7 @@ const maxIn = 500
 // resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
 // without one). Only rows whose number equals a requested one byte for byte
 // are kept, so a case-insensitive collation of the host's table cannot
-// answer for a case variant (I10). It implements reconcile.StatusReader.
+// answer for a case variant (I10). It implements reconcile.Orders.
 func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	out := make(map[string]cancel.OrderState, len(nos))
 	want := make(map[string]bool, len(nos))
@@ -1252,7 +1251,7 @@ func splitSeats(list string) []string {
 // Claims returns up to limit seat claims of pending and paid orders in
 // (show, seat) order after the cursor ("" starts; the returned cursor is ""
 // when there are no more), following the claims' unique key. It implements
-// reconcile.ClaimScanner: the reconciler rebuilds the seat store from it.
+// reconcile.Orders: the reconciler rebuilds the seat store from it.
 // Without a claims table in the Mapping there are none.
 func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
 	if limit <= 0 || !s.m.claims {

@@ -1,6 +1,10 @@
-// Package otel traces orderexpiry with OpenTelemetry: an expiry.Tracer that
-// makes the handling of an order's expiry message a span of the trace of the
-// request that placed the order.
+// Package otel instruments orderexpiry with OpenTelemetry: an expiry.Tracer
+// that makes the handling of an order's expiry message a span of the trace of
+// the request that placed the order, and an expiry.Observer (with an
+// OverduePoller) that records the measurements expiry/prometheus exports as
+// OpenTelemetry metrics.
+//
+// # Traces
 //
 // The trace context travels in the message as W3C traceparent/tracestate
 // (expiry.Message.Trace; RocketMQ user properties on the broker), written and
@@ -17,10 +21,69 @@
 // message whose trace context is missing, malformed or oversized is handled
 // all the same, in a new trace (a root process span): never dropped.
 //
+// Pass one Tracer to expiry.HandlerConfig and expiry.SchedulerConfig.
+//
+// # Metrics
+//
+// Pass one Observer to every component that takes an expiry.Observer (the
+// Handler, the Shell, the Scheduler, cancel.Service, the Reconciler), beside
+// or instead of expiry/prometheus's (expiry.MultiObserver). Its instruments,
+// of instrumentation scope ScopeName, are expiry/prometheus's metrics under
+// OpenTelemetry's names; README.md beside this file maps each to its
+// Prometheus metric. Attributes (Prometheus's labels) carry the prefix
+// "orderexpiry.": kind, detail (left out when empty), outcome, reason, path,
+// result.
+//
+//	orderexpiry.events            counter {event}: every Event, by kind and
+//	    detail: the Handler's outcome (kind "handled"), the reason (kinds
+//	    "cancelled", "discrepancy", "repaired")
+//	orderexpiry.seats             counter {seat}: seats moved by cancelled,
+//	    paid, repaired, release_failed and sell_failed events, by kind
+//	orderexpiry.handle.duration   histogram s: how long handling a message
+//	    took, by outcome
+//	orderexpiry.cancel.hop        histogram {hop}: the hop of the message that
+//	    cancelled an order (messages per expired order)
+//	orderexpiry.rearm.remaining   histogram s: the time left when an early
+//	    message was re-armed
+//	orderexpiry.cancel.lateness   histogram s: how long after its deadline an
+//	    order was cancelled, by the store's clock, by reason (timeout and
+//	    reconcile; cancels before the deadline are not recorded)
+//	orderexpiry.expired_orders    counter {order}: orders cancelled past their
+//	    deadline, by path: "message" or "reconciler" (the message path's
+//	    losses)
+//	orderexpiry.discrepancies     counter {payment}: payments that could not
+//	    be honoured, once per payment id, by reason
+//	orderexpiry.refunds           counter {call}: the refund hook, by result:
+//	    "refunded" (once per payment id) or "hook_failed" (called again by
+//	    the reconciler); the warning hook's failures are not counted here
+//	orderexpiry.reinstated        counter {order}: late payments that
+//	    reinstated a cancelled order
+//	orderexpiry.warnings          counter {warning}: expiry warnings fired
+//	orderexpiry.deadline_changes  counter {change}: deadlines extended or
+//	    brought forward
+//
+// The streams of expired_orders and refunds exist from the start, at 0, so
+// that a ratio over them is 0 rather than absent. The histograms have
+// expiry/prometheus's bucket boundaries.
+//
+// An OverduePoller reads the order store every interval (the Overdue method
+// of cancel/sqlstore's or cancel/memstore's Store) and reports the last read
+// through observable gauges; until the first successful read they have no
+// data point:
+//
+//	orderexpiry.overdue.orders       gauge {order}: pending orders past their
+//	    deadline, by the store's clock: the gauge that pages someone when
+//	    expiry messages are being lost
+//	orderexpiry.overdue.oldest       gauge s: how long past its deadline the
+//	    oldest of them is (0 when none)
+//	orderexpiry.overdue.last_poll    gauge s: Unix time of the last successful
+//	    read (alert when it is stale)
+//	orderexpiry.overdue.poll_errors  counter {error}: failed reads (the
+//	    gauges keep the last values read)
+//
 // It is a module of its own (github.com/seatflow/orderexpiry/expiry/otel),
-// so that a host that does not trace with OpenTelemetry has none of its
-// modules in its graph. Pass one Tracer to expiry.HandlerConfig and
-// expiry.SchedulerConfig.
+// so that a host that does not use OpenTelemetry has none of its modules in
+// its graph.
 package otel
 
 import (
@@ -30,14 +93,16 @@ import (
 	otelapi "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// ScopeName is the instrumentation scope of the spans: the name the Tracer
-// asks its TracerProvider for.
+// ScopeName is the instrumentation scope of the spans and of the metrics:
+// the name the Tracer asks its TracerProvider for, and the Observer and the
+// OverduePoller their MeterProvider.
 const ScopeName = "github.com/seatflow/orderexpiry/expiry/otel"
 
 // The span names.
@@ -55,8 +120,9 @@ const (
 	AttrOutcome = attribute.Key("orderexpiry.outcome")  // process: expiry.Outcome's name
 )
 
-// Config configures a Tracer. The zero Config uses the global
-// TracerProvider and the W3C trace context propagator.
+// Config configures a Tracer, an Observer and an OverduePoller. The zero
+// Config uses the global TracerProvider and MeterProvider and the W3C trace
+// context propagator.
 type Config struct {
 	// TracerProvider makes the spans; nil: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
@@ -65,6 +131,9 @@ type Config struct {
 	// carries nothing.) Only the traceparent and tracestate keys travel
 	// (see Carrier); a propagator's other keys, baggage say, are dropped.
 	Propagator propagation.TextMapPropagator
+	// MeterProvider makes the metric instruments of an Observer and an
+	// OverduePoller; nil: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // Tracer is an expiry.Tracer on OpenTelemetry. Safe for concurrent use.

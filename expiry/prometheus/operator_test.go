@@ -68,6 +68,8 @@ func TestOperatorMetrics(t *testing.T) {
 			"orderexpiry_refunds_total", map[string]string{"result": "refunded"}, 1},
 		{"refund hook failed", expiry.Event{Kind: expiry.KindHookFailed, Err: errors.New("provider down")},
 			"orderexpiry_refunds_total", map[string]string{"result": "hook_failed"}, 1},
+		{"a failed warning hook is no refund's", expiry.Event{Kind: expiry.KindHookFailed, Reason: "warning", Err: errors.New("mailer down")},
+			"orderexpiry_refunds_total", map[string]string{"result": "hook_failed"}, 0},
 		{"reinstated", expiry.Event{Kind: expiry.KindReinstated, Seats: 2}, "orderexpiry_reinstated_total", nil, 1},
 		{"warned", expiry.Event{Kind: expiry.KindWarned}, "orderexpiry_warnings_total", nil, 1},
 		{"deadline changed", expiry.Event{Kind: expiry.KindDeadlineChanged, Reason: "extended"}, "orderexpiry_deadline_changes_total", nil, 1},

@@ -28,7 +28,8 @@
 //	    honoured (paid_after_cancelled, paid_after_paid), once per payment id
 //	orderexpiry_refunds_total{result}           the refund hook: "refunded"
 //	    (succeeded and settled, once per payment id) or "hook_failed" (to be
-//	    called again by the reconciler)
+//	    called again by the reconciler; the warning hook's failures are in
+//	    events_total{kind="hook_failed"} only)
 //	orderexpiry_reinstated_total                late payments that reinstated
 //	    a cancelled order as paid
 //	orderexpiry_warnings_total                  expiry warnings fired
@@ -192,7 +193,9 @@ func (o *Observer) Observe(_ context.Context, e expiry.Event) {
 	case expiry.KindRefunded:
 		o.refunds.WithLabelValues(refundRefunded).Inc()
 	case expiry.KindHookFailed:
-		o.refunds.WithLabelValues(refundHookFailed).Inc()
+		if e.Reason != "warning" { // the warning hook's failures are no refund's
+			o.refunds.WithLabelValues(refundHookFailed).Inc()
+		}
 	case expiry.KindReinstated:
 		o.reinstated.Inc()
 	case expiry.KindWarned:

@@ -33,9 +33,9 @@ type drainSet struct {
 	drained int
 	lost    int
 	seatsN  int
-	scanT   time.Duration // inside ExpiredFinder.Expired
+	scanT   time.Duration // inside Orders.Expired
 	cancelT time.Duration // inside Service.Cancel (SQL transaction + Redis release)
-	claimsT time.Duration // inside ClaimScanner.Claims and SeatRestorer.Restore
+	claimsT time.Duration // inside Orders.Claims and Seats.Restore
 	reads   int64         // MariaDB: Innodb_buffer_pool_reads during its rounds (server-wide)
 }
 

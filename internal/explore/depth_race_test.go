@@ -6,3 +6,7 @@ package explore
 // makes a replay about five times slower: one step less keeps the default
 // run near two minutes on a 2-core machine.
 const defaultDepth = 6
+
+// defaultReplayDepth is -replay.depth's default under the race detector:
+// one step less (about 1000 sequences on SQLite).
+const defaultReplayDepth = 3

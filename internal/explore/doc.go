@@ -42,7 +42,21 @@
 // step made; TestSequences replays the holes the reviews reported (see
 // internal/testenv/README.md, "systematic exploration").
 //
+// TestReplaySQLite and TestReplayServers (replay_test.go) take the
+// interleavings the exploration finds to the real stores: every sequence
+// that first reaches a distinct state at -replay.depth (default 4) on
+// cancel/sqlstore over SQLite, and a deterministic sample of them with the
+// known sequences on MariaDB with Redis and PostgreSQL with Redis Cluster,
+// behind the same gates and judged by the same ledgers; a verdict that
+// differs from memstore's for the same sequence fails the test. The stores'
+// clocks cannot be moved, so a clock step moves every stored time back
+// instead (realstores_test.go says why that hides nothing).
+//
+//	go test -run 'TestReplay' ./internal/explore/                   # SQLite; servers skip without OE_* variables
+//	go test -run 'TestReplaySQLite' ./internal/explore/ -replay.depth=5
+//
 // The package uses the library's public API only (cancel, cancel/memstore,
-// reconcile, expiry), as a host would. It has no non-test code besides this
+// cancel/sqlstore, cancel/redisseat, reconcile, expiry), as a host would,
+// and internal/testenv for the servers. It has no non-test code besides this
 // comment.
 package explore

@@ -35,7 +35,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 	k := kinds[s.kind]
 	if k.clock != nil {
 		d := k.clock(w.observe())
-		w.clk.advance(d)
+		w.advance(d)
 		return stepLog{result: "+" + d.String()}
 	}
 	var o *op
@@ -190,7 +190,7 @@ func (w *world) runAuto(k kind, i int) (string, *op) {
 func (w *world) settle(kinds []kind, kill bool) []string {
 	w.step++
 	out := w.finish(kill)
-	w.clk.advance(settleAdvance)
+	w.advance(settleAdvance)
 	out = append(out, "clock +"+settleAdvance.String())
 	for pass := 0; pass < 4; pass++ {
 		active := false

@@ -25,10 +25,11 @@ var (
 // a fresh world (stateless model checking), states deduplicated by hash.
 // Subtrees are explored in parallel by up to workers goroutines.
 type explorer struct {
-	pool   *pool
-	kinds  []kind
-	shared bool
-	sem    chan struct{} // a token per extra worker
+	pool    *pool
+	kinds   []kind
+	shared  bool
+	backend backend       // memory, but for replays (replay_test.go)
+	sem     chan struct{} // a token per extra worker
 
 	mu sync.Mutex
 	// visited holds, per state explored on, the most steps that were left
@@ -41,6 +42,10 @@ type explorer struct {
 	settled map[[16]byte][]record
 	best    map[string]record // finding class → its shortest sequence
 	err     error             // the first failure of the explorer itself
+	// firsts, when not nil, collects the sequence that reached each
+	// distinct state first (run with one worker, they are the same on
+	// every run): the interleavings the replays take to the other backends.
+	firsts [][]step
 
 	// violations count the sequences and settles breaking a ledger, and
 	// repeats those whose every finding is there by design (byDesign).
@@ -64,14 +69,14 @@ type node struct {
 }
 
 func newExplorer(kinds []kind, shared bool, workers int) *explorer {
-	return &explorer{pool: newPool(), kinds: kinds, shared: shared, sem: make(chan struct{}, max(workers-1, 0)),
+	return &explorer{pool: newPool(), kinds: kinds, shared: shared, backend: memory, sem: make(chan struct{}, max(workers-1, 0)),
 		visited: map[[16]byte]int{}, settled: map[[16]byte][]record{}, best: map[string]record{}}
 }
 
 // world returns a fresh world; wireTenants has built one of this wiring
 // already, so an error here is the explorer's own.
 func (x *explorer) world() *world {
-	w, err := newWorld(x.pool, x.shared)
+	w, err := newWorld(x.pool, x.shared, x.backend)
 	if err != nil {
 		panic(err)
 	}
@@ -219,6 +224,9 @@ func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
 	}
 	if !settled {
 		x.settled[h] = nil
+		if x.firsts != nil {
+			x.firsts = append(x.firsts, seq)
+		}
 	}
 	was, seen := x.visited[h]
 	explore := len(fs) == 0 && (!seen || was < left-1)
@@ -460,7 +468,7 @@ func TestExplore(t *testing.T) {
 // at startup (a scope check), the test shows the refusal and wires each
 // tenant on its own scope of the seat store.
 func wireTenants(t *testing.T) bool {
-	_, err := newWorld(nil, true)
+	_, err := newWorld(nil, true, memory)
 	if err == nil {
 		t.Log("explore: both tenants wired on one seat store (the library accepted it)")
 		return true
@@ -468,7 +476,7 @@ func wireTenants(t *testing.T) bool {
 	msg := fmt.Sprintf("explore: the library refused two tenants on one seat store at startup (so each tenant gets its own scope of it): %v\n", err)
 	t.Log(msg)
 	fmt.Fprint(os.Stdout, msg)
-	_, err = newWorld(nil, false)
+	_, err = newWorld(nil, false, memory)
 	require.NoError(t, err, "each tenant on its own scope of the seat store")
 	return false
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
-	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
@@ -61,9 +60,6 @@ type op struct {
 	auto bool // run to completion without stopping (settle)
 	// atomic is set while the operation is inside ReinstateCancelled.
 	atomic bool
-	// args names what a payment operation pays, for the trace of the
-	// call the Fail hook gates (the hook is not told).
-	args string
 	// active is set by a reconcile round that did something.
 	active bool
 }
@@ -134,27 +130,6 @@ func (w *world) stop(o *op, at string) error {
 	return nil
 }
 
-// failHook is every order store's Fail hook: it gates ReinstateCancelled,
-// whose claim callback's signature the gate does not depend on. The hook
-// knows no context, but at most one operation runs at a time: the one
-// being driven. What follows it up to the next gated call (the claim's
-// seat lock) is part of the call.
-func (w *world) failHook(name string) error {
-	o := w.running
-	if name != "ReinstateCancelled" || o == nil {
-		return nil
-	}
-	if o.dead {
-		return errKilled
-	}
-	if err := w.stop(o, name+"("+o.args+")"); err != nil {
-		return err
-	}
-	o.atomic = true
-	w.note(o, true, name, o.args, "called")
-	return nil
-}
-
 func (w *world) note(o *op, gated bool, name, args, res string) {
 	text := name + "(" + args + ")=" + res
 	o.trace = append(o.trace, call{gated: gated, text: text})
@@ -201,22 +176,20 @@ func resultSummary(r cancel.Result) string {
 }
 
 // gatedStore is a tenant's order store (memstore.Store standing in for
-// sqlstore) behind the gate. It embeds the store, so it implements every
-// interface the library uses or type-asserts (cancel.OrderStore,
-// DiscrepancyStore, Reinstater, DeadlineStore, WarnStore, reconcile.Orders,
-// and any the library adds), and overrides the calls it gates or records.
-// ReinstateCancelled is gated through the store's Fail hook instead (see
-// world.failHook): its claim callback's signature is the library's to
-// change. TestGatesCoverEveryMethod keeps the lists complete.
+// sqlstore, or sqlstore itself in a replay) behind the gate. It embeds the
+// store as an orderStore, which holds every interface the library uses or
+// type-asserts (cancel.OrderStore, DiscrepancyStore, Reinstater,
+// DeadlineStore, WarnStore, reconcile.Orders), and overrides the calls it
+// gates or records. TestGatesCoverEveryMethod keeps the lists complete.
 type gatedStore struct {
-	*memstore.Store
+	orderStore
 	w *world
 	t *tenant
 }
 
 // Scope is the tenant's: each tenant's order store serves its own rows, as
-// a sqlstore.Store with a Mapping's Where (its Scope) does. (The embedded
-// memstore.Store keeps every row it is given: one per tenant.)
+// a sqlstore.Store with a Mapping's Where (its Scope) does. (Each tenant
+// has a store of its own: see newWorld.)
 func (g *gatedStore) Scope() string { return g.t.scope() }
 
 var (
@@ -232,7 +205,7 @@ func (g *gatedStore) Order(ctx context.Context, no string) (expiry.Order, error)
 	var o expiry.Order
 	err := g.w.do(ctx, "Order", no, false, func() (string, error) {
 		var err error
-		o, err = g.Store.Order(ctx, no)
+		o, err = g.orderStore.Order(ctx, no)
 		return o.Status.String(), err
 	})
 	return o, err
@@ -242,10 +215,28 @@ func (g *gatedStore) CancelPending(ctx context.Context, req cancel.Request) (can
 	var res cancel.Result
 	err := g.w.do(ctx, "CancelPending", req.OrderNo+" "+string(req.Reason), true, func() (string, error) {
 		var err error
-		res, err = g.Store.CancelPending(ctx, req)
+		res, err = g.orderStore.CancelPending(ctx, req)
 		if err == nil && res.Changed {
 			g.w.cancelled(g.t, req.OrderNo, req.Reason)
 		}
+		return resultSummary(res), err
+	})
+	return res, err
+}
+
+// ReinstateCancelled is one gated call: the seat lock its claim callback
+// takes runs inside the store's transaction, so it has no gate of its own
+// (see world.do).
+func (g *gatedStore) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
+	var res cancel.Result
+	err := g.w.do(ctx, "ReinstateCancelled", p.OrderNo+" "+p.PaymentID, true, func() (string, error) {
+		o, _ := ctx.Value(opKey{}).(*op)
+		if o != nil {
+			o.atomic = true
+			defer func() { o.atomic = false }()
+		}
+		var err error
+		res, err = g.orderStore.ReinstateCancelled(ctx, p, claim)
 		return resultSummary(res), err
 	})
 	return res, err
@@ -255,7 +246,7 @@ func (g *gatedStore) PayPending(ctx context.Context, p cancel.Payment) (cancel.R
 	var res cancel.Result
 	err := g.w.do(ctx, "PayPending", p.OrderNo+" "+p.PaymentID, true, func() (string, error) {
 		var err error
-		res, err = g.Store.PayPending(ctx, p)
+		res, err = g.orderStore.PayPending(ctx, p)
 		return resultSummary(res), err
 	})
 	return res, err
@@ -265,7 +256,7 @@ func (g *gatedStore) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy
 	var recorded bool
 	err := g.w.do(ctx, "RecordDiscrepancy", d.OrderNo+" "+d.PaymentID, true, func() (string, error) {
 		var err error
-		recorded, err = g.Store.RecordDiscrepancy(ctx, d)
+		recorded, err = g.orderStore.RecordDiscrepancy(ctx, d)
 		if err == nil && recorded {
 			g.w.tried(d.PaymentID)
 		}
@@ -280,7 +271,7 @@ func (g *gatedStore) ClaimDiscrepancies(ctx context.Context, lease time.Duration
 	var ds []cancel.Discrepancy
 	err := g.w.do(ctx, "ClaimDiscrepancies", "", false, func() (string, error) {
 		var err error
-		ds, err = g.Store.ClaimDiscrepancies(ctx, lease, limit)
+		ds, err = g.orderStore.ClaimDiscrepancies(ctx, lease, limit)
 		var ids []string
 		for _, d := range ds {
 			g.w.tried(d.PaymentID)
@@ -296,7 +287,7 @@ func (g *gatedStore) ClaimDiscrepancies(ctx context.Context, lease time.Duration
 // the payment id at the provider).
 func (g *gatedStore) SettleDiscrepancy(ctx context.Context, paymentID string) error {
 	return g.w.do(ctx, "SettleDiscrepancy", paymentID, false, func() (string, error) {
-		err := g.Store.SettleDiscrepancy(ctx, paymentID)
+		err := g.orderStore.SettleDiscrepancy(ctx, paymentID)
 		if err == nil {
 			g.w.settled(paymentID)
 		}
@@ -308,7 +299,7 @@ func (g *gatedStore) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (
 	var res cancel.DeadlineResult
 	err := g.w.do(ctx, "SetDeadline", fmt.Sprintf("%s %v shorten=%v", c.OrderNo, c.In, c.Shorten), true, func() (string, error) {
 		var err error
-		res, err = g.Store.SetDeadline(ctx, c)
+		res, err = g.orderStore.SetDeadline(ctx, c)
 		return fmt.Sprint(res.Changed), err
 	})
 	return res, err
@@ -318,7 +309,7 @@ func (g *gatedStore) MarkWarned(ctx context.Context, orderNo string, lead time.D
 	var res expiry.WarnResult
 	err := g.w.do(ctx, "MarkWarned", orderNo, true, func() (string, error) {
 		var err error
-		res, err = g.Store.MarkWarned(ctx, orderNo, lead)
+		res, err = g.orderStore.MarkWarned(ctx, orderNo, lead)
 		return fmt.Sprint(res.Fired), err
 	})
 	return res, err
@@ -331,7 +322,7 @@ func (g *gatedStore) Expired(ctx context.Context, cursor string, limit int) ([]s
 	)
 	err := g.w.do(ctx, "Expired", "", false, func() (string, error) {
 		var err error
-		nos, next, err = g.Store.Expired(ctx, cursor, limit)
+		nos, next, err = g.orderStore.Expired(ctx, cursor, limit)
 		return strings.Join(nos, ","), err
 	})
 	return nos, next, err
@@ -341,7 +332,7 @@ func (g *gatedStore) Statuses(ctx context.Context, nos []string) (map[string]can
 	var st map[string]cancel.OrderState
 	err := g.w.do(ctx, "Statuses", strings.Join(nos, ","), false, func() (string, error) {
 		var err error
-		st, err = g.Store.Statuses(ctx, nos)
+		st, err = g.orderStore.Statuses(ctx, nos)
 		var parts []string
 		for _, no := range slices.Sorted(maps.Keys(st)) {
 			parts = append(parts, no+":"+st[no].Status.String()+"/"+g.w.bucket(st[no].Age, reconcile.SettleDefault))
@@ -358,7 +349,7 @@ func (g *gatedStore) Claims(ctx context.Context, cursor string, limit int) ([]ca
 	)
 	err := g.w.do(ctx, "Claims", "", false, func() (string, error) {
 		var err error
-		cs, next, err = g.Store.Claims(ctx, cursor, limit)
+		cs, next, err = g.orderStore.Claims(ctx, cursor, limit)
 		return claimsSummary(cs), err
 	})
 	return cs, next, err
@@ -373,14 +364,23 @@ func claimsSummary(cs []cancel.Claim) string {
 }
 
 // gatedSeats is a tenant's view of the seat store (memstore.Seats standing
-// in for redisseat) behind the gate: cancel.SeatStore and reconcile.Seats,
-// and through the embedded store whatever else the library may assert.
+// in for redisseat, or redisseat itself in a replay) behind the gate:
+// cancel.SeatStore and reconcile.Seats.
 // Its writes also check scope: a call through one tenant's wiring that
 // changes another tenant's show is a finding (I16).
 type gatedSeats struct {
-	*memstore.Seats
+	seatStore
 	w *world
 	t *tenant
+}
+
+// Scope is the seat store's (cancel.Scoped), which the library checks
+// against the order store's at startup.
+func (s *gatedSeats) Scope() string {
+	if sc, ok := s.seatStore.(cancel.Scoped); ok {
+		return sc.Scope()
+	}
+	return ""
 }
 
 var (
@@ -411,7 +411,7 @@ func (s *gatedSeats) Lock(ctx context.Context, h cancel.Hold, limit int) (string
 	var id string
 	err := s.write(ctx, "Lock", holdArgs(h), func() (string, error) {
 		var err error
-		id, err = s.Seats.Lock(ctx, h, limit)
+		id, err = s.seatStore.Lock(ctx, h, limit)
 		return "ok", err // not the id: it holds the clock, and summaries are hashed
 	})
 	return id, err
@@ -421,7 +421,7 @@ func (s *gatedSeats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 	var n int
 	err := s.write(ctx, "Release", holdArgs(h), func() (string, error) {
 		var err error
-		n, err = s.Seats.Release(ctx, h)
+		n, err = s.seatStore.Release(ctx, h)
 		return fmt.Sprint(n), err
 	})
 	return n, err
@@ -431,7 +431,7 @@ func (s *gatedSeats) Sell(ctx context.Context, h cancel.Hold) (int, error) {
 	var n int
 	err := s.write(ctx, "Sell", holdArgs(h), func() (string, error) {
 		var err error
-		n, err = s.Seats.Sell(ctx, h)
+		n, err = s.seatStore.Sell(ctx, h)
 		return fmt.Sprint(n), err
 	})
 	return n, err
@@ -441,7 +441,7 @@ func (s *gatedSeats) Restore(ctx context.Context, claims []cancel.Claim) (int, e
 	var n int
 	err := s.write(ctx, "Restore", claimsSummary(claims), func() (string, error) {
 		var err error
-		n, err = s.Seats.Restore(ctx, claims)
+		n, err = s.seatStore.Restore(ctx, claims)
 		return fmt.Sprint(n), err
 	})
 	return n, err
@@ -449,7 +449,7 @@ func (s *gatedSeats) Restore(ctx context.Context, claims []cancel.Claim) (int, e
 
 func (s *gatedSeats) MarkRestored(ctx context.Context, token string) error {
 	return s.write(ctx, "MarkRestored", "", func() (string, error) {
-		return "ok", s.Seats.MarkRestored(ctx, token)
+		return "ok", s.seatStore.MarkRestored(ctx, token)
 	})
 }
 
@@ -460,7 +460,7 @@ func (s *gatedSeats) ScanLocks(ctx context.Context, cursor string, count int) ([
 	)
 	err := s.w.do(ctx, "ScanLocks", "", false, func() (string, error) {
 		var err error
-		locks, next, err = s.Seats.ScanLocks(ctx, cursor, count)
+		locks, next, err = s.seatStore.ScanLocks(ctx, cursor, count)
 		var parts []string
 		for _, l := range locks {
 			parts = append(parts, l.ShowID+":"+l.SeatID+"="+l.OrderNo+lockID(l)+"/"+s.w.bucket(l.Age, reconcile.GraceDefault))
@@ -477,7 +477,7 @@ func (s *gatedSeats) Lost(ctx context.Context) (string, bool, error) {
 	)
 	err := s.w.do(ctx, "Lost", "", false, func() (string, error) {
 		var err error
-		token, lost, err = s.Seats.Lost(ctx)
+		token, lost, err = s.seatStore.Lost(ctx)
 		return fmt.Sprint(lost), err
 	})
 	return token, lost, err
@@ -487,7 +487,7 @@ func (s *gatedSeats) Missing(ctx context.Context, claims []cancel.Claim) ([]canc
 	var out []cancel.Claim
 	err := s.w.do(ctx, "Missing", "", false, func() (string, error) {
 		var err error
-		out, err = s.Seats.Missing(ctx, claims)
+		out, err = s.seatStore.Missing(ctx, claims)
 		return claimsSummary(out), err
 	})
 	return out, err

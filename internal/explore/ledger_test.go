@@ -3,6 +3,7 @@ package explore
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -42,13 +43,16 @@ type parkedView struct {
 // observation is what the public API shows of a world between two steps,
 // with the facts the gates recorded.
 type observation struct {
-	now    time.Time
-	orders map[string]orderView
-	claims []claimView
-	seats  map[string]map[string]cancel.SeatState // show → seat → state
-	held   map[string]int                         // "show/user" → counter
-	facts  facts
-	parked []parkedView
+	now time.Time // the fake clock's
+	// seatNow is the seat store's clock (the fake one on memstore): lock
+	// ages are measured on it.
+	seatNow time.Time
+	orders  map[string]orderView
+	claims  []claimView
+	seats   map[string]map[string]cancel.SeatState // show → seat → state
+	held    map[string]int                         // "show/user" → counter
+	facts   facts
+	parked  []parkedView
 	// young is true when something still waits for time: a lock younger
 	// than the grace, an order decided less than Settle ago, a refund
 	// lease running, a stopped operation younger than PlaceTimeout.
@@ -75,18 +79,28 @@ func (s *observation) nextDeadline() time.Duration {
 	return next
 }
 
-// observe reads the world through the public API only.
+// observe reads the world through the public API only. Times are read on
+// the clocks of the stores that keep them: an order's remaining time on
+// the order store's (Order's ReadAt), a lock's age on the seat store's.
+// A failing read is the world's failure (w.err): it answers as if nothing
+// was there.
 func (w *world) observe() *observation {
 	ctx := context.Background()
 	now := w.clk.Now()
-	s := &observation{now: now, orders: map[string]orderView{}, seats: map[string]map[string]cancel.SeatState{}, held: map[string]int{}}
+	seatNow, err := w.seatNow(ctx)
+	w.readErr("the seat store's clock", err)
+	s := &observation{now: now, seatNow: seatNow, orders: map[string]orderView{}, seats: map[string]map[string]cancel.SeatState{}, held: map[string]int{}}
 	for _, t := range w.tenants {
 		for _, no := range orderNos[t.n-1] {
 			o, err := t.store.Order(ctx, no)
+			if !errors.Is(err, expiry.ErrNotFound) {
+				w.readErr("Order", err)
+			}
 			v := orderView{exists: err == nil, Order: o}
 			if v.exists {
-				v.remaining = o.ExpireAt.Sub(now)
-				st, _ := t.store.Statuses(ctx, []string{no}) // memstore's reads never fail
+				v.remaining = o.ExpireAt.Sub(o.ReadAt)
+				st, err := t.store.Statuses(ctx, []string{no})
+				w.readErr("Statuses", err)
 				v.age = st[no].Age
 				if o.Status != expiry.StatusPending && v.age < reconcile.SettleDefault {
 					s.young = true
@@ -94,19 +108,23 @@ func (w *world) observe() *observation {
 			}
 			s.orders[key(t, no)] = v
 		}
-		cs, _, _ := t.store.Claims(ctx, "", 100)
+		cs, _, err := t.store.Claims(ctx, "", 100)
+		w.readErr("Claims", err)
 		for _, c := range cs {
 			s.claims = append(s.claims, claimView{t.n, c})
 		}
-		show, _ := t.shared.Show(ctx, t.show)
+		show, err := t.shared.Show(ctx, t.show)
+		w.readErr("Show", err)
 		s.seats[t.show] = show
 		for _, st := range show {
-			if st.Status == cancel.SeatLocked && now.Sub(st.LockedAt) < reconcile.GraceDefault {
+			if st.Status == cancel.SeatLocked && seatNow.Sub(st.LockedAt) < reconcile.GraceDefault {
 				s.young = true
 			}
 		}
 		for _, u := range users {
-			s.held[t.show+"/"+u], _ = t.shared.Held(ctx, t.show, u)
+			var err error
+			s.held[t.show+"/"+u], err = t.shared.Held(ctx, t.show, u)
+			w.readErr("Held", err)
 		}
 	}
 	w.mu.Lock()
@@ -131,6 +149,13 @@ func (w *world) observe() *observation {
 	}
 	slices.SortFunc(s.parked, func(a, b parkedView) int { return a.kind - b.kind })
 	return s
+}
+
+// readErr records a failed read of the observer as the world's failure.
+func (w *world) readErr(what string, err error) {
+	if err != nil && w.err == nil {
+		w.err = fmt.Errorf("the observer's %s: %w", what, err)
+	}
 }
 
 func (f facts) clone() facts {
@@ -198,7 +223,7 @@ func (s *observation) hash(h history) [16]byte {
 			st := s.seats[show][seat]
 			age := ""
 			if st.Status == cancel.SeatLocked {
-				age = bucket(s.now.Sub(st.LockedAt), reconcile.GraceDefault)
+				age = bucket(s.seatNow.Sub(st.LockedAt), reconcile.GraceDefault)
 			}
 			fmt.Fprintf(&b, "s %s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, lockID(st), age)
 		}

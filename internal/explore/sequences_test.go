@@ -2,6 +2,7 @@ package explore
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,18 +77,8 @@ func TestSequences(t *testing.T) {
 			require.NotNil(t, kinds, "scenario %q", tc.scenario)
 			x := newExplorer(kinds, shared, 1)
 			defer x.pool.close()
-			seq := make([]step, 0, len(tc.steps))
-			for _, sp := range tc.steps {
-				i := -1
-				for j, k := range kinds {
-					if strings.HasPrefix(k.name, sp.kind) {
-						i = j
-						break
-					}
-				}
-				require.GreaterOrEqual(t, i, 0, "no step %q in scenario %q", sp.kind, tc.scenario)
-				seq = append(seq, step{kind: i, stop: sp.stop - 1, fail: -1})
-			}
+			seq, err := resolve(kinds, tc.steps)
+			require.NoError(t, err)
 			fs, err := x.check(seq)
 			require.NoError(t, err)
 			out := x.explain(record{seq: seq, at: true})
@@ -99,6 +90,19 @@ func TestSequences(t *testing.T) {
 			require.Empty(t, found, "the ledgers found violations in\n%s", out)
 		})
 	}
+}
+
+// resolve turns specs into steps of the catalog kinds.
+func resolve(kinds []kind, specs []spec) ([]step, error) {
+	seq := make([]step, 0, len(specs))
+	for _, sp := range specs {
+		i := slices.IndexFunc(kinds, func(k kind) bool { return strings.HasPrefix(k.name, sp.kind) })
+		if i < 0 {
+			return nil, fmt.Errorf("no step %q in the scenario", sp.kind)
+		}
+		seq = append(seq, step{kind: i, stop: sp.stop - 1, fail: -1})
+	}
+	return seq, nil
 }
 
 // check runs seq in a fresh world, judging after every step and at settle

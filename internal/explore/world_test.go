@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
-	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
@@ -48,7 +47,9 @@ var (
 
 // fakeClock is the shared clock of the database and the seat store (both
 // memstore clocks) and the components' Runtime clock. Only the explorer
-// moves it, between steps.
+// moves it, between steps (world.advance). On a backend with clocks of its
+// own (SQL, Redis) it is the components' Runtime clock and the host's, and
+// the stores' clocks are moved with it (see orderSide.shift).
 type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
@@ -82,8 +83,9 @@ type tenant struct {
 	n      int
 	show   string
 	seats  []string
-	store  *memstore.Store
-	shared *memstore.Seats
+	store  orderStore
+	insert insertFunc // the host's insert
+	shared seatStore
 	gstore *gatedStore
 	gseats *gatedSeats
 	svc    []*cancel.Service
@@ -95,12 +97,22 @@ type tenant struct {
 type world struct {
 	pool    *pool
 	clk     *fakeClock
-	tenants []*tenant
-	events  chan event
-	ops     []*op // every operation started, in order
-	parked  map[int]*op
-	running *op // the operation being driven (at most one runs at a time)
-	step    int // the step being run, for findings
+	backend backend
+	seatNow func(context.Context) (time.Time, error)
+	// err is the first failure of the world itself (a store that could not
+	// be moved in time): the replay that met it fails.
+	err error
+	// realStart and realMark are when the world began and when its clock
+	// last moved, by this process's clock, on a backend whose stores keep
+	// their own clocks (see advance); zero on memstore.
+	realStart, realMark time.Time
+	drift               time.Duration // realMark - realStart
+	tenants             []*tenant
+	events              chan event
+	ops                 []*op // every operation started, in order
+	parked              map[int]*op
+	running             *op // the operation being driven (at most one runs at a time)
+	step                int // the step being run, for findings
 
 	mu    sync.Mutex
 	facts facts
@@ -134,32 +146,44 @@ type finding struct {
 	step   int
 }
 
-// newWorld builds a fresh world whose operations run on p. Each tenant's
+// newWorld builds a fresh world on backend b whose operations run on p. Each tenant's
 // order store serves its tenant's scope, as a sqlstore.Store with a
 // Mapping's Where does (gatedStore.Scope). With shared, both tenants'
 // services and reconcilers use one seat store, as a host running two
 // tenants on one Redis namespace would; without, each tenant's seat store
 // is that seat store's scope of the tenant.
-func newWorld(p *pool, shared bool) (*world, error) {
-	clk := &fakeClock{now: epoch}
-	w := &world{pool: p, clk: clk, events: make(chan event), parked: map[int]*op{}}
+func newWorld(p *pool, shared bool, b backend) (*world, error) {
+	start := epoch
+	if b.name != memory.name {
+		// The stores' clocks are real: the fake one starts at theirs.
+		start = time.Now().UTC().Truncate(time.Millisecond)
+	}
+	clk := &fakeClock{now: start}
+	w := &world{pool: p, clk: clk, backend: b, events: make(chan event), parked: map[int]*op{}}
 	w.facts = facts{refunds: map[string]int{}, refStep: map[string]int{},
 		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{}}
 	rt := expiry.Runtime{Logger: slog.New(slog.DiscardHandler), Clock: clk}
 	ctx := context.Background()
-	seats := memstore.NewSeats(clk.Now)
+	stores, inserts, err := b.orders.open(clk, 2)
+	if err != nil {
+		return nil, err
+	}
+	seats, err := b.seats.open(clk)
+	if err != nil {
+		return nil, err
+	}
+	w.seatNow = seats.now
 	for n, spec := range []struct {
 		show      string
 		seats     []string
 		instances int
 	}{{show1, []string{"a1", "a2"}, 2}, {show2, []string{"a1"}, 1}} {
-		t := &tenant{n: n + 1, show: spec.show, seats: spec.seats, store: memstore.NewStore(clk.Now), shared: seats}
+		t := &tenant{n: n + 1, show: spec.show, seats: spec.seats, store: stores[n], insert: inserts[n], shared: seats.root}
 		if !shared {
-			t.shared = scopedSeats(seats, t.scope(), clk.Now)
+			t.shared = seats.scoped(t.scope())
 		}
-		t.store.Fail = w.failHook
-		t.gstore = &gatedStore{Store: t.store, w: w, t: t}
-		t.gseats = &gatedSeats{Seats: t.shared, w: w, t: t}
+		t.gstore = &gatedStore{orderStore: t.store, w: w, t: t}
+		t.gseats = &gatedSeats{seatStore: t.shared, w: w, t: t}
 		for i := 0; i < spec.instances; i++ {
 			sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: gatedSender{w, t}, Runtime: rt})
 			if err != nil {
@@ -193,11 +217,15 @@ func newWorld(p *pool, shared bool) (*world, error) {
 			}
 		}
 	}
+	if b.name != memory.name {
+		w.realStart = time.Now()
+		w.realMark = w.realStart
+	}
 	return w, nil
 }
 
-func (w *world) seatStores() []*memstore.Seats {
-	var out []*memstore.Seats
+func (w *world) seatStores() []seatStore {
+	var out []seatStore
 	for _, t := range w.tenants {
 		if !slices.Contains(out, t.shared) {
 			out = append(out, t.shared)
@@ -252,8 +280,11 @@ func (w *world) otherShows(t *tenant) map[string]map[string]string {
 	return out
 }
 
-func seatMap(s *memstore.Seats, show string) map[string]string {
-	st, _ := s.Show(context.Background(), show) // memstore's Show never fails
+func seatMap(s seatStore, show string) map[string]string {
+	st, err := s.Show(context.Background(), show)
+	if err != nil {
+		panic(fmt.Sprintf("explore: the observer's Show(%s) failed: %v", show, err))
+	}
 	out := make(map[string]string, len(st))
 	for seat, v := range st {
 		out[seat] = seatState(v)
@@ -369,8 +400,14 @@ func placeKind(tn, inst int, no, user string, seats ...string) kind {
 		run: func(ctx context.Context, w *world) string {
 			t := w.tenants[tn-1]
 			start := w.clk.Now()
-			p := withLimit(cancel.Placement{OrderNo: no, UserID: user, ShowID: t.show, Seats: seats, ExpireAt: start.Add(ttl)}, limit)
-			err := place(ctx, t.svc[inst], p, limit, func(ictx context.Context, p cancel.Placement) error {
+			// The deadline is the store's now plus the window (the fake
+			// clock's on memstore).
+			now, err := t.store.Now(context.Background())
+			if err != nil {
+				return errSummary(err)
+			}
+			p := withLimit(cancel.Placement{OrderNo: no, UserID: user, ShowID: t.show, Seats: seats, ExpireAt: now.Add(ttl)}, limit)
+			err = place(ctx, t.svc[inst], p, limit, func(ictx context.Context, p cancel.Placement) error {
 				err := w.do(ictx, "Insert", no, true, func() (string, error) {
 					// The host's transaction is bounded by PlaceTimeout (by
 					// the real clock in production; by the fake one here,
@@ -378,7 +415,7 @@ func placeKind(tn, inst int, no, user string, seats ...string) kind {
 					if w.clk.Now().Sub(start) >= cancel.PlaceTimeoutDefault {
 						return "", context.DeadlineExceeded
 					}
-					return "inserted", t.store.Place(ictx, p)
+					return "inserted", t.insert(ictx, p)
 				})
 				if err != nil {
 					return err
@@ -422,9 +459,6 @@ func payKind(inst, i int) kind {
 			return o.exists && o.Status != expiry.StatusPaid
 		},
 		run: func(ctx context.Context, w *world) string {
-			if o, _ := ctx.Value(opKey{}).(*op); o != nil {
-				o.args = no + " " + id
-			}
 			w.issue(id)
 			_, err := w.tenants[0].svc[inst].Pay(ctx, cancel.Payment{OrderNo: no, PaymentID: id})
 			if o, _ := ctx.Value(opKey{}).(*op); o != nil && !o.dead && (err == nil || errors.Is(err, cancel.ErrDiscrepancy)) {
@@ -517,8 +551,8 @@ func timeoutKind(tn, inst int, no string) kind {
 		},
 		run: func(ctx context.Context, w *world) string {
 			t := w.tenants[tn-1]
-			if o, err := t.store.Order(context.Background(), no); err == nil && o.ExpireAt.After(w.clk.Now()) {
-				w.clk.advance(o.ExpireAt.Sub(w.clk.Now()))
+			if o, err := t.store.Order(context.Background(), no); err == nil && o.ExpireAt.After(o.ReadAt) {
+				w.advance(o.ExpireAt.Sub(o.ReadAt))
 			}
 			_, _, err := t.svc[inst].Timeout(ctx, no)
 			return outcome(err)
@@ -632,4 +666,49 @@ func withTwins(kinds []kind) []kind {
 		}
 	}
 	return kinds
+}
+
+// maxDrift bounds how long a world on real stores may take to its last
+// clock step: less than the shortest time between two instants the fake
+// clock can tell apart (every clock step and every threshold the library
+// compares an age or a deadline with is a whole number of seconds: ttl,
+// settleAdvance, Extend's 20 minutes, MaxHoldDefault, GraceDefault,
+// SettleDefault, DiscrepancyLeaseDefault, PlaceTimeoutDefault).
+const maxDrift = 900 * time.Millisecond
+
+// errTooSlow is a world on real stores that took longer than maxDrift: its
+// replay says nothing and is run again.
+var errTooSlow = errors.New("explore: the replay took longer than maxDrift to its last clock step")
+
+// advance moves the world's clock by d: the fake clock, and the stores'
+// clocks where they keep their own (orderSide.shift, seatSide.shift).
+//
+// On memstore every call between two clock steps happens at one instant
+// of the fake clock. On real stores they happen over the real time between
+// the two steps, so the stores are moved by d plus that time (rounded up to
+// the millisecond): every time written since the last step is then at least
+// d old, as on memstore, and no time is older than on memstore by more than
+// the world's real age so far, which maxDrift keeps below the smallest gap
+// between two instants the fake clock can tell apart. So each comparison
+// of a stored time with a threshold answers as on memstore, ties included
+// (memstore's ties are on the "reached" side: a deadline equal to now is
+// due, an age equal to Grace is stale).
+func (w *world) advance(d time.Duration) {
+	w.clk.advance(d)
+	if !w.realMark.IsZero() {
+		since := time.Since(w.realMark)
+		d += since.Truncate(time.Millisecond) + time.Millisecond
+		w.realMark = time.Now()
+		w.drift = w.realMark.Sub(w.realStart)
+		if w.drift > maxDrift && w.err == nil {
+			w.err = errTooSlow
+		}
+	}
+	ctx := context.Background()
+	if err := w.backend.orders.shift(ctx, d); err != nil && w.err == nil {
+		w.err = fmt.Errorf("moving the order stores' clock by %v: %w", d, err)
+	}
+	if err := w.backend.seats.shift(ctx, d); err != nil && w.err == nil {
+		w.err = fmt.Errorf("moving the seat store's clock by %v: %w", d, err)
+	}
 }
