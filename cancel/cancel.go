@@ -93,9 +93,12 @@ type Placement struct {
 	Seats    []string
 	ExpireAt time.Time
 	// Limit is the purchase limit: the most seats UserID may hold in ShowID,
-	// in pending and paid orders, counting this one (0: no limit). The
-	// store keeps it with the order, so that a late payment reinstating the
-	// order later is held to the same limit (invariant I17).
+	// in pending and paid orders, counting this one (0: no limit). It is
+	// the host's business rule (say 4 tickets per buyer and show), set here
+	// per placement: the seat store's Lock checks it atomically against its
+	// per-user counter (I8) and refuses with ErrLimitExceeded. The store
+	// keeps it with the order, so that a late payment reinstating the order
+	// later is held to the same limit (invariant I17).
 	Limit int
 	// LockID is the id of the seat lock taken for this placement
 	// (SeatLock.LockID). Service.Place sets it before it calls the host's

@@ -44,9 +44,9 @@ func ExampleService_Pay() {
 }
 
 // Placing an order: the library locks the seats, runs the host's transaction
-// (which inserts the order and schedules its expiry message after commit),
-// and gives the seats back if the transaction fails, unless its commit's
-// outcome is unknown.
+// (which inserts the order), schedules its expiry message once it committed
+// (with Config.Scheduler), and gives the seats back if the transaction
+// fails, unless its commit's outcome is unknown.
 func ExampleService_Place() {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
@@ -55,12 +55,8 @@ func ExampleService_Place() {
 		panic(err)
 	}
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1", "r1c2"}, ExpireAt: time.Now().Add(15 * time.Minute), Limit: 4}
-	err = svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
-		// With database/sql: sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-		//	if err := sqlStore.Place(ctx, tx, p); err != nil { return err }
-		//	after.Add(p.OrderNo, p.ExpireAt); return nil })
-		return store.Place(ctx, p)
-	})
+	// With database/sql: svc.Place(ctx, p, sqlStore.Insert(db, nil)).
+	err = svc.Place(ctx, p, store.Place)
 	fmt.Println("placed:", err)
 	again := p // a double submit, or a retry after an unknown commit
 	err = svc.Place(ctx, again, func(ctx context.Context, again cancel.Placement) error { return store.Place(ctx, again) })

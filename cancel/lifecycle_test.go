@@ -89,14 +89,7 @@ func (s skewed) Now() time.Time { return s.Clock.Now().Add(s.skew) }
 
 func (e *lateEnv) placeAt(t *testing.T, no, user string, ttl time.Duration, seats ...string) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: "s", Seats: seats, ExpireAt: e.clock.Now().Add(ttl)}
-	err := e.svc.Place(context.Background(), p, func(ctx context.Context, p cancel.Placement) error {
-		if err := e.store.Place(ctx, p); err != nil {
-			return err
-		}
-		e.sched.Schedule(ctx, p.OrderNo, p.ExpireAt)
-		return nil
-	})
-	require.NoError(t, err)
+	require.NoError(t, e.svc.Place(context.Background(), p, e.store.Place)) // Place schedules it (Config.Scheduler)
 	return p
 }
 

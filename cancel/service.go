@@ -97,9 +97,13 @@ type Config struct {
 	// expiry.SchedulerConfig.WarnBefore), at most once per order, bounded by
 	// half of DiscrepancyLease. Nil: warnings are only counted.
 	OnWarning func(ctx context.Context, o expiry.Order) error
-	// Scheduler sends the new messages of a shortened deadline (Shorten):
-	// its expiry message and, with SchedulerConfig.WarnBefore, its warning,
-	// so both follow the new deadline. nil: Shorten is refused.
+	// Scheduler sends an order's first messages: its expiry message and,
+	// with SchedulerConfig.WarnBefore, its warning, once Place's insert has
+	// committed, and again for a shortened deadline (Shorten), so both
+	// follow the new deadline. nil: Place sends nothing (the reconciler
+	// alone expires orders, or the host's insert sends in its own
+	// transaction, as expiry/river's ScheduleTx does) and Shorten is
+	// refused.
 	Scheduler *expiry.Scheduler
 	// MaxHold is the longest an order may hold its seats, from its placement
 	// by the store's clock: Extend never moves a deadline past placement +
@@ -155,20 +159,32 @@ func (s *Service) Scope() string {
 	return ""
 }
 
-// Place places an order: it validates p, locks its seats (up to p.Limit
-// seats of the show for the user, 0 no limit), then runs insert with p and
-// the lock's id in p.LockID. insert is the host's transaction: it must
+// Place places an order, in one call: it validates p, locks its seats (up
+// to p.Limit seats of the show for the user, 0 no limit), runs insert with p
+// and the lock's id in p.LockID, and once insert has returned nil schedules
+// the order's expiry message (and, with expiry.SchedulerConfig.WarnBefore, its
+// warning) through Config.Scheduler (nil: none; the reconciler alone expires
+// the order). A failed send is logged and counted, never returned: the order
+// is placed.
+//
+// insert is the host's transaction, and its nil is the commit: it must
 // insert that p (sqlstore's Store.Place does, keeping the lock id with the
-// order), may insert the host's own rows, and must schedule the expiry
-// message after commit (expiry.Scheduler.InTx, or an after-commit hook of the
-// host's transaction manager). insert gets a context bounded by
-// Config.PlaceTimeout.
+// order) and may insert the host's own rows in the same transaction, and it
+// returns only after the commit, nil if it committed. A failed commit must
+// be returned wrapping expiry.ErrCommitUnknown (sqlstore's Insert does). insert
+// gets a context bounded by Config.PlaceTimeout. It sends nothing itself,
+// unless in its own transaction (expiry/river's ScheduleTx).
 //
 // An order number that exists already gives ErrOrderExists before anything
-// is locked. If insert fails, the seats of this lock are released again, with
-// two exceptions: an error wrapping expiry.ErrCommitUnknown (the order may
-// exist: its seats stay locked, and the reconciler releases them after its
-// grace period if it does not), and a failed lock (nothing was locked).
+// is locked. If insert fails, nothing is sent (invariant I6) and the seats of
+// this lock are released again, with two exceptions: a failed lock (nothing
+// was locked), and an error wrapping expiry.ErrCommitUnknown. The order may
+// exist then: its seats stay locked (the reconciler releases them after its
+// grace period if it does not), and Place reads the order back; if the store
+// shows it committed, it is scheduled as above (by the store's clock), else
+// nothing is sent and the reconciler expires it should it commit yet. Either
+// way the error is returned: the host learns that its commit was not
+// confirmed.
 // The release names this call's lock, so it never touches a live order, even
 // one with the same number (ErrOrderExists: a retry after an unknown
 // commit, a double submit).
@@ -199,10 +215,13 @@ func (s *Service) Place(ctx context.Context, p Placement, insert func(ctx contex
 	err = insert(tctx, p)
 	done()
 	if err == nil {
+		if s.sched != nil {
+			s.sched.Schedule(ctx, p.OrderNo, p.ExpireAt) // logs and counts a failed send itself
+		}
 		return nil
 	}
 	if errors.Is(err, expiry.ErrCommitUnknown) {
-		s.log.WarnContext(ctx, "placing commit outcome unknown; seats stay locked until the reconciler decides", "order", p.OrderNo, "err", err)
+		s.scheduleIfCommitted(ctx, p.OrderNo, err)
 		return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
 	}
 	// The request may be over (a client gone): release anyway.
@@ -213,6 +232,31 @@ func (s *Service) Place(ctx context.Context, p Placement, insert func(ctx contex
 			"order", p.OrderNo, "err", rerr)
 	}
 	return fmt.Errorf("cancel: place %s: %w", p.OrderNo, err)
+}
+
+// scheduleIfCommitted is Place's answer to an unknown commit (cause): the
+// seats stay locked, and the order is scheduled only if the store shows it
+// committed, so that no message is ever sent for an order that rolled back
+// (I6). An order found under the number is committed, whoever placed it (a
+// concurrent submit of the same number): one more message for it is a
+// duplicate, which changes nothing (I5). Not found, or not readable: the
+// commit may still land; the reconciler then expires the order when due
+// (I3) and releases the seats of one that never appears.
+func (s *Service) scheduleIfCommitted(ctx context.Context, orderNo string, cause error) {
+	if s.sched == nil {
+		s.log.WarnContext(ctx, "placing commit outcome unknown; seats stay locked until the reconciler decides", "order", orderNo, "err", cause)
+		return
+	}
+	rctx, done := context.WithTimeout(context.WithoutCancel(ctx), s.placeTimeout)
+	o, err := s.store.Order(rctx, orderNo)
+	done()
+	if err != nil || o.Status != expiry.StatusPending {
+		s.log.WarnContext(ctx, "placing commit outcome unknown and the order not seen pending; seats stay locked until the reconciler decides",
+			"order", orderNo, "err", cause, "read", err)
+		return
+	}
+	s.log.WarnContext(ctx, "placing commit reported failed, but the order is in the store; scheduling it", "order", orderNo, "err", cause)
+	s.sched.Reschedule(ctx, o)
 }
 
 // Cancel cancels one order: the store's transaction, then, if this call

@@ -374,3 +374,72 @@ func TestRefundRecordUnreachableSQLDecides(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, refunded, "the mark failed; nothing else depends on it")
 }
+
+// Placing is one call: Place schedules the order's expiry message (and its
+// warning) through Config.Scheduler once the host's insert returned nil, and
+// sends nothing for an order that did not commit (I6). After an unknown
+// commit the seats stay locked and a message goes out only for an order
+// the store shows committed; for any other the reconciler decides.
+func TestPlaceSchedulesAfterCommit(t *testing.T) {
+	ctx := context.Background()
+	sent := &capture{}
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sent, WarnBefore: time.Minute})
+	require.NoError(t, err)
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched})
+	require.NoError(t, err)
+	at := time.Now().Add(time.Hour)
+	pl := func(no string) cancel.Placement {
+		return cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{no + "a"}, ExpireAt: at}
+	}
+	firsts := func() map[string]int { // expiry messages (not warnings) per order
+		n := map[string]int{}
+		for _, m := range sent.take() {
+			assert.Equal(t, 1, m.m.Hop)
+			if !m.m.Warning {
+				n[m.m.OrderNo]++
+			}
+		}
+		return n
+	}
+	locked := func(seat string) bool {
+		show, err := seats.Show(ctx, "s")
+		require.NoError(t, err)
+		_, ok := show[seat]
+		return ok
+	}
+
+	require.NoError(t, svc.Place(ctx, pl("ok"), store.Place))
+	msgs := sent.take()
+	require.Len(t, msgs, 2, "the warning and the expiry message, after the insert")
+	assert.True(t, msgs[0].m.Warning)
+	assert.Equal(t, "ok", msgs[1].m.OrderNo)
+	assert.InDelta(t, time.Hour, msgs[1].delay, float64(time.Minute))
+
+	err = svc.Place(ctx, pl("rolledback"), func(ctx context.Context, p cancel.Placement) error {
+		if err := store.Place(ctx, p); err != nil {
+			return err
+		}
+		return errors.New("the host's own row failed") // a rollback, as far as the order goes
+	})
+	require.Error(t, err)
+	assert.Empty(t, firsts(), "I6: nothing is sent for an order that did not commit")
+	assert.False(t, locked("rolledbacka"), "its seat is free again")
+
+	err = svc.Place(ctx, pl("lost"), func(context.Context, cancel.Placement) error {
+		return fmt.Errorf("%w: connection reset", expiry.ErrCommitUnknown)
+	})
+	assert.ErrorIs(t, err, expiry.ErrCommitUnknown)
+	assert.Empty(t, firsts(), "no order in the store: no message, the reconciler decides")
+	assert.True(t, locked("losta"), "the order may yet appear: its seat stays locked")
+
+	err = svc.Place(ctx, pl("committed"), func(ctx context.Context, p cancel.Placement) error {
+		if err := store.Place(ctx, p); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: connection reset after the server committed", expiry.ErrCommitUnknown)
+	})
+	assert.ErrorIs(t, err, expiry.ErrCommitUnknown, "the host still learns that its commit was not confirmed")
+	assert.Equal(t, map[string]int{"committed": 1}, firsts(), "the order committed: it gets its message")
+	assert.True(t, locked("committeda"))
+}

@@ -3,10 +3,10 @@
 //
 // The flow, from the host's point of view:
 //
-//  1. The host places an order in one SQL transaction and, inside it, asks a
-//     Scheduler (through AfterCommit or its own transaction manager's
-//     after-commit hook) to send a delayed message for the order. A rollback
-//     sends nothing; a send failure after commit is logged and counted, never
+//  1. The host places an order through cancel.Service.Place: its own SQL
+//     transaction inserts the order, and once it has committed, Place asks
+//     a Scheduler to send a delayed message for the order. A rollback sends
+//     nothing; a send failure after commit is logged and counted, never
 //     returned to the buyer, and left to the reconciler.
 //  2. A transport (a DelaySender: expiry/rocketmq, expiry/asynq, expiry/river,
 //     or the in-process sender in expiry/inproc) delivers the message at least

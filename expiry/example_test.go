@@ -20,10 +20,6 @@ func Example() {
 	ctx := context.Background()
 	clock := expirytest.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	store, seats := memstore.NewStore(clock.Now), memstore.NewSeats(clock.Now)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
-	if err != nil {
-		panic(err)
-	}
 
 	// RocketMQ-like delays: the default levels, one second of slack.
 	sends := expiry.ObserverFunc(func(_ context.Context, e expiry.Event) {
@@ -33,26 +29,24 @@ func Example() {
 	})
 	sender := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock, Observer: sends}, Levels: levels.Default, Slack: time.Second})
 	defer sender.Close()
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Clock: clock}})
+	if err != nil {
+		panic(err)
+	}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched})
+	if err != nil {
+		panic(err)
+	}
 	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
 	if err != nil {
 		panic(err)
 	}
 	sender.Attach(expiry.NewShell(h))
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Clock: clock}})
-	if err != nil {
-		panic(err)
-	}
 
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(15 * time.Minute), Limit: 4}
-	// In a host: inside its SQL transaction, and the message after commit.
-	insert := func(ctx context.Context, p cancel.Placement) error {
-		if err := store.Place(ctx, p); err != nil {
-			return err
-		}
-		sched.Schedule(ctx, p.OrderNo, p.ExpireAt)
-		return nil
-	}
-	if err := svc.Place(ctx, p, insert); err != nil {
+	// In a host the insert is its SQL transaction (cancel/sqlstore's
+	// Insert); Place sends the message once it has committed.
+	if err := svc.Place(ctx, p, store.Place); err != nil {
 		panic(err)
 	}
 

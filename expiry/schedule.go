@@ -2,11 +2,9 @@ package expiry
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -19,9 +17,10 @@ import (
 // a failure is logged and counted (KindSendFailed), never returned: the order
 // stays placed and the reconciler cancels it once it is past due.
 //
-// With database/sql use InTx. With another transaction manager, call Schedule
-// from its after-commit hook, or collect with an AfterCommit and Flush it
-// there. A Scheduler is safe for concurrent use.
+// A host does not call it to place orders: cancel.Service.Place schedules
+// each order through it (cancel.Config.Scheduler) once the host's
+// transaction has committed, and Service.Shorten reschedules through it. A
+// Scheduler is safe for concurrent use.
 type Scheduler struct {
 	sender  DelaySender
 	clock   Clock
@@ -120,77 +119,13 @@ func (s *Scheduler) schedule(ctx context.Context, orderNo string, expireAt time.
 	return true
 }
 
-// ErrCommitUnknown wraps the error of a failed COMMIT in InTx. The outcome
-// is unknown: the connection may have broken after the database committed,
-// so the order may exist. Do not give its seats back on this error (that
-// would be "released in Redis, pending in SQL"); the reconciler releases the
-// seats of an order that does not exist once its grace period is over. No
-// message was sent, so if the order does exist, the reconciler cancels it
-// when due.
+// ErrCommitUnknown is what a placing transaction's error wraps when its
+// COMMIT failed (cancel/sqlstore's Insert wraps it; a host's own transaction
+// must too). The outcome is unknown: the connection may have broken after
+// the database committed, so the order may exist. cancel.Service.Place then
+// keeps the seats locked (giving them back would be "released in Redis,
+// pending in SQL") and schedules the order only if the store shows it
+// committed; the reconciler releases the seats of an order that never
+// appears once its grace period is over, and cancels one that appears
+// unscheduled when it is due.
 var ErrCommitUnknown = errors.New("orderexpiry: commit failed, outcome unknown")
-
-// AfterCommit collects the orders a transaction placed, to be scheduled only
-// once it commits. The zero value is ready to use; it is safe for concurrent
-// use. Use one per transaction.
-type AfterCommit struct {
-	mu     sync.Mutex
-	orders []pendingOrder
-}
-
-type pendingOrder struct {
-	no       string
-	expireAt time.Time
-}
-
-// Add records that the transaction placed orderNo, due at expireAt.
-func (a *AfterCommit) Add(orderNo string, expireAt time.Time) {
-	a.mu.Lock()
-	a.orders = append(a.orders, pendingOrder{orderNo, expireAt})
-	a.mu.Unlock()
-}
-
-// Flush schedules every recorded order with s and forgets them; it returns
-// how many sends were accepted. Call it after commit only; after a rollback,
-// drop the AfterCommit instead.
-func (a *AfterCommit) Flush(ctx context.Context, s *Scheduler) int {
-	a.mu.Lock()
-	orders := a.orders
-	a.orders = nil
-	a.mu.Unlock()
-	sent := 0
-	for _, o := range orders {
-		if s.Schedule(ctx, o.no, o.expireAt) {
-			sent++
-		}
-	}
-	return sent
-}
-
-// InTx runs fn in a database/sql transaction. Orders fn records in after are
-// scheduled once the transaction commits, and never if fn returns an error,
-// panics, or the commit fails (the transaction is rolled back). The error is
-// fn's (nothing was committed) or, wrapping ErrCommitUnknown, the commit's
-// (the outcome is unknown); send failures are not errors (see Schedule).
-func (s *Scheduler) InTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx, after *AfterCommit) error) (err error) {
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("expiry: begin: %w", err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback() // the error that matters is fn's (or the panic)
-		}
-	}()
-	var after AfterCommit
-	if err := fn(tx, &after); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		committed = true // database/sql has already ended the transaction
-		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
-	}
-	committed = true
-	after.Flush(ctx, s)
-	return nil
-}

@@ -125,7 +125,7 @@ func sqliteBIT(t *testing.T) *bitEnv {
 	tables := []string{"oe_order", "oe_order_seat", "oe_payment_discrepancy", "oe_order_side"}
 	n := 0
 	e := &bitEnv{store: store, seats: memstore.NewSeats(nil), settle: 300 * time.Millisecond,
-		insert: store.Insert(db, nil, nil),
+		insert: store.Insert(db, nil),
 		snapshot: func(t *testing.T) func() {
 			n++
 			name := fmt.Sprintf("snap%d", n)

@@ -53,7 +53,7 @@ func bfService(t *testing.T, s *sqlstore.Store, seats *memstore.Seats, refunds *
 
 // bfPlace places p through svc and s's own insert.
 func bfPlace(t *testing.T, db *sql.DB, s *sqlstore.Store, svc *cancel.Service, p cancel.Placement) {
-	require.NoError(t, svc.Place(context.Background(), p, s.Insert(db, nil, nil)))
+	require.NoError(t, svc.Place(context.Background(), p, s.Insert(db, nil)))
 }
 
 // seatsOf returns the seats of show held in seats' scope s, by holder.
@@ -261,7 +261,7 @@ func TestNumericShowColumn(t *testing.T) {
 			o, err := s.Order(ctx, "A")
 			require.NoError(t, err)
 			assert.Equal(t, "42", o.ShowID)
-			err = svc.Place(ctx, cancel.Placement{OrderNo: "B", UserID: "u1", ShowID: "042", Seats: []string{"b1"}, ExpireAt: now.Add(time.Hour)}, s.Insert(db, nil, nil))
+			err = svc.Place(ctx, cancel.Placement{OrderNo: "B", UserID: "u1", ShowID: "042", Seats: []string{"b1"}, ExpireAt: now.Add(time.Hour)}, s.Insert(db, nil))
 			require.ErrorIs(t, err, expiry.ErrInvalidID, "042 is no show of an integer column")
 			res, err := svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: "PA"})
 			require.NoError(t, err)

@@ -15,63 +15,52 @@ import (
 // Insert returns the placing transaction for cancel.Service.Place on
 // database/sql: one transaction on db that inserts the placement Place hands
 // it (Place, which keeps its seat lock id), then the host's own rows (rows,
-// nil: none) and, once it has committed, sends its expiry message with sched
-// (nil: none; the reconciler alone expires the order). On PostgreSQL with the
-// library's schema and no rows, the transaction is one statement (the
-// order and its claims together), two round trips fewer than BEGIN … COMMIT. A failed COMMIT is
-// reported wrapping expiry.ErrCommitUnknown, so Place keeps the seats
-// locked. With another transaction manager, write the same function with its
-// transaction and its after-commit hook.
+// nil: none), and commits; Place then sends the order's expiry message
+// (cancel.Config.Scheduler). On PostgreSQL with the library's schema and no
+// rows, the transaction is one statement (the order and its claims
+// together), two round trips fewer than BEGIN … COMMIT. A failed COMMIT, or
+// a one-statement placing that got no answer, is reported wrapping
+// expiry.ErrCommitUnknown, so Place keeps the seats locked. With another
+// transaction manager, write the same function: Store.Place on its
+// transaction (a Querier), the host's rows, the commit, and return once it
+// has committed (examples/orm has gorm, sqlx, ent and pgx).
 //
-//	err := svc.Place(ctx, p, store.Insert(db, sched, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+//	err := svc.Place(ctx, p, store.Insert(db, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
 //		_, err := tx.ExecContext(ctx, "INSERT INTO my_order_extra …", p.OrderNo)
 //		return err
 //	}))
-func (s *Store) Insert(db *sql.DB, sched *expiry.Scheduler, rows func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error) func(ctx context.Context, p cancel.Placement) error {
+func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error) func(ctx context.Context, p cancel.Placement) error {
 	return func(ctx context.Context, p cancel.Placement) error {
 		if rows == nil && s.oneStatementPlace() {
-			return s.placeOne(ctx, db, sched, p)
+			return s.placeOne(ctx, db, p)
 		}
-		// Prepared before the transaction begins, so that each INSERT in it
-		// is one round trip (go-sql-driver otherwise prepares and closes
-		// every statement that has arguments).
-		s.preparePlace(ctx, len(p.Seats))
-		fn := func(tx *sql.Tx, after *expiry.AfterCommit) error {
-			if err := s.Place(ctx, tx, p); err != nil {
+		// The store's prepared statements belong to its own *sql.DB: a
+		// transaction of another one cannot run them.
+		own := db == s.db
+		if own {
+			// Prepared before the transaction begins, so that each INSERT
+			// in it is one round trip (go-sql-driver otherwise prepares
+			// and closes every statement that has arguments).
+			s.preparePlace(ctx, len(p.Seats))
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("sqlstore: place order %s: begin: %w", p.OrderNo, err)
+		}
+		defer tx.Rollback() //nolint:errcheck // ends the transaction after an error or a panic; after Commit, a no-op
+		if err := s.place(ctx, tx, own, p); err != nil {
+			return err
+		}
+		if rows != nil {
+			if err := rows(ctx, tx, p); err != nil {
 				return err
 			}
-			if rows != nil {
-				if err := rows(ctx, tx, p); err != nil {
-					return err
-				}
-			}
-			if after != nil {
-				after.Add(p.OrderNo, p.ExpireAt)
-			}
-			return nil
 		}
-		if sched != nil {
-			return sched.InTx(ctx, db, nil, fn)
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("sqlstore: place order %s: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err)
 		}
-		return inTxUnknownCommit(ctx, db, func(tx *sql.Tx) error { return fn(tx, nil) })
+		return nil
 	}
-}
-
-// inTxUnknownCommit runs fn in a transaction and reports a failed COMMIT as
-// expiry.ErrCommitUnknown, as expiry.Scheduler.InTx does.
-func inTxUnknownCommit(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback() // fn's error is the one to report
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
-	}
-	return nil
 }
 
 // oneStatementPlace reports whether Insert without rows of the host's own
@@ -121,9 +110,8 @@ func shiftParams(q string, off int) string {
 	return b.String()
 }
 
-// placeOne is Insert's placing as one statement (oneStatementPlace), then the
-// expiry message once it has committed.
-func (s *Store) placeOne(ctx context.Context, db *sql.DB, sched *expiry.Scheduler, p cancel.Placement) error {
+// placeOne is Insert's placing as one statement (oneStatementPlace).
+func (s *Store) placeOne(ctx context.Context, db *sql.DB, p cancel.Placement) error {
 	v, err := s.placeArgs(p)
 	if err != nil {
 		return err
@@ -134,7 +122,7 @@ func (s *Store) placeOne(ctx context.Context, db *sql.DB, sched *expiry.Schedule
 		v.seat = seat
 		args = append(args, s.args(s.q.insertSeat, v)...)
 	}
-	if len(p.Seats) <= preparedClaims {
+	if db == s.db && len(p.Seats) <= preparedClaims { // the statements are prepared on the store's own *sql.DB
 		var ps *sql.Stmt
 		if ps, err = s.prepared(ctx, st.sql); err == nil {
 			_, err = ps.ExecContext(ctx, args...)
@@ -162,12 +150,9 @@ func (s *Store) placeOne(ctx context.Context, db *sql.DB, sched *expiry.Schedule
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 		default:
 			// No answer (a broken connection, a deadline): it may have
-			// committed, as a COMMIT that failed (see Scheduler.InTx).
+			// committed, as a COMMIT that failed.
 			return fmt.Errorf("sqlstore: place order %s: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err)
 		}
-	}
-	if sched != nil {
-		sched.Schedule(ctx, p.OrderNo, p.ExpireAt)
 	}
 	return nil
 }

@@ -61,13 +61,13 @@ func TestTenantReconcilerLeavesOtherTenantsSeats(t *testing.T) {
 	svc8, err := cancel.New(cancel.Config{Store: stores[8], Seats: seats8})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "o9", UserID: "u8", ShowID: "ev", Seats: []string{"x1"}, ExpireAt: clock.Now().Add(time.Hour)}
-	require.NoError(t, svc8.Place(ctx, p, stores[8].Insert(db, nil, nil)))
+	require.NoError(t, svc8.Place(ctx, p, stores[8].Insert(db, nil)))
 	// Tenant 7 has an order under the same number, cancelled long ago.
 	p7 := cancel.Placement{OrderNo: "o9", UserID: "u7", ShowID: "ev", Seats: []string{"x1"}, ExpireAt: clock.Now().Add(time.Hour)}
 	seats7 := shared.Scoped(stores[7].Scope())
 	svc7, err := cancel.New(cancel.Config{Store: stores[7], Seats: seats7})
 	require.NoError(t, err)
-	require.NoError(t, svc7.Place(ctx, p7, stores[7].Insert(db, nil, nil)), "the same seat in another tenant's scope is another seat")
+	require.NoError(t, svc7.Place(ctx, p7, stores[7].Insert(db, nil)), "the same seat in another tenant's scope is another seat")
 	_, err = svc7.UserCancel(ctx, "o9", "u7")
 	require.NoError(t, err)
 	r7, err := reconcile.New(reconcile.Config{Orders: stores[7], Seats: seats7, Service: svc7, Settle: time.Nanosecond})

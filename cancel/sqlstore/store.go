@@ -473,23 +473,31 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // Place inserts a pending order and its seat claims in the host's
-// transaction tx. An order number that exists already gives an error
+// transaction q (see Querier: a *sql.Tx, or the transaction of gorm, sqlx,
+// ent, or a pgx session). An order number that exists already gives an error
 // wrapping cancel.ErrOrderExists (the existing order is untouched: a retry
 // after an unknown commit, a double submit); a seat that another live order
 // holds gives one wrapping cancel.ErrSeatUnavailable. After either, the
-// transaction is unusable on PostgreSQL: roll it back. Schedule the expiry
-// message after tx commits (expiry.AfterCommit).
+// transaction is unusable on PostgreSQL: roll it back. It sends nothing:
+// cancel.Service.Place sends the expiry message once the host's function
+// that called Place has returned nil, its commit.
 //
 // With a Mapping it writes the mapped columns only (number, user, show,
 // pending status, deadline or creation time, updated-at, the Where
 // constants; the claims with their Locked state and constants): the host's
 // other columns need defaults, or the host inserts its rows itself.
-func (s *Store) Place(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+func (s *Store) Place(ctx context.Context, q Querier, p cancel.Placement) error {
+	return s.place(ctx, q, false, p)
+}
+
+// place is Place; own says q is a transaction of the store's own *sql.DB,
+// whose prepared statements it may run.
+func (s *Store) place(ctx context.Context, q Querier, own bool, p cancel.Placement) error {
 	v, err := s.placeArgs(p)
 	if err != nil {
 		return err
 	}
-	return s.placeVals(ctx, tx, p, v)
+	return s.placeVals(ctx, q, own, p, v)
 }
 
 // placeArgs checks p and binds it for Place's statements.
@@ -509,15 +517,15 @@ func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 }
 
 // placeVals is Place once p is bound.
-func (s *Store) placeVals(ctx context.Context, tx *sql.Tx, p cancel.Placement, v vals) error {
-	if _, err := s.execTx(ctx, tx, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
+func (s *Store) placeVals(ctx context.Context, q Querier, own bool, p cancel.Placement, v vals) error {
+	if _, err := s.execTx(ctx, q, own, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 		}
 		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 	}
 	if st := s.q.insertSide; st.sql != "" {
-		if _, err := s.execTx(ctx, tx, st, s.args(st, v)); err != nil {
+		if _, err := s.execTx(ctx, q, own, st, s.args(st, v)); err != nil {
 			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
 		}
 	}
@@ -532,7 +540,7 @@ func (s *Store) placeVals(ctx context.Context, tx *sql.Tx, p cancel.Placement, v
 		v.seat = seat
 		args = append(args, s.args(s.q.insertSeat, v)...)
 	}
-	if _, err := s.execTx(ctx, tx, st, args); err != nil {
+	if _, err := s.execTx(ctx, q, own, st, args); err != nil {
 		if isDuplicate(err) {
 			return fmt.Errorf("sqlstore: place order %s: a seat of %s %v: %w", p.OrderNo, p.ShowID, p.Seats, cancel.ErrSeatUnavailable)
 		}
@@ -577,17 +585,20 @@ func (s *Store) preparePlace(ctx context.Context, n int) {
 	}
 }
 
-// execTx runs st in tx, through its prepared statement when one was
-// prepared before the transaction (preparePlace), else as plain text: it
+// execTx runs st on q: through its prepared statement when q is a
+// transaction of the store's own *sql.DB (own) and the statement was
+// prepared before the transaction (preparePlace), else as plain text. It
 // never prepares inside a transaction.
-func (s *Store) execTx(ctx context.Context, tx *sql.Tx, st stmt, args []any) (sql.Result, error) {
-	s.mu.RLock()
-	ps := s.stmts[st.sql]
-	s.mu.RUnlock()
-	if ps != nil {
-		return tx.StmtContext(ctx, ps).ExecContext(ctx, args...)
+func (s *Store) execTx(ctx context.Context, q Querier, own bool, st stmt, args []any) (sql.Result, error) {
+	if tx, ok := q.(*sql.Tx); ok && own {
+		s.mu.RLock()
+		ps := s.stmts[st.sql]
+		s.mu.RUnlock()
+		if ps != nil {
+			return tx.StmtContext(ctx, ps).ExecContext(ctx, args...)
+		}
 	}
-	return tx.ExecContext(ctx, st.sql, args...)
+	return q.ExecContext(ctx, st.sql, args...)
 }
 
 // nullIfEmpty is s, or NULL for "" (an id not known).

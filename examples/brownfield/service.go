@@ -30,7 +30,6 @@ type Service struct {
 	dialect sqlstore.Dialect
 	store   *sqlstore.Store
 	svc     *cancel.Service
-	sched   *expiry.Scheduler
 	rec     *reconcile.Reconciler
 	sender  *inproc.Sender
 	limit   int
@@ -75,17 +74,18 @@ func Open(ctx context.Context, c Config) (*Service, error) {
 	// own tables, or another tenant, never shares a key with this one.
 	seats := root.Scoped(store.Scope())
 	s := &Service{db: c.DB, dialect: c.Dialect, store: store, limit: 6}
-	s.svc, err = cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: s.refund, Runtime: expiry.Runtime{Logger: c.Logger}})
-	if err != nil {
-		return nil, err
-	}
 	// A short level table so that orders due in seconds re-arm as on a broker.
 	s.sender = inproc.New(inproc.Config{Levels: levels.MustParse("1s 2s 3s"), Slack: 300 * time.Millisecond})
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: s.svc, Sender: s.sender, Runtime: expiry.Runtime{Logger: c.Logger}})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: s.sender, Runtime: expiry.Runtime{Logger: c.Logger}})
 	if err != nil {
 		return nil, err
 	}
-	if s.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: s.sender, Runtime: expiry.Runtime{Logger: c.Logger}}); err != nil {
+	s.svc, err = cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched, Discrepancies: store, OnDiscrepancy: s.refund, Runtime: expiry.Runtime{Logger: c.Logger}})
+	if err != nil {
+		return nil, err
+	}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: s.svc, Sender: s.sender, Runtime: expiry.Runtime{Logger: c.Logger}})
+	if err != nil {
 		return nil, err
 	}
 	if s.rec, err = reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: s.svc, Runtime: expiry.Runtime{Logger: c.Logger}}); err != nil {
@@ -148,7 +148,7 @@ type Order struct {
 // Place places o, due in window: the library locks the seats in Redis
 // within the purchase limit, then this service's own transaction inserts
 // its order_info row (with its own columns) and its order_seat rows, and
-// the expiry message is sent after the commit.
+// Place sends the expiry message after the commit.
 func (s *Service) Place(ctx context.Context, o Order, window time.Duration) error {
 	now, err := s.store.Now(ctx) // the database's clock, as the guard uses
 	if err != nil {
@@ -157,21 +157,34 @@ func (s *Service) Place(ctx context.Context, o Order, window time.Duration) erro
 	due := now.Add(window).Truncate(time.Second).Add(time.Second) // the column holds whole seconds: round up
 	p := cancel.Placement{OrderNo: o.No, UserID: o.User, ShowID: o.Show, Seats: o.Seats, ExpireAt: due, Limit: s.limit}
 	return s.svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
-		return s.sched.InTx(ctx, s.db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-			_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO order_info (order_no, user_id, show_id, status, expire_time, amount_cents, create_time, channel, remark)
-				VALUES (?, ?, ?, 0, `+s.ts()+`, ?, `+s.ts()+`, ?, ?)`), o.No, o.User, o.Show, utc(due), o.AmountCents, utc(now), o.Channel, o.Remark)
-			if err != nil {
-				return err
-			}
-			for _, seat := range o.Seats {
-				if _, err := tx.ExecContext(ctx, s.rebind("INSERT INTO order_seat (show_id, seat_id, order_no) VALUES (?, ?, ?)"), o.Show, seat, o.No); err != nil {
-					return fmt.Errorf("%w: seat %s: %w", cancel.ErrSeatUnavailable, seat, err)
-				}
-			}
-			after.Add(o.No, due)
-			return nil
-		})
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := s.insert(ctx, tx, o, due, now); err != nil {
+			return errors.Join(err, tx.Rollback())
+		}
+		if err := tx.Commit(); err != nil {
+			// The order may exist: Place keeps its seats locked.
+			return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
+		}
+		return nil // Place sends its expiry message now
 	})
+}
+
+// insert writes the order in this service's own tables, in tx.
+func (s *Service) insert(ctx context.Context, tx *sql.Tx, o Order, due, now time.Time) error {
+	_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO order_info (order_no, user_id, show_id, status, expire_time, amount_cents, create_time, channel, remark)
+		VALUES (?, ?, ?, 0, `+s.ts()+`, ?, `+s.ts()+`, ?, ?)`), o.No, o.User, o.Show, utc(due), o.AmountCents, utc(now), o.Channel, o.Remark)
+	if err != nil {
+		return err
+	}
+	for _, seat := range o.Seats {
+		if _, err := tx.ExecContext(ctx, s.rebind("INSERT INTO order_seat (show_id, seat_id, order_no) VALUES (?, ?, ?)"), o.Show, seat, o.No); err != nil {
+			return fmt.Errorf("%w: seat %s: %w", cancel.ErrSeatUnavailable, seat, err)
+		}
+	}
+	return nil
 }
 
 // Pay is the payment provider's callback.

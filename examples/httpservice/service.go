@@ -140,8 +140,9 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	}
 	// Late payments are accepted (pretix's default): a payment after the
 	// timeout reinstates the order when its seats are still free, and is
-	// refunded otherwise. The scheduler sends the messages of a shortened
-	// deadline (its expiry message and its warning).
+	// refunded otherwise. The scheduler sends each order's first messages
+	// after its placement committed (its expiry message and its warning),
+	// and again for a shortened deadline.
 	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Discrepancies: a.store,
 		Runtime: expiry.Runtime{Observer: obs, Logger: a.log}, OnDiscrepancy: onDiscrepancy,
 		AcceptLatePayments: true, OnWarning: onWarning, Scheduler: a.sched})
@@ -226,18 +227,19 @@ func (s scanOverdue) Overdue(ctx context.Context) (int, time.Duration, error) {
 
 // Place places an order. The library does the sequence: it validates p, locks
 // the seats in Redis (all or nothing, within the purchase limit), runs the
-// service's SQL transaction (store.Insert: the order, the service's own rows,
-// and the expiry message sent only after commit), and gives the seats back if
-// the transaction fails (unless its commit's outcome is unknown: then the
-// reconciler decides). An order number placed already is an error wrapping
-// cancel.ErrOrderExists, and the existing order is untouched.
+// service's SQL transaction (store.Insert: the order and the service's own
+// rows), sends the expiry message once it has committed (Config.Scheduler),
+// and gives the seats back if the transaction fails (unless its commit's
+// outcome is unknown: then the reconciler decides). An order number placed
+// already is an error wrapping cancel.ErrOrderExists, and the existing order
+// is untouched.
 //
 // With another transaction manager, write the transaction function yourself:
-// insert with store.Place, collect with an expiry.AfterCommit inside the
-// transaction and Flush it from the manager's after-commit hook.
+// insert with store.Place on the transaction (a sqlstore.Querier), and
+// return once it has committed (examples/orm has gorm, sqlx, ent and pgx).
 func (a *App) Place(ctx context.Context, p cancel.Placement) error {
 	p.Limit = a.limit
-	return a.svc.Place(ctx, p, a.store.Insert(a.db, a.sched, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+	return a.svc.Place(ctx, p, a.store.Insert(a.db, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
 		return nil // the service's own rows go here, in the same transaction
 	}))
 }

@@ -203,8 +203,12 @@ func (d *demo) wire(ctx context.Context) error {
 		failOnce[p.no] = p.kind == kindReleaseFails
 		dropFirst[p.no] = p.kind == kindLostMessage
 	}
+	if d.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: lossySender{d.tr.sender, dropFirst}, Runtime: expiry.Runtime{Observer: d, Logger: logger}}); err != nil {
+		return err
+	}
 	if d.svc, err = cancel.New(cancel.Config{
 		Store:         store,
+		Scheduler:     d.sched, // the expiry message, once the placing transaction committed
 		Seats:         &flakyReleaser{SeatStore: d.seats, failOnce: failOnce},
 		Discrepancies: store, // the refund hook runs once per payment id
 		Runtime:       expiry.Runtime{Observer: d, Logger: logger},
@@ -219,9 +223,6 @@ func (d *demo) wire(ctx context.Context) error {
 	d.shell = expiry.NewShell(d.h)
 	if err := d.tr.attach(d.shell); err != nil {
 		return setupErrorf("%w", err)
-	}
-	if d.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: lossySender{d.tr.sender, dropFirst}, Runtime: expiry.Runtime{Observer: d, Logger: logger}}); err != nil {
-		return err
 	}
 	// The reconciler rebuilds Redis from SQL if it loses its data.
 	if d.rec, err = reconcile.New(reconcile.Config{Orders: store, Seats: d.seats, Service: d.svc, Settle: settleTime, Runtime: expiry.Runtime{Observer: d, Logger: logger}}); err != nil {
@@ -363,8 +364,9 @@ func (d *demo) take(show string, count int) []string {
 
 // place is how a host places an order: cancel.Service.Place locks the seats
 // in Redis (all or nothing, within the purchase limit), then runs the host's
-// SQL transaction (sqlstore.Store.Insert), which inserts the order, runs
-// check, and schedules the expiry message after commit. check is the host's
+// SQL transaction (sqlstore.Store.Insert), which inserts the order and runs
+// check, and once it has committed sends the expiry message
+// (Config.Scheduler). check is the host's
 // other work in the same transaction (stock, coupons, audit rows); nil for
 // none.
 //
@@ -379,7 +381,7 @@ func (d *demo) place(ctx context.Context, p cancel.Placement, check func(ctx con
 	if check != nil {
 		rows = func(ctx context.Context, tx *sql.Tx, _ cancel.Placement) error { return check(ctx, tx) }
 	}
-	return d.svc.Place(ctx, p, d.store.Insert(d.env.db, d.sched, rows))
+	return d.svc.Place(ctx, p, d.store.Insert(d.env.db, rows))
 }
 
 // scenario places the batch, acts on it, waits until no order is pending and

@@ -32,15 +32,15 @@ func wire(ctx context.Context, db *sql.DB, rdb redis.UniversalClient, rt expiry.
 	// wiring:begin
 	store, err1 := sqlstore.New(db, sqlstore.MySQL)
 	seats, err2 := redisseat.New(rdb, "")
-	svc, err3 := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: refund, Runtime: rt})
-	if err := errors.Join(err1, err2, err3); err != nil {
+	sender := inproc.New(inproc.Config{Runtime: rt}) // or expiry/rocketmq's Sender and Consumer
+	sched, err3 := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: rt})
+	svc, err4 := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched, Discrepancies: store, OnDiscrepancy: refund, Runtime: rt})
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, nil, err
 	}
-	sender := inproc.New(inproc.Config{Runtime: rt}) // or expiry/rocketmq's Sender and Consumer
-	handler, err4 := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: rt})
-	sched, err5 := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: rt})
+	handler, err5 := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: rt})
 	rec, err6 := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Runtime: rt})
-	if err := errors.Join(err4, err5, err6, seats.Check(ctx)); err != nil {
+	if err := errors.Join(err5, err6, seats.Check(ctx)); err != nil {
 		return nil, nil, err
 	}
 	sender.Attach(expiry.NewShell(handler))
@@ -48,7 +48,7 @@ func wire(ctx context.Context, db *sql.DB, rdb redis.UniversalClient, rt expiry.
 	place = func(ctx context.Context, p cancel.Placement) error {
 		// At most 4 seats of a show per user, late payments included.
 		p.Limit = 4
-		return svc.Place(ctx, p, store.Insert(db, sched, nil)) // nil: no rows of the host's own
+		return svc.Place(ctx, p, store.Insert(db, nil)) // nil: no rows of the host's own
 	}
 	pay = func(ctx context.Context, p cancel.Payment) error {
 		_, err := svc.Pay(ctx, p)

@@ -10,19 +10,21 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	oeasynq "github.com/seatflow/orderexpiry/expiry/asynq"
 )
 
 // A host wires the transport once at startup: a Sender on an asynq client
 // for the after-commit schedule and the Handler's re-arms, and a Consumer
-// that feeds the Shell. svc is the host's cancel.Service (see the cancel
-// package) and db its database; it needs Redis, so it is compiled here but
+// that feeds the Shell. db is the host's database, store and seats its
+// order and seat stores; it needs Redis, so it is compiled here but
 // not run. For a Redis Cluster, use asynq.RedisClusterClientOpt{Addrs: ...}.
 func Example() {
 	var (
-		svc *cancel.Service // cancel.New(cancel.Config{Store: …, Seats: …})
-		db  *sql.DB
+		db    *sql.DB
+		store *sqlstore.Store  // sqlstore.New(db, sqlstore.MySQL)
+		seats cancel.SeatStore // redisseat.New(rdb, "")
 	)
 	ctx := context.Background()
 	redis := asynq.RedisClientOpt{Addr: "127.0.0.1:6379"}
@@ -35,6 +37,14 @@ func Example() {
 		log.Fatal(err)
 	}
 
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender})
+	if err != nil {
+		log.Fatal(err)
+	}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched})
+	if err != nil {
+		log.Fatal(err)
+	}
 	handler, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
 	if err != nil {
 		log.Fatal(err)
@@ -52,20 +62,11 @@ func Example() {
 		log.Println("poison tasks dropped:", consumer.Poisoned())
 	}()
 
-	// Placing an order: the service locks the seats and runs the host's
-	// transaction, whose message is sent only once it commits.
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender})
-	if err != nil {
-		log.Fatal(err)
-	}
+	// Placing an order: the service locks the seats, runs the host's
+	// transaction (Insert: the order, and rows of the host's own, nil
+	// here), and sends the expiry message through sched once it committed.
 	p := cancel.Placement{OrderNo: "A1001", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(15 * time.Minute), Limit: 6}
-	err = svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
-		return sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-			// INSERT the order and its seats here (sqlstore.Store.Place).
-			after.Add(p.OrderNo, p.ExpireAt)
-			return nil
-		})
-	})
+	err = svc.Place(ctx, p, store.Insert(db, nil))
 	if err != nil {
 		log.Println("order not placed:", err)
 	}

@@ -32,32 +32,26 @@ func Example() {
 
 	clock := expirytest.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	store, seats := memstore.NewStore(clock.Now), memstore.NewSeats(clock.Now)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
+	sender := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}})
+	defer sender.Close()
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Clock: clock, Tracer: tracer}})
 	if err != nil {
 		panic(err)
 	}
-	sender := inproc.New(inproc.Config{Runtime: expiry.Runtime{Clock: clock}})
-	defer sender.Close()
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched})
+	if err != nil {
+		panic(err)
+	}
 	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: expiry.Runtime{Tracer: tracer}})
 	if err != nil {
 		panic(err)
 	}
 	sender.Attach(expiry.NewShell(h))
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Clock: clock, Tracer: tracer}})
-	if err != nil {
-		panic(err)
-	}
 
 	// The placing request's span (an instrumented HTTP handler's, in a host).
 	ctx, req := tp.Tracer("host").Start(context.Background(), "POST /orders")
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: clock.Now().Add(time.Minute)}
-	err = svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
-		if err := store.Place(ctx, p); err != nil { // in a host: its SQL transaction
-			return err
-		}
-		sched.Schedule(ctx, p.OrderNo, p.ExpireAt) // after commit
-		return nil
-	})
+	err = svc.Place(ctx, p, store.Place) // in a host: its SQL transaction; the message after commit
 	if err != nil {
 		panic(err)
 	}

@@ -3,7 +3,6 @@ package river_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,30 +67,17 @@ func Example() {
 	check(client.Start(ctx))
 	defer func() { check(client.Stop(ctx)) }()
 
-	// Placing: Service.Place locks the seats, then runs this transaction,
-	// which inserts the order (with its seat lock's id, in the p it gets)
-	// and its expiry job: both commit, or neither.
+	// Placing: Service.Place locks the seats, then runs Insert's
+	// transaction, which inserts the order (with its seat lock's id, in the
+	// p it gets) and, in the callback, its expiry job: both commit, or
+	// neither. svc has no Config.Scheduler: nothing is sent after the
+	// commit, the job is in.
 	now, err := store.Now(ctx) // the database's clock
 	check(err)
 	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: now.Add(time.Second)}
-	check(svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := store.Place(ctx, tx, p); err != nil {
-			return errors.Join(err, tx.Rollback())
-		}
-		if err := sender.ScheduleTx(ctx, tx, p.OrderNo, p.ExpireAt); err != nil {
-			return errors.Join(err, tx.Rollback())
-		}
-		if err := tx.Commit(); err != nil {
-			// The order may exist: Place keeps its seats locked, and the
-			// reconciler decides.
-			return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
-		}
-		return nil // nothing left to do after the commit: the job is in
-	}))
+	check(svc.Place(ctx, p, store.Insert(db, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+		return sender.ScheduleTx(ctx, tx, p.OrderNo, p.ExpireAt)
+	})))
 
 	for o, err := store.Order(ctx, "A1"); o.Status == expiry.StatusPending; o, err = store.Order(ctx, "A1") {
 		check(err)

@@ -8,18 +8,20 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/rocketmq"
 )
 
 // A host wires the transport once at startup: the topic, a Sender for the
 // after-commit schedule and the Handler's re-arms, and a Consumer that feeds
-// the Shell. svc is the host's cancel.Service (see the cancel package) and db
-// its database; it needs a broker, so it is compiled here but not run.
+// the Shell. db is the host's database, store and seats its order
+// and seat stores; it needs a broker, so it is compiled here but not run.
 func Example() {
 	var (
-		svc *cancel.Service // cancel.New(cancel.Config{Store: …, Seats: …})
-		db  *sql.DB
+		db    *sql.DB
+		store *sqlstore.Store  // sqlstore.New(db, sqlstore.MySQL)
+		seats cancel.SeatStore // redisseat.New(rdb, "")
 	)
 	ctx := context.Background()
 	ns := []string{"127.0.0.1:9876"}
@@ -37,6 +39,14 @@ func Example() {
 		}
 	}()
 
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender})
+	if err != nil {
+		log.Fatal(err)
+	}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched})
+	if err != nil {
+		log.Fatal(err)
+	}
 	handler, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender})
 	if err != nil {
 		log.Fatal(err)
@@ -54,20 +64,11 @@ func Example() {
 		}
 	}()
 
-	// Placing an order: the service locks the seats and runs the host's
-	// transaction, whose message is sent only once it commits.
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender})
-	if err != nil {
-		log.Fatal(err)
-	}
+	// Placing an order: the service locks the seats, runs the host's
+	// transaction (Insert: the order, and rows of the host's own, nil
+	// here), and sends the expiry message through sched once it committed.
 	p := cancel.Placement{OrderNo: "A1001", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(15 * time.Minute), Limit: 6}
-	err = svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
-		return sched.InTx(ctx, db, nil, func(tx *sql.Tx, after *expiry.AfterCommit) error {
-			// INSERT the order and its seats here (sqlstore.Store.Place).
-			after.Add(p.OrderNo, p.ExpireAt)
-			return nil
-		})
-	})
+	err = svc.Place(ctx, p, store.Insert(db, nil))
 	if err != nil {
 		log.Println("order not placed:", err)
 	}

@@ -105,7 +105,7 @@ func TestSenderConformance(t *testing.T) {
 // transport, counting hops.
 type chain struct {
 	w      *e2e.World
-	sched  *expiry.Scheduler
+	svc    *cancel.Service // places and schedules through sender
 	sender *rocketmq.Sender
 	mu     sync.Mutex
 	hops   map[string]int
@@ -131,8 +131,9 @@ func newChain(t *testing.T, mode rocketmq.Mode) *chain {
 	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: c.w.Service, Sender: c.sender, Runtime: expiry.Runtime{Observer: c.w.Ledger}})
 	require.NoError(t, err)
 	c.shell = expiry.NewShell(h)
-	c.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.sender, Runtime: expiry.Runtime{Observer: c.w.Ledger}})
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: c.sender, Runtime: expiry.Runtime{Observer: c.w.Ledger}})
 	require.NoError(t, err)
+	c.svc = c.w.Scheduling(t, sched)
 	startConsumer(t, cfg, c.shell)
 	return c
 }
@@ -145,7 +146,7 @@ func (c *chain) place(t *testing.T, no string, ttl time.Duration) cancel.Placeme
 	now, err := c.w.Store.Now(ctx)
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: c.w.ShowID + "-" + no, UserID: "u1", ShowID: c.w.ShowID, Seats: []string{no + "-1", no + "-2"}, ExpireAt: now.Add(ttl)}
-	require.NoError(t, c.w.Service.Place(ctx, p, c.w.Store.Insert(c.w.DB, c.sched, nil)))
+	require.NoError(t, c.svc.Place(ctx, p, c.w.Store.Insert(c.w.DB, nil)))
 	return p
 }
 
@@ -290,7 +291,7 @@ func TestBrokerDownAtCommit(t *testing.T) {
 	now, err := w.Store.Now(ctx)
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: w.ShowID + "-1", UserID: "u1", ShowID: w.ShowID, Seats: []string{"a"}, ExpireAt: now.Add(time.Second)}
-	err = w.Service.Place(ctx, p, w.Store.Insert(w.DB, sched, nil))
+	err = w.Scheduling(t, sched).Place(ctx, p, w.Store.Insert(w.DB, nil))
 	require.NoError(t, err, "the buyer's order is placed")
 	assert.Equal(t, 1, w.Ledger.Kind(expiry.KindSendFailed))
 	time.Sleep(time.Until(p.ExpireAt) + 100*time.Millisecond)

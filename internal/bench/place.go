@@ -28,7 +28,7 @@ const (
 	pTx      = "tx"       // by hand: BEGIN; INSERT order; one multi-row INSERT of the claims; COMMIT
 	pStore   = "store"    // sqlstore.Store.Insert alone (no lock, no send): the library's SQL transaction
 	pHandIP  = "hand-ip"  // by hand: EVALSHA of a lock script of our own, the tx, then the in-process send
-	pOursIP  = "ours-ip"  // cancel.Service.Place with store.Insert(db, sched on expiry/inproc, nil)
+	pOursIP  = "ours-ip"  // cancel.Service.Place with store.Insert(db, nil), Config.Scheduler on expiry/inproc
 	pHandMQ  = "hand-mq"  // hand-ip with the RocketMQ Sender's Send instead
 	pOursMQ  = "ours-mq"  // ours-ip with expiry/rocketmq (timer mode)
 	pLock    = "lock"     // redisseat.Seats.Lock alone (ours' Redis side)
@@ -103,10 +103,9 @@ type placeSetup struct {
 	rdb      *redis.Client
 	handSHA  string
 	store    *sqlstore.Store
-	svc      *cancel.Service
+	svcIP    *cancel.Service // places, then sends through senderIP (Config.Scheduler)
+	svcMQ    *cancel.Service // places, then sends through senderMQ
 	seats    cancel.SeatLocker
-	schedIP  *expiry.Scheduler
-	schedMQ  *expiry.Scheduler
 	senderIP expiry.DelaySender
 	senderMQ expiry.DelaySender
 	limit    int
@@ -144,9 +143,9 @@ func runPlace(c *common, args []string) error {
 		"Every placement is a new order number, a new user and %d new seats (16 shows), purchase limit 4, due in an hour (no message fires during the run). "+
 		"Rates are total placements / total time; **paired** is the median over rounds of the ratio of the two slices of one round. Variants:\n\n"+
 		"- **tx**: the SQL transaction by hand: `BEGIN; INSERT INTO oe_order (…10 columns…); INSERT INTO oe_order_seat … VALUES (…),(…); COMMIT` (database/sql, unprepared);\n"+
-		"- **store**: `sqlstore.Store.Insert(db, nil, nil)` alone: the library's transaction, no lock and no send;\n"+
+		"- **store**: `sqlstore.Store.Insert(db, nil)` alone: the library's transaction, no lock and no send;\n"+
 		"- **hand**: the placement by hand: one EVALSHA of a lock script of our own (seats free? limit? HSET, HINCRBY), **tx**, then one `Send` of the expiry message;\n"+
-		"- **ours**: `cancel.Service.Place(ctx, p, store.Insert(db, sched, nil))`: validate, lock (redisseat), the transaction, the after-commit send through `expiry.Scheduler`;\n"+
+		"- **ours**: `cancel.Service.Place(ctx, p, store.Insert(db, nil))`: validate, lock (redisseat), the transaction, the after-commit send through `cancel.Config.Scheduler`;\n"+
 		"- suffix **-ip**: the in-process sender (`expiry/inproc`); **-mq**: RocketMQ (`expiry/rocketmq`, timer mode, one `SendSync` per message)"+
 		"; **-mqb**: ours-mq through the scheduler's batching of concurrent sends.\n\n",
 		*reps, *n, *seats)
@@ -183,15 +182,11 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 	}
 	seatStore := newSeats(rdb)
 	rt := expiry.Runtime{Logger: c.log}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seatStore, Runtime: rt})
-	if err != nil {
-		return err
-	}
 	ip := inproc.New(inproc.Config{})
 	defer ip.Close()
 	ip.Attach(discard{})
-	ps := &placeSetup{seats: seatStore, db: bd.DB, dialect: bd.dialect, rdb: rdb, store: store, svc: svc, senderIP: ip, limit: 4, insSeats: map[int]string{}}
-	if ps.schedIP, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: ip, Runtime: rt}); err != nil {
+	ps := &placeSetup{seats: seatStore, db: bd.DB, dialect: bd.dialect, rdb: rdb, store: store, senderIP: ip, limit: 4, insSeats: map[int]string{}}
+	if ps.svcIP, err = placingService(store, seatStore, ip, rt); err != nil {
 		return err
 	}
 	useMQ := slices.ContainsFunc(variants, func(v string) bool { return strings.HasSuffix(v, "-mq") || v == pOursMQB })
@@ -208,7 +203,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 		}
 		defer mq.Close()
 		ps.senderMQ = mq
-		if ps.schedMQ, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: mq, Runtime: rt}); err != nil {
+		if ps.svcMQ, err = placingService(store, seatStore, mq, rt); err != nil {
 			return err
 		}
 		// The first sends wait for the topic's route: warm it up.
@@ -420,14 +415,25 @@ func (ps *placeSetup) handLock(ctx context.Context, rdb *redis.Client, p cancel.
 	return nil
 }
 
+// placingService is a Service that places on store and seats and sends
+// each placed order's expiry message through sender once its transaction
+// committed.
+func placingService(store *sqlstore.Store, seats cancel.SeatStore, sender expiry.DelaySender, rt expiry.Runtime) (*cancel.Service, error) {
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: rt})
+	if err != nil {
+		return nil, err
+	}
+	return cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched, Runtime: rt})
+}
+
 func (ps *placeSetup) do(ctx context.Context, v string, p cancel.Placement) error {
-	return ps.doOn(ctx, v, p, ps.db, ps.rdb, ps.store, ps.svc, ps.schedIP, ps.schedMQ, ps.senderIP, ps.senderMQ)
+	return ps.doOn(ctx, v, p, ps.db, ps.rdb, ps.store, ps.svcIP, ps.svcMQ, ps.senderIP, ps.senderMQ)
 }
 
 // doOn places p as variant v on the given pools and services (the counting
 // pass passes counted ones).
-func (ps *placeSetup) doOn(ctx context.Context, v string, p cancel.Placement, db *sql.DB, rdb *redis.Client, store *sqlstore.Store, svc *cancel.Service,
-	schedIP, schedMQ *expiry.Scheduler, senderIP, senderMQ expiry.DelaySender) error {
+func (ps *placeSetup) doOn(ctx context.Context, v string, p cancel.Placement, db *sql.DB, rdb *redis.Client, store *sqlstore.Store,
+	svcIP, svcMQ *cancel.Service, senderIP, senderMQ expiry.DelaySender) error {
 	switch v {
 	case pLock:
 		_, err := ps.seats.Lock(ctx, p.Hold(), p.Limit)
@@ -444,11 +450,11 @@ func (ps *placeSetup) doOn(ctx context.Context, v string, p cancel.Placement, db
 		return ps.handTx(ctx, db, p)
 	case pStore:
 		p.LockID = "1.1"
-		return store.Insert(db, nil, nil)(ctx, p)
+		return store.Insert(db, nil)(ctx, p)
 	case pOursIP:
-		return svc.Place(ctx, p, store.Insert(db, schedIP, nil))
+		return svcIP.Place(ctx, p, store.Insert(db, nil))
 	case pOursMQ, pOursMQB:
-		return svc.Place(ctx, p, store.Insert(db, schedMQ, nil))
+		return svcMQ.Place(ctx, p, store.Insert(db, nil))
 	case pHandIP, pHandMQ:
 		if err := ps.handLock(ctx, rdb, p); err != nil {
 			return err
@@ -487,17 +493,19 @@ func (c *common) placeRoundTrips(ctx context.Context, bd *benchDB, ps *placeSetu
 	if err != nil {
 		return err
 	}
-	csvc, err := cancel.New(cancel.Config{Store: cstore, Seats: newSeats(crdb), Runtime: expiry.Runtime{Logger: c.log}})
+	cseats := newSeats(crdb)
+	cip := countingSender{ps.senderIP, rc}
+	csvcIP, err := placingService(cstore, cseats, cip, expiry.Runtime{Logger: c.log})
 	if err != nil {
 		return err
 	}
-	cip := countingSender{ps.senderIP, rc}
-	schedIP, _ := expiry.NewScheduler(expiry.SchedulerConfig{Sender: cip, Runtime: expiry.Runtime{Logger: c.log}})
 	var cmq expiry.DelaySender
-	var schedMQ *expiry.Scheduler
+	var csvcMQ *cancel.Service
 	if ps.senderMQ != nil {
 		cmq = countingSender{ps.senderMQ, rc}
-		schedMQ, _ = expiry.NewScheduler(expiry.SchedulerConfig{Sender: cmq, Runtime: expiry.Runtime{Logger: c.log}})
+		if csvcMQ, err = placingService(cstore, cseats, cmq, expiry.Runtime{Logger: c.log}); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("\nRound trips per placement (%d placements each, concurrency 1; SQL counted by a wrapping database/sql driver, Redis by a go-redis hook: a pipeline is one round trip; sends by a wrapping sender):\n\n", rtN)
 	t := newTable("variant", "SQL round trips", "Redis round trips (commands)", "sends", "SQL breakdown (totals)")
@@ -507,7 +515,7 @@ func (c *common) placeRoundTrips(ctx context.Context, bd *benchDB, ps *placeSetu
 		}
 		// Warm the counted pools, then count.
 		for i := 0; i < 2; i++ {
-			if err := ps.doOn(ctx, v, mk(v), cdb, crdb, cstore, csvc, schedIP, schedMQ, cip, cmq); err != nil {
+			if err := ps.doOn(ctx, v, mk(v), cdb, crdb, cstore, csvcIP, csvcMQ, cip, cmq); err != nil {
 				return fmt.Errorf("round-trip warm-up %s: %w", v, err)
 			}
 		}
@@ -516,7 +524,7 @@ func (c *common) placeRoundTrips(ctx context.Context, bd *benchDB, ps *placeSetu
 		rc.redisRTs.Store(0)
 		rc.sends.Store(0)
 		for i := 0; i < rtN; i++ {
-			if err := ps.doOn(ctx, v, mk(v), cdb, crdb, cstore, csvc, schedIP, schedMQ, cip, cmq); err != nil {
+			if err := ps.doOn(ctx, v, mk(v), cdb, crdb, cstore, csvcIP, csvcMQ, cip, cmq); err != nil {
 				return fmt.Errorf("round-trip pass %s: %w", v, err)
 			}
 		}

@@ -201,3 +201,35 @@ func TestREADMETransportCallsAreCompiled(t *testing.T) {
 	}
 	require.NotZero(t, calls, "the transport section shows how the wiring differs")
 }
+
+// TestNoMergeConflictMarkers fails on a file committed in the middle of a
+// merge: a conflict's markers in a README are text, not an error, so
+// nothing else would notice them.
+func TestNoMergeConflictMarkers(t *testing.T) {
+	marker := regexp.MustCompile(`(?m)^(<<<<<<< |>>>>>>> |=======$)`)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".sh", ".sql", ".json", ".mod":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if loc := marker.FindIndex(b); loc != nil {
+			t.Errorf("%s:%d: a merge conflict's marker", path, 1+strings.Count(string(b[:loc[0]]), "\n"))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}

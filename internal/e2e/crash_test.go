@@ -83,9 +83,9 @@ func TestCrashChild(t *testing.T) {
 		now, err := store.Now(ctx)
 		require.NoError(t, err)
 		p := cancel.Placement{OrderNo: no, UserID: user, ShowID: show, Seats: strings.Split(os.Getenv(crashEnvSeats), ","), ExpireAt: now.Add(time.Second)}
-		svc, err := cancel.New(cancel.Config{Store: store, Seats: seats})
+		svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched})
 		require.NoError(t, err)
-		err = svc.Place(ctx, p, store.Insert(db, sched, nil))
+		err = svc.Place(ctx, p, store.Insert(db, nil))
 		t.Fatalf("the parent should have killed this process inside the delayed send; Place returned %v", err)
 	default:
 		t.Fatalf("unknown crash scenario %q", scenario)
@@ -158,7 +158,7 @@ func newCrashEnv(t *testing.T) *crashEnv {
 
 // place places an order as a host does: seats locked, then the order inserted.
 func (e *crashEnv) place(t *testing.T, p cancel.Placement) {
-	require.NoError(t, e.svc.Place(context.Background(), p, e.store.Insert(e.db, nil, nil)))
+	require.NoError(t, e.svc.Place(context.Background(), p, e.store.Insert(e.db, nil)))
 }
 
 // releaseCounter counts the seats each order really had freed.

@@ -803,7 +803,7 @@ func (s *mOrders) Statuses(ctx context.Context, nos []string) (map[string]cancel
 }
 
 // Place is the host's placing transaction. A lost acknowledgement is a
-// commit whose answer was lost: expiry.ErrCommitUnknown, as Scheduler.InTx
+// commit whose answer was lost: expiry.ErrCommitUnknown, as sqlstore's Insert
 // reports it.
 func (s *mOrders) Place(ctx context.Context, p cancel.Placement) error {
 	mode, hit := s.m.fault("Place", p.OrderNo)
@@ -1086,13 +1086,7 @@ func (m *machine) place(t *rapid.T, no, user, show string, seats []string, expir
 		want = cancel.ErrOrderExists // refused before any lock
 	}
 	p.Limit = m.limit
-	err = m.svc.Place(m.ctx, p, func(ctx context.Context, p cancel.Placement) error {
-		if err := m.fo.Place(ctx, p); err != nil {
-			return err
-		}
-		m.sched.Schedule(ctx, no, p.ExpireAt) // a failed send is left to the reconciler
-		return nil
-	})
+	err = m.svc.Place(m.ctx, p, m.fo.Place) // Place schedules it (Config.Scheduler); a failed send is left to the reconciler
 	switch {
 	case m.hit("Lock", "Place", "Order"):
 	case m.lost || m.lostShows[show]:

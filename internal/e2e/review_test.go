@@ -128,7 +128,7 @@ func (e *rvEnv) insert() func(context.Context, cancel.Placement) error {
 	if e.mem != nil {
 		return e.mem.Place
 	}
-	return e.sqls.Insert(e.db, nil, nil)
+	return e.sqls.Insert(e.db, nil)
 }
 
 // soon is a deadline that due() passes.
@@ -482,7 +482,7 @@ func TestReviewLimitOfOrderPlacedBeforeUpgradeKept(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, changed)
 	b := cancel.Placement{OrderNo: "B", UserID: "u1", ShowID: "ev", Seats: []string{"b1", "b2"}, ExpireAt: time.Now().Add(time.Hour), Limit: 3}
-	require.NoError(t, svc.Place(ctx, b, store.Insert(db, nil, nil)))
+	require.NoError(t, svc.Place(ctx, b, store.Insert(db, nil)))
 	_, _ = svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: "P"})
 
 	e := &rvEnv{t: t, ctx: ctx, store: store, seats: seats}
@@ -928,7 +928,7 @@ func TestReviewOneTenantOneScope(t *testing.T) {
 		require.NoError(t, err)
 		p := cancel.Placement{OrderNo: fmt.Sprintf("o%d", i), UserID: "u1", ShowID: "ev", Seats: []string{fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)},
 			ExpireAt: time.Now().Add(time.Hour), Limit: 2}
-		if err := svc.Place(ctx, p, store.Insert(db, nil, nil)); err == nil {
+		if err := svc.Place(ctx, p, store.Insert(db, nil)); err == nil {
 			placed = append(placed, p)
 		}
 	}
@@ -979,7 +979,7 @@ func TestReviewTenantPerTableHasItsScope(t *testing.T) {
 	seats = seats.Scoped(store2.Scope()) // what tenant 2's buyer holds
 
 	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "ev2", Seats: []string{"x1"}, ExpireAt: time.Now().Add(time.Hour), Limit: 1}
-	require.NoError(t, svc2.Place(ctx, p, store2.Insert(db, nil, nil)))
+	require.NoError(t, svc2.Place(ctx, p, store2.Insert(db, nil)))
 	clock.Advance(2 * reconcile.GraceDefault)
 	_, err := rec1.Round(ctx)
 	require.NoError(t, err)
@@ -988,7 +988,7 @@ func TestReviewTenantPerTableHasItsScope(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "o1", st["x1"].OrderNo, "I16: tenant 1's reconciler freed tenant 2's pending order's seat")
 	q := cancel.Placement{OrderNo: "o2", UserID: "u1", ShowID: "ev2", Seats: []string{"x2"}, ExpireAt: time.Now().Add(time.Hour), Limit: 1}
-	_ = svc2.Place(ctx, q, store2.Insert(db, nil, nil))
+	_ = svc2.Place(ctx, q, store2.Insert(db, nil))
 	n := 0
 	for _, pl := range []cancel.Placement{p, q} {
 		if o, err := store2.Order(ctx, pl.OrderNo); err == nil && o.Status == expiry.StatusPending {
@@ -1120,7 +1120,7 @@ func TestReviewRepeatedCallbackNeverRefundedOnTableWithoutPaymentID(t *testing.T
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: memstore.NewSeats(nil).Scoped(store.Scope()), Discrepancies: store, OnDiscrepancy: refunds.hook, Runtime: rvQuiet})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "A", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: time.Now().Add(time.Hour)}
-	require.NoError(t, svc.Place(ctx, p, store.Insert(db, nil, nil)))
+	require.NoError(t, svc.Place(ctx, p, store.Insert(db, nil)))
 	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: "P"})
 	require.NoError(t, err)
 	for i := 0; i < 3; i++ {

@@ -126,7 +126,7 @@ func newSecWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, rdb *redis.Client
 }
 
 func (w *secWorld) place(t *testing.T, p cancel.Placement) {
-	require.NoError(t, w.svc.Place(context.Background(), p, w.store.Insert(w.db, nil, nil)))
+	require.NoError(t, w.svc.Place(context.Background(), p, w.store.Insert(w.db, nil)))
 }
 
 // snapshot is every row of both tables and every Redis key of the namespace.

@@ -94,6 +94,7 @@ type World struct {
 	Rearms   *Rearms
 	ShowID   string
 	Limit    int
+	config   cancel.Config
 	reconfig reconcile.Config
 }
 
@@ -123,8 +124,9 @@ func NewWorld(t testing.TB, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalC
 	seats, err := redisseat.New(rdb, "oe-"+show)
 	require.NoError(t, err)
 	w := &World{DB: db, Store: store, Seats: seats, Ledger: NewLedger(), Rearms: &Rearms{}, ShowID: show, Limit: 0}
-	w.Service, err = cancel.New(cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Discrepancies: store, Runtime: expiry.Runtime{Observer: w.Ledger},
-		OnDiscrepancy: w.Ledger.refund})
+	w.config = cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Discrepancies: store, Runtime: expiry.Runtime{Observer: w.Ledger},
+		OnDiscrepancy: w.Ledger.refund}
+	w.Service, err = cancel.New(w.config)
 	require.NoError(t, err)
 	w.Handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.Service, Sender: w.Rearms, Runtime: expiry.Runtime{Observer: w.Ledger}})
 	require.NoError(t, err)
@@ -140,6 +142,18 @@ func NewWorld(t testing.TB, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalC
 	return w
 }
 
+// Scheduling returns a Service like w.Service that sends each order it
+// places through sched once its transaction committed
+// (cancel.Config.Scheduler): the world's own Service sends nothing, since
+// most tests deliver themselves.
+func (w *World) Scheduling(t testing.TB, sched *expiry.Scheduler) *cancel.Service {
+	c := w.config
+	c.Scheduler = sched
+	svc, err := cancel.New(c)
+	require.NoError(t, err)
+	return svc
+}
+
 // Reconciler returns a new reconciler over the world (one per simulated host).
 func (w *World) Reconciler(t testing.TB) *reconcile.Reconciler {
 	r, err := reconcile.New(w.reconfig)
@@ -152,5 +166,5 @@ func (w *World) Reconciler(t testing.TB) *reconcile.Reconciler {
 // tests deliver themselves).
 func (w *World) Place(ctx context.Context, p cancel.Placement) error {
 	p.Limit = w.Limit
-	return w.Service.Place(ctx, p, w.Store.Insert(w.DB, nil, nil))
+	return w.Service.Place(ctx, p, w.Store.Insert(w.DB, nil))
 }

@@ -46,6 +46,15 @@ func place(ctx context.Context, svc *cancel.Service, p cancel.Placement, limit i
 	}
 }
 
+// placeSchedules says whether cancel.Service.Place sends the expiry message
+// itself, through Config.Scheduler, once the host's insert returned nil.
+// Before, the host's insert scheduled it, and the Scheduler had InTx for
+// that.
+var placeSchedules = func() bool {
+	_, before := reflect.TypeOf((*expiry.Scheduler)(nil)).MethodByName("InTx")
+	return !before
+}()
+
 // withShortenSink gives c what Shorten sends the new expiry message
 // through: the Scheduler, or (before) the Sender.
 func withShortenSink(c cancel.Config, sched *expiry.Scheduler, sender expiry.DelaySender) cancel.Config {

@@ -129,7 +129,7 @@ func (s *sqlOrders) open(_ *fakeClock, n int) ([]orderStore, []insertFunc, error
 			}
 		}
 		stores = append(stores, st)
-		inserts = append(inserts, st.Insert(s.dbs[i], nil, nil))
+		inserts = append(inserts, st.Insert(s.dbs[i], nil))
 	}
 	return stores, inserts, nil
 }

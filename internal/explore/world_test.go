@@ -420,7 +420,9 @@ func placeKind(tn, inst int, no, user string, seats ...string) kind {
 				if err != nil {
 					return err
 				}
-				t.sched[inst].Schedule(ictx, no, p.ExpireAt) // after commit
+				if !placeSchedules {
+					t.sched[inst].Schedule(ictx, no, p.ExpireAt) // after commit
+				}
 				return nil
 			})
 			return outcome(err)

@@ -98,13 +98,14 @@ func TestBrokerFaults(t *testing.T) {
 	defer consumer.Close(context.Background())
 	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Observer: w.Ledger}, SendTimeout: 2 * time.Second})
 	require.NoError(t, err)
+	svc := w.Scheduling(t, sched)
 
 	var placed []cancel.Placement
 	place := func(i int, ttl time.Duration) {
 		now, err := w.Store.Now(ctx)
 		require.NoError(t, err)
 		p := cancel.Placement{OrderNo: fmt.Sprintf("%s-%d", w.ShowID, i), UserID: fmt.Sprintf("u%d", i%3), ShowID: w.ShowID, Seats: []string{fmt.Sprintf("s%d", i)}, ExpireAt: now.Add(ttl)}
-		require.NoError(t, w.Service.Place(ctx, p, w.Store.Insert(w.DB, sched, nil)), "the order is placed whatever the broker does")
+		require.NoError(t, svc.Place(ctx, p, w.Store.Insert(w.DB, nil)), "the order is placed whatever the broker does")
 		placed = append(placed, p)
 	}
 

@@ -600,7 +600,7 @@ func (l *foLoad) place(ctx context.Context, phase, show, user string, seats []st
 	l.orders = append(l.orders, o)
 	l.mu.Unlock()
 	p := cancel.Placement{OrderNo: o.no, UserID: o.user, ShowID: o.show, Seats: o.seats, ExpireAt: o.expire, Limit: l.limit}
-	err := l.svc.Place(ctx, p, l.store.Insert(l.db, nil, nil))
+	err := l.svc.Place(ctx, p, l.store.Insert(l.db, nil))
 	l.mu.Lock()
 	l.placeAt = time.Now()
 	if !long && o.expire.After(l.dueAt) {

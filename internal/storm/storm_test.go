@@ -436,7 +436,7 @@ func (r *rig) placeAgain(p cancel.Placement) {
 	ctx, stop := r.opCtx()
 	defer stop()
 	p.Limit = r.w.Limit
-	err := r.svc.Place(ctx, p, r.w.Store.Insert(r.w.DB, nil, nil))
+	err := r.svc.Place(ctx, p, r.w.Store.Insert(r.w.DB, nil))
 	switch {
 	case err == nil:
 		r.misMu.Lock()

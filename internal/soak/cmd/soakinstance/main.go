@@ -197,7 +197,23 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	st := seats{Seats: rs, ev: ev}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: st, Discrepancies: store, Runtime: expiry.Runtime{Observer: ev, Logger: logger},
+	var sender expiry.DelaySender = noSender{}
+	var rc rocketmq.Config
+	if c.consumer {
+		rc = rocketmq.Config{NameServers: []string{c.namesrv}, Topic: c.topic, Group: c.group + "_p", Mode: rocketmq.ModeTimer,
+			Consumers: c.consumers, Runtime: expiry.Runtime{Logger: logger}, SendTimeout: 2 * time.Second}
+		s, err := rocketmq.NewSender(rc)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		sender = s
+	}
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Observer: ev, Logger: logger}})
+	if err != nil {
+		return err
+	}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: st, Scheduler: sched, Discrepancies: store, Runtime: expiry.Runtime{Observer: ev, Logger: logger},
 		OnDiscrepancy: func(ctx context.Context, d cancel.Discrepancy) error {
 			ev.put(Line{K: "refund", O: d.OrderNo, Pay: d.PaymentID})
 			return nil
@@ -212,17 +228,8 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	var sender expiry.DelaySender = noSender{}
 	var consumer *rocketmq.Consumer
 	if c.consumer {
-		rc := rocketmq.Config{NameServers: []string{c.namesrv}, Topic: c.topic, Group: c.group + "_p", Mode: rocketmq.ModeTimer,
-			Consumers: c.consumers, Runtime: expiry.Runtime{Logger: logger}, SendTimeout: 2 * time.Second}
-		s, err := rocketmq.NewSender(rc)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		sender = s
 		h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sender, Runtime: expiry.Runtime{Observer: ev, Logger: logger}})
 		if err != nil {
 			return err
@@ -234,10 +241,6 @@ func run(ctx context.Context, c config) error {
 		if err != nil {
 			return err
 		}
-	}
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: expiry.Runtime{Observer: ev, Logger: logger}})
-	if err != nil {
-		return err
 	}
 
 	var wg sync.WaitGroup
@@ -264,7 +267,7 @@ func run(ctx context.Context, c config) error {
 			return
 		}
 		pl := cancel.Placement{OrderNo: p.No, UserID: p.User, ShowID: p.Show, Seats: p.Seats, ExpireAt: time.UnixMilli(p.ExpireMs), Limit: c.limit}
-		err := svc.Place(r.Context(), pl, store.Insert(db, sched, nil))
+		err := svc.Place(r.Context(), pl, store.Insert(db, nil))
 		answer(w, err)
 	})
 	mux.HandleFunc("POST /pay", func(w http.ResponseWriter, r *http.Request) {
