@@ -156,3 +156,143 @@ func (s *Store) placeOne(ctx context.Context, db *sql.DB, p cancel.Placement) er
 	}
 	return nil
 }
+
+// Place inserts a pending order and its seat claims in the host's
+// transaction q (see Querier: a *sql.Tx, or the transaction of gorm, sqlx,
+// ent, or a pgx session). An order number that exists already gives an error
+// wrapping cancel.ErrOrderExists (the existing order is untouched: a retry
+// after an unknown commit, a double submit); a seat that another live order
+// holds gives one wrapping cancel.ErrSeatUnavailable. After either, the
+// transaction is unusable on PostgreSQL: roll it back. It sends nothing:
+// cancel.Service.Place sends the expiry message once the host's function
+// that called Place has returned nil, its commit.
+//
+// With a Mapping it writes the mapped columns only (number, user, show,
+// pending status, deadline or creation time, updated-at, the Where
+// constants; the claims with their Locked state and constants): the host's
+// other columns need defaults, or the host inserts its rows itself.
+func (s *Store) Place(ctx context.Context, q Querier, p cancel.Placement) error {
+	return s.place(ctx, q, false, p)
+}
+
+// place is Place; own says q is a transaction of the store's own *sql.DB,
+// whose prepared statements it may run.
+func (s *Store) place(ctx context.Context, q Querier, own bool, p cancel.Placement) error {
+	v, err := s.placeArgs(p)
+	if err != nil {
+		return err
+	}
+	return s.placeVals(ctx, q, own, p, v)
+}
+
+// placeArgs checks p and binds it for Place's statements.
+func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
+	if err := p.Validate(); err != nil {
+		return vals{}, fmt.Errorf("sqlstore: place: %w", err)
+	}
+	v, ok := s.user(vals{no: p.OrderNo, show: p.ShowID}, p.UserID)
+	if !ok {
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: user id %q is not a canonical integer (the mapping's user column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.UserID)
+	}
+	if _, ok := canonicalInt(p.OrderNo); s.m.raw.Orders.NumericOrderNo && !ok {
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: not a canonical integer (the mapping's order number column is numeric)", p.OrderNo, expiry.ErrInvalidID)
+	}
+	if v.showNum, ok = s.numericShow(p.ShowID); !ok {
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: show id %q is not a canonical integer (the mapping's show column is numeric)", p.OrderNo, expiry.ErrInvalidID, p.ShowID)
+	}
+	v.deadline, v.seats, v.seatLimit, v.lockID = s.timeArg(p.ExpireAt), seatList(p.Seats), p.Limit, p.LockID
+	return v, nil
+}
+
+// placeVals is Place once p is bound.
+func (s *Store) placeVals(ctx context.Context, q Querier, own bool, p cancel.Placement, v vals) error {
+	if _, err := s.execTx(ctx, q, own, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
+		if isDuplicate(err) { // the order number is the orders' unique key
+			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
+		}
+		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+	}
+	if st := s.q.insertSide; st.sql != "" {
+		if _, err := s.execTx(ctx, q, own, st, s.args(st, v)); err != nil {
+			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
+		}
+	}
+	if !s.m.claims {
+		return nil
+	}
+	// Every claim in one statement: one round trip whatever the number of
+	// seats. A duplicate key names no seat, so the error names the show.
+	st := s.claimsInsert(len(p.Seats))
+	args := make([]any, 0, len(st.slots))
+	for _, seat := range p.Seats {
+		v.seat = seat
+		args = append(args, s.args(s.q.insertSeat, v)...)
+	}
+	if _, err := s.execTx(ctx, q, own, st, args); err != nil {
+		if isDuplicate(err) {
+			return fmt.Errorf("sqlstore: place order %s: a seat of %s %v: %w", p.OrderNo, p.ShowID, p.Seats, cancel.ErrSeatUnavailable)
+		}
+		return fmt.Errorf("sqlstore: place order %s: seats %v: %w", p.OrderNo, p.Seats, err)
+	}
+	return nil
+}
+
+// preparedClaims is the most seats whose multi-row claims INSERT is kept
+// prepared: one statement per seat count, per pooled connection, so the
+// common orders (a few seats) save their prepare round trip without a
+// 50-seat order leaving 50 statements on every connection.
+const preparedClaims = 8
+
+// claimsInsert is the INSERT of n claims, built once per n.
+func (s *Store) claimsInsert(n int) stmt {
+	if n == 1 {
+		return s.q.insertSeat
+	}
+	if st, ok := s.claimsQ.Load(n); ok {
+		return st.(stmt)
+	}
+	st := s.m.claimsInsert(s.dialect, n)
+	s.claimsQ.Store(n, st)
+	return st
+}
+
+// preparePlace prepares Place's statements for an order of n seats, before
+// its transaction begins (see prepared: never inside one). Place then finds
+// them prepared. A failure is not an error: Place sends them unprepared.
+func (s *Store) preparePlace(ctx context.Context, n int) {
+	qs := [3]string{s.q.insertOrder.sql, s.q.insertSide.sql}
+	if s.m.claims && n <= preparedClaims {
+		qs[2] = s.claimsInsert(n).sql
+	}
+	for _, q := range qs {
+		if q != "" {
+			if _, err := s.prepared(ctx, q); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// execTx runs st on q: through its prepared statement when q is a
+// transaction of the store's own *sql.DB (own) and the statement was
+// prepared before the transaction (preparePlace), else as plain text. It
+// never prepares inside a transaction.
+func (s *Store) execTx(ctx context.Context, q Querier, own bool, st stmt, args []any) (sql.Result, error) {
+	if tx, ok := q.(*sql.Tx); ok && own {
+		s.mu.RLock()
+		ps := s.stmts[st.sql]
+		s.mu.RUnlock()
+		if ps != nil {
+			return tx.StmtContext(ctx, ps).ExecContext(ctx, args...)
+		}
+	}
+	return q.ExecContext(ctx, st.sql, args...)
+}
+
+// nullIfEmpty is s, or NULL for "" (an id not known).
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,153 @@
+// The statements of the optional transitions (late.go): a late payment's
+// reinstatement, a moved deadline, the warned flag, and the side table of a
+// mapped store.
+
+package sqlstore
+
+import (
+	"github.com/seatflow/orderexpiry/cancel"
+)
+
+// reinstateCAS is a late payment's compare-and-set on a host's table: a
+// cancelled order, cancelled by its timeout or the reconciler, becomes
+// paid. Which cancels those were is told by statuses (Statuses.CancelledBy)
+// that no other cancel writes, or else by the cancel reason column; a
+// mapping with neither gives an empty statement (the store cannot
+// reinstate: a late payment is refunded).
+func (r *resolved) reinstateCAS() stmt {
+	late := []cancel.Reason{cancel.ReasonTimeout, cancel.ReasonReconcile}
+	key := func(reason cancel.Reason) string {
+		if v, ok := r.by[reason]; ok {
+			return v.key
+		}
+		return r.cancelled[0].key
+	}
+	byStatus := true
+	for _, other := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpired} {
+		byStatus = byStatus && key(other) != key(late[0]) && key(other) != key(late[1])
+	}
+	if !byStatus && r.reason == "" {
+		return stmt{}
+	}
+	b := &sb{}
+	b.w("UPDATE ", r.o)
+	r.set(b, r.payment, aPayment)
+	b.w(" WHERE ")
+	r.eq(b, r.no, aNo)
+	conds(b, "", r.where)
+	b.w(" AND ", r.status, " IN (")
+	if !byStatus {
+		for i := range r.cancelled {
+			if i > 0 {
+				b.w(", ")
+			}
+			b.w(r.cancelled[i].sql)
+		}
+		b.w(") AND ", r.reason, " IN ('timeout', 'reconcile')")
+		return b.done(r.d)
+	}
+	// The statuses of the late reasons, each once.
+	for i, reason := range late {
+		if i > 0 && key(reason) == key(late[0]) {
+			continue
+		}
+		if i > 0 {
+			b.w(", ")
+		}
+		if _, ok := r.by[reason]; ok {
+			b.w(r.by[reason].sql)
+		} else {
+			b.w(r.cancelled[0].sql)
+		}
+	}
+	b.w(")")
+	return b.done(r.d)
+}
+
+// moveDeadline is a deadline change's compare-and-set on a host's table: the
+// deadline column set to the new deadline (an argument in the column's
+// unit, aDeadline), on a pending order whose deadline is still the one read
+// (aPrevMS) and not due by the database's clock; an extension only to a
+// later deadline than the current (aTargetMS), a shortening only to an
+// earlier one.
+func (r *resolved) moveDeadline(later bool) stmt {
+	b := &sb{}
+	b.w("UPDATE ", r.o, " SET ", r.deadline.Column, " = ")
+	fromArg(r.d, r.deadline.Type, b, aDeadline)
+	if r.updated != "" {
+		b.w(", ", r.updated, " = ", nowAs(r.d, r.updatedType, 0))
+	}
+	if r.version != "" {
+		b.w(", ", r.version, " = ", r.version, " + 1")
+	}
+	b.w(" WHERE ")
+	r.eq(b, r.no, aNo)
+	conds(b, "", r.where)
+	b.w(" AND ", r.status, " = ", r.pending.sql, " AND ", r.expireMS(""), " = ").p(aPrevMS).w(" AND ", r.expireMS(""), " > ", nowMS[r.d], " AND ", r.expireMS(""))
+	if later {
+		b.w(" < ").p(aTargetMS)
+	} else {
+		b.w(" > ").p(aTargetMS)
+	}
+	return b.done(r.d)
+}
+
+// warnSide is the warning's compare-and-set on a host's table: the side
+// row's warned_at_ms, NULL to the database's clock, while the order is
+// pending, due within the lead and not yet due by that clock.
+func (r *resolved) warnSide() stmt {
+	b := &sb{}
+	b.w("UPDATE oe_order_side SET warned_at_ms = ", nowMS[r.d], " WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNoKey).
+		w(" AND warned_at_ms IS NULL AND EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
+	r.eq(b, "o."+r.no, aNo)
+	conds(b, "o.", r.where)
+	b.w(" AND o.", r.status, " = ", r.pending.sql, " AND ", r.expireMS("o."), " > ", nowMS[r.d], " AND ", r.expireMS("o."), " <= ", nowMS[r.d], " + ").p(aLead).w(")")
+	return b.done(r.d)
+}
+
+// ownLock is the order's seat lock id column of the library's schema with
+// its table prefix, or NULL on a host's table (the caller reads the side
+// table: Store.sideLocks).
+func (r *resolved) ownLock(prefix string) string {
+	if r.defaultSchema {
+		return prefix + "lock_id"
+	}
+	return "NULL"
+}
+
+// ownSeats is the seats column of the library's schema (the seats an order
+// was placed with), or NULL on a host's table (Store.sideRows reads them).
+func (r *resolved) ownSeats() string {
+	if r.defaultSchema {
+		return "seats"
+	}
+	return "NULL"
+}
+
+// lock writes the order's seat lock id: oe_order.lock_id (with its table
+// prefix), or on a host's table the side table's, for the order number
+// argument.
+func (r *resolved) lock(b *sb, prefix string) {
+	if r.defaultSchema {
+		b.w(prefix, "lock_id")
+		return
+	}
+	r.side(b, "lock_id")
+}
+
+// sideSeats writes the seats the order was placed with, as a list: on a
+// host's table, from the side table; NULL on the library's (its seats are
+// claims).
+func (r *resolved) sideSeats(b *sb) {
+	if r.defaultSchema {
+		b.w("NULL")
+		return
+	}
+	r.side(b, "seats")
+}
+
+// side writes a scalar subquery of oe_order_side's column col (a literal
+// of this file) for the order number argument in the store's scope.
+func (r *resolved) side(b *sb, col string) {
+	b.w("(SELECT sd.", col, " FROM oe_order_side sd WHERE sd.scope = ").p(aScope).w(" AND sd.order_no = ").p(aNoKey).w(")")
+}

@@ -1,0 +1,164 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Migrate applies Schema(dialect), then upgrades tables that an earlier
+// version of this package created (CREATE TABLE IF NOT EXISTS leaves them as
+// they are): it adds oe_order.payment_id, seats and warned_at_ms and, on MySQL/MariaDB, gives the id
+// columns their byte-exact collation (ascii_bin; this rebuilds the table
+// once). Every step looks before it changes anything, so Migrate is
+// idempotent, and safe to run from several hosts at once.
+//
+// On a store with a Mapping, Migrate creates only the library's own tables,
+// oe_payment_discrepancy and oe_order_side (the statements of Schema that
+// name them), and never touches the host's tables: their migrations are the
+// host's. On every store it adds oe_payment_discrepancy.scope where it is
+// missing (rows recorded before it are the library's schema's, scope "").
+func (s *Store) Migrate(ctx context.Context) error {
+	stmts, err := Schema(s.dialect)
+	if err != nil {
+		return err
+	}
+	var onScope []string // indexes on oe_payment_discrepancy.scope: after upgradeScope
+	for _, q := range stmts {
+		if !s.m.defaultSchema && !strings.Contains(q, "oe_payment_discrepancy") && !strings.Contains(q, "oe_order_side") {
+			continue
+		}
+		if strings.HasPrefix(q, "CREATE INDEX") && strings.Contains(q, "(scope,") {
+			onScope = append(onScope, q)
+			continue
+		}
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+	}
+	if err := s.upgradeScope(ctx); err != nil {
+		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
+	}
+	for _, q := range onScope {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqlstore: migrate: %w", err)
+		}
+	}
+	if !s.m.defaultSchema {
+		return nil
+	}
+	if err := s.upgrade(ctx); err != nil {
+		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
+	}
+	return nil
+}
+
+// byteExactIDs are the MySQL id columns by table, and the statement that
+// makes them all ascii_bin at once (one table rebuild).
+var byteExactIDs = []struct {
+	table   string
+	columns []string
+	alter   string
+}{
+	{"oe_order", []string{"order_no", "user_id", "show_id", "cancel_reason"},
+		"ALTER TABLE oe_order MODIFY order_no VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY user_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY show_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY cancel_reason VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL"},
+	{"oe_order_seat", []string{"show_id", "seat_id", "order_no"},
+		"ALTER TABLE oe_order_seat MODIFY show_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY seat_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY order_no VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
+}
+
+// addPaymentID adds oe_order.payment_id, by dialect.
+var addPaymentID = map[Dialect]string{
+	MySQL:    "ALTER TABLE oe_order ADD COLUMN payment_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL",
+	Postgres: "ALTER TABLE oe_order ADD COLUMN payment_id VARCHAR(64)",
+	SQLite:   "ALTER TABLE oe_order ADD COLUMN payment_id TEXT",
+}
+
+// addScope adds oe_payment_discrepancy.scope (and on MySQL its indexes, which
+// the other dialects create with Schema's statements after it), by dialect.
+// Rows recorded before it belong to the library's own schema's scope, "".
+var addScope = map[Dialect]string{
+	MySQL:    "ALTER TABLE oe_payment_discrepancy ADD COLUMN scope VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '', ADD KEY oe_payment_discrepancy_scope_due (scope, settled_at_ms, tried_at_ms), ADD KEY oe_payment_discrepancy_order (scope, order_no, status)",
+	Postgres: "ALTER TABLE oe_payment_discrepancy ADD COLUMN scope VARCHAR(255) NOT NULL DEFAULT ''",
+	SQLite:   "ALTER TABLE oe_payment_discrepancy ADD COLUMN scope VARCHAR(255) NOT NULL DEFAULT ''",
+}
+
+// upgradeScope adds oe_payment_discrepancy.scope where it is missing
+// (Migrate, on every store).
+func (s *Store) upgradeScope(ctx context.Context) error {
+	has, err := s.hasColumn(ctx, "oe_payment_discrepancy", "scope")
+	if err != nil || has {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, addScope[s.dialect]); err != nil && !isDuplicateColumn(err) {
+		return fmt.Errorf("add oe_payment_discrepancy.scope: %w", err)
+	}
+	return nil
+}
+
+// upgrade is Migrate's second half: see there.
+func (s *Store) upgrade(ctx context.Context) error {
+	has, err := s.hasColumn(ctx, "oe_order", "payment_id")
+	if err != nil {
+		return err
+	}
+	if !has {
+		if _, err := s.db.ExecContext(ctx, addPaymentID[s.dialect]); err != nil && !isDuplicateColumn(err) {
+			return err // a concurrent Migrate adding it first is success
+		}
+	}
+	if err := s.upgradeLate(ctx); err != nil { // late.go: seats, warned_at_ms
+		return err
+	}
+	if s.dialect != MySQL {
+		return nil
+	}
+	for _, t := range byteExactIDs {
+		exact := true
+		for _, c := range t.columns {
+			var collation sql.NullString
+			err := s.db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?", t.table, c).Scan(&collation)
+			if err != nil {
+				return fmt.Errorf("collation of %s.%s: %w", t.table, c, err)
+			}
+			exact = exact && collation.String == "ascii_bin"
+		}
+		if !exact {
+			if _, err := s.db.ExecContext(ctx, t.alter); err != nil {
+				return fmt.Errorf("%s: byte-exact ids: %w", t.table, err)
+			}
+		}
+	}
+	return nil
+}
+
+// hasColumn reports whether the store's table has column.
+func (s *Store) hasColumn(ctx context.Context, table, column string) (bool, error) {
+	var q string
+	switch s.dialect {
+	case MySQL:
+		q = "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?"
+	case Postgres:
+		q = "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2"
+	default:
+		q = "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?"
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, q, table, column).Scan(&n); err != nil {
+		return false, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	return n > 0, nil
+}
+
+// isDuplicateColumn reports an ADD COLUMN of a column that exists.
+func isDuplicateColumn(err error) bool {
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrDupFieldName
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState() == "42701"
+	}
+	return strings.Contains(err.Error(), "duplicate column name")
+}

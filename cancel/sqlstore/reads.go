@@ -1,0 +1,335 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// Expired returns up to limit numbers of pending orders past their deadline
+// by the database's clock, in (deadline, order number) order, strictly after
+// cursor ("" starts), and the cursor of the next page ("" when fewer than
+// limit were returned). It is a keyset scan of the index on (status,
+// deadline, order number) (InnoDB appends a primary key order_no to
+// (status, expire_at_ms)): each page is an index range from the cursor,
+// whatever precedes it. The cursor is "key|order_no", the key being the
+// deadline column's value (epoch milliseconds on the library's schema). It
+// implements reconcile.Orders.
+func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
+	if limit <= 0 {
+		return nil, "", nil
+	}
+	key, no, err := s.parseCursor(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
+	}
+	st, err := s.prepared(ctx, s.q.expired.sql)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
+	}
+	rows, err := st.QueryContext(ctx, s.args(s.q.expired, vals{key: key, no: no, limit: limit})...)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
+	}
+	defer rows.Close()
+	out := make([]string, 0, limit)
+	var last string
+	for rows.Next() {
+		if err := rows.Scan(&no, &last); err != nil {
+			return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
+		}
+		unpad(&no)
+		out = append(out, no)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
+	}
+	if len(out) < limit {
+		return out, "", nil
+	}
+	return out, last + "|" + no, nil
+}
+
+// expiredCursor is the cursor of Expired on the library's schema that
+// continues after order no, due at expireAt (in milliseconds, as the store
+// keeps it). The in-memory fake (cancel/memstore) uses the same form.
+func expiredCursor(expireAt time.Time, no string) string {
+	return strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no
+}
+
+// minKey is the key before every deadline, by key kind: integers of the
+// epoch types, microseconds since 1970 (floored at 1000-01-01, the least
+// MySQL DATETIME) of the MySQL and PostgreSQL time types.
+const minMicros = -30610224000000000
+
+var textKeyRE = regexp.MustCompile(`^[0-9 :.TZ+-]{1,40}$`)
+
+// parseCursor returns the (key, order_no) after which a page of Expired
+// starts: before every order for "".
+func (s *Store) parseCursor(cursor string) (any, string, error) {
+	t := s.m.scanCol().Type
+	text := textKey(s.dialect, t)
+	if cursor == "" {
+		switch {
+		case text:
+			return "", "", nil
+		case t == EpochMillis || t == EpochSeconds:
+			return int64(math.MinInt64), "", nil
+		default:
+			return int64(minMicros), "", nil
+		}
+	}
+	keyText, no, ok := strings.Cut(cursor, "|")
+	bad := fmt.Errorf("%w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
+	if !ok || expiry.ValidateID("order number", no) != nil {
+		return nil, "", bad
+	}
+	if text {
+		if !textKeyRE.MatchString(keyText) {
+			return nil, "", bad
+		}
+		return keyText, no, nil
+	}
+	key, err := strconv.ParseInt(keyText, 10, 64)
+	if err != nil {
+		return nil, "", bad
+	}
+	return key, no, nil
+}
+
+// parseExpiredCursor returns the (expire_at_ms, order_no) after which a
+// page starts on the library's schema: before every order for "".
+func parseExpiredCursor(cursor string) (int64, string, error) {
+	if cursor == "" {
+		return math.MinInt64, "", nil
+	}
+	msText, no, ok := strings.Cut(cursor, "|")
+	ms, err := strconv.ParseInt(msText, 10, 64)
+	if !ok || err != nil || expiry.ValidateID("order number", no) != nil {
+		return 0, "", fmt.Errorf("%w: %q is not a cursor of Expired", expiry.ErrInvalidID, cursor)
+	}
+	return ms, no, nil
+}
+
+// Overdue returns the number of pending orders whose deadline has passed by
+// the database's clock (deadline <= now, the guard of a timeout), and how
+// long ago the oldest one's deadline passed (0 when there is none): the
+// gauge of expiry messages being lost, since a healthy system cancels each
+// order within moments of its deadline. One statement, a range of the
+// index the expiry scan uses; it counts every row of the range, so on a
+// backlog of n orders it reads n index entries.
+func (s *Store) Overdue(ctx context.Context) (n int, oldest time.Duration, err error) {
+	st, err := s.prepared(ctx, s.q.overdue.sql)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlstore: overdue: %w", err)
+	}
+	var minMS sql.NullInt64
+	var nowMS int64
+	if err := st.QueryRowContext(ctx, s.args(s.q.overdue, vals{})...).Scan(&n, &minMS, &nowMS); err != nil {
+		return 0, 0, fmt.Errorf("sqlstore: overdue: %w", err)
+	}
+	if n > 0 && minMS.Valid && nowMS > minMS.Int64 {
+		oldest = time.Duration(nowMS-minMS.Int64) * time.Millisecond
+	}
+	return n, oldest, nil
+}
+
+// maxIn bounds the IN list of one Statuses query.
+const maxIn = 500
+
+// Statuses returns the state of each existing order among nos (missing ones
+// are absent from the map): its status and the time since its last write
+// by the database's clock (whole milliseconds, never negative; the
+// resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
+// without one). Only rows whose number equals a requested one byte for byte
+// are kept, so a case-insensitive collation of the host's table cannot
+// answer for a case variant (I10). It implements reconcile.Orders.
+func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
+	out := make(map[string]cancel.OrderState, len(nos))
+	want := make(map[string]bool, len(nos))
+	for _, no := range nos {
+		want[no] = true
+	}
+	for len(nos) > 0 {
+		chunk := nos[:min(len(nos), maxIn)]
+		nos = nos[len(chunk):]
+		q := rebind(s.dialect, s.q.statusesPre+"?"+strings.Repeat(", ?", len(chunk)-1)+s.q.statusesPost)
+		args := make([]any, len(chunk))
+		for i, no := range chunk {
+			args[i] = no
+			if s.m.raw.Orders.NumericOrderNo {
+				args[i] = numNo(no) // not canonical: NULL, no order
+			}
+		}
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
+		}
+		for rows.Next() {
+			var no, key, show string
+			var ageMS sql.NullInt64
+			var lockID, seats sql.NullString
+			if err := rows.Scan(&no, &key, &ageMS, &show, &lockID, &seats); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
+			}
+			unpad(&no, &show)
+			st, err := s.status(key)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("sqlstore: statuses: order %s: %w", no, err)
+			}
+			age := cancel.AgeUnknown
+			if ageMS.Valid {
+				age = time.Duration(max(0, ageMS.Int64)) * time.Millisecond
+			}
+			if want[no] {
+				out[no] = cancel.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
+		}
+		if err := s.sideRows(ctx, chunk, func(no, lockID, seats string) {
+			if st, ok := out[no]; ok {
+				st.LockID, st.Seats = lockID, splitSeats(seats)
+				out[no] = st
+			}
+		}); err != nil {
+			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// sideRows calls found with the seat lock id ("" if none) and the seats
+// list the side table keeps for each of nos that has a row, on a host's
+// table (the library's keeps them in oe_order: nothing to do). The side
+// table's ids are byte-exact (ascii_bin on MySQL), so no case variant
+// answers.
+func (s *Store) sideRows(ctx context.Context, nos []string, found func(no, lockID, seats string)) error {
+	if s.m.defaultSchema || len(nos) == 0 {
+		return nil
+	}
+	q := rebind(s.dialect, "SELECT order_no, lock_id, seats FROM oe_order_side WHERE scope = ? AND order_no IN (?"+strings.Repeat(", ?", len(nos)-1)+")")
+	args := make([]any, 0, len(nos)+1)
+	args = append(args, s.m.scope)
+	for _, no := range nos {
+		args = append(args, no)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("side rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var no, seats string
+		var lockID sql.NullString
+		if err := rows.Scan(&no, &lockID, &seats); err != nil {
+			return fmt.Errorf("side rows: %w", err)
+		}
+		found(no, lockID.String, seats)
+	}
+	return rows.Err()
+}
+
+// unpad removes the trailing spaces of ids read from a host's columns: a
+// CHAR(n) column returns them padded on PostgreSQL. An id never contains a
+// space (expiry.ValidateID), so they can only be padding.
+func unpad(ids ...*string) {
+	for _, id := range ids {
+		*id = strings.TrimRight(*id, " ")
+	}
+}
+
+// splitSeats is a seats list as oe_order.seats and oe_order_side.seats keep
+// it ("" none).
+func splitSeats(list string) []string {
+	if list == "" {
+		return nil
+	}
+	return strings.Split(list, ",")
+}
+
+// Claims returns up to limit seat claims of pending and paid orders in
+// (show, seat) order after the cursor ("" starts; the returned cursor is ""
+// when there are no more), following the claims' unique key. It implements
+// reconcile.Orders: the reconciler rebuilds the seat store from it.
+// Without a claims table in the Mapping there are none.
+func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
+	if limit <= 0 || !s.m.claims {
+		return nil, "", nil
+	}
+	show, seat, _ := strings.Cut(cursor, "|")
+	out, err := s.readClaims(ctx, show, seat, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
+	}
+	// A host's table: each order's lock id is in the side table.
+	var nos []string
+	at := map[string][]int{}
+	for i, c := range out {
+		if _, ok := at[c.OrderNo]; !ok {
+			nos = append(nos, c.OrderNo)
+		}
+		at[c.OrderNo] = append(at[c.OrderNo], i)
+	}
+	for len(nos) > 0 {
+		chunk := nos[:min(len(nos), maxIn)]
+		nos = nos[len(chunk):]
+		if err := s.sideRows(ctx, chunk, func(no, lockID, _ string) {
+			for _, i := range at[no] {
+				out[i].LockID = lockID
+			}
+		}); err != nil {
+			return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
+		}
+	}
+	if len(out) < limit {
+		return out, "", nil
+	}
+	last := out[len(out)-1]
+	return out, last.ShowID + "|" + last.SeatID, nil
+}
+
+// readClaims reads one page of Claims.
+func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) ([]cancel.Claim, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.claims.sql, s.claimsArgs(show, seat, limit)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]cancel.Claim, 0, limit)
+	for rows.Next() {
+		var c cancel.Claim
+		var key string
+		var lockID sql.NullString
+		if err := rows.Scan(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID, &key, &lockID); err != nil {
+			return nil, err
+		}
+		unpad(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID)
+		c.LockID = lockID.String
+		if c.Status, err = s.status(key); err != nil {
+			return nil, fmt.Errorf("order %s: %w", c.OrderNo, err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// claimsArgs are the arguments of the claims query for a page of limit
+// after (show, seat).
+func (s *Store) claimsArgs(show, seat string, limit int) []any {
+	num, _ := s.numericShow(show) // the cursor's show came from a numeric column: canonical
+	return s.args(s.q.claims, vals{showKey: show, showKeyNum: num, seatKey: seat, limit: limit})
+}

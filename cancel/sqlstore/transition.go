@@ -1,0 +1,333 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// CancelPending implements cancel.OrderStore. With a Mapping it writes the
+// cancelled status of req.Reason (Statuses.CancelledBy, else the first of
+// Cancelled).
+func (s *Store) CancelPending(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	q, one := s.q.cancel, s.q.cancelOne
+	switch {
+	case req.UserID != "" && req.OnlyIfDue:
+		return cancel.Result{}, errors.New("sqlstore: a cancel is either the user's or due, not both")
+	case req.UserID != "":
+		q, one = s.q.cancelOwner, s.q.cancelOwnerOne
+	case req.OnlyIfDue:
+		q, one = s.q.cancelDue, s.q.cancelDueOne
+	}
+	v, ok := s.user(vals{no: req.OrderNo, reason: string(req.Reason), status: s.m.cancelStatus(req.Reason)}, req.UserID)
+	return s.transition(ctx, req.OrderNo, req.UserID, expiry.StatusCancelled, q, one, v, ok, s.q.deleteSeats)
+}
+
+// PayPending implements cancel.OrderStore. It stores p.PaymentID in the
+// payment id column with the compare-and-set; on an order that is paid
+// already, Result.PaymentID is the payment that paid it (empty for an order
+// paid before payment ids were kept, or without a mapped payment column),
+// so the caller tells a repeated callback (the same id) from a second
+// payment (another one).
+func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
+	if err := p.Validate(); err != nil {
+		return cancel.Result{}, fmt.Errorf("sqlstore: pay: %w", err)
+	}
+	q, one := s.q.pay, s.q.payOne
+	if p.UserID != "" {
+		q, one = s.q.payOwner, s.q.payOwnerOne
+	}
+	v, ok := s.user(vals{no: p.OrderNo, payment: p.PaymentID, status: s.m.paid[0].arg}, p.UserID)
+	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, one, v, ok, s.q.sellSeats)
+	if err != nil && isDuplicate(err) {
+		// The decision row's primary key: the id was decided before.
+		return cancel.Result{}, fmt.Errorf("sqlstore: pay %s: payment %s decided before: %w", p.OrderNo, p.PaymentID, cancel.ErrDiscrepancy)
+	}
+	if res.Changed {
+		res.PaymentID = p.PaymentID
+	}
+	return res, err
+}
+
+// transition runs one state change to status to: the compare-and-set cas,
+// then (if it matched) the order's seats are read and seatsQ (delete, sell,
+// or nothing) is applied, all in one transaction; on PostgreSQL all of it
+// is the one statement one. When the compare-and-set matches nothing, the
+// order is read again to say why. canMatch false (a user id that cannot be
+// anyone's) skips the compare-and-set.
+func (s *Store) transition(ctx context.Context, orderNo, userID string, to expiry.Status, cas, one stmt, v vals, canMatch bool, seatsQ stmt) (cancel.Result, error) {
+	var res cancel.Result
+	var changed bool
+	var err error
+	switch {
+	case !canMatch:
+	case one.sql != "":
+		res, changed, err = s.transitionOne(ctx, one, v)
+	default:
+		res, changed, err = s.transitionTx(ctx, cas, v, seatsQ)
+	}
+	if err != nil {
+		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
+	}
+	if changed {
+		res.Changed, res.Order.Status = true, to
+		return res, nil
+	}
+	o, paymentID, err := s.orderRow(ctx, orderNo)
+	if err != nil {
+		return cancel.Result{}, err
+	}
+	if userID != "" && o.UserID != userID {
+		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, cancel.ErrNotOwner)
+	}
+	res = cancel.Result{Order: o}
+	if o.Status == expiry.StatusPaid {
+		res.PaymentID = paymentID
+	}
+	return res, nil
+}
+
+// transitionTx is a transition as a transaction of three statements.
+func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt) (cancel.Result, bool, error) {
+	if seatsQ.sql != "" && seatsQ.sql == s.q.deleteSeats.sql && s.q.deleteReturning.sql != "" && s.isMariaDB(ctx) {
+		return s.transitionDeleteReturning(ctx, cas, v)
+	}
+	pay := v.payment != ""
+	decideSQL := ""
+	if pay {
+		decideSQL = s.q.decidePayment
+	}
+	var stmts [4]*sql.Stmt // prepared before the transaction: see prepared
+	for i, q := range []string{cas.sql, s.q.orderSeats.sql, seatsQ.sql, decideSQL} {
+		if q == "" {
+			continue
+		}
+		st, err := s.prepared(ctx, q)
+		if err != nil {
+			return cancel.Result{}, false, fmt.Errorf("prepare: %w", err)
+		}
+		stmts[i] = st
+	}
+	var res cancel.Result
+	var changed bool
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.StmtContext(ctx, stmts[0]).ExecContext(ctx, s.args(cas, v)...)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if changed = n == 1; !changed {
+			return nil
+		}
+		rows, err := tx.StmtContext(ctx, stmts[1]).QueryContext(ctx, s.args(s.q.orderSeats, v)...)
+		if err != nil {
+			return err
+		}
+		if res, err = readForTransition(rows, v.no, !s.m.claims); err != nil {
+			return err
+		}
+		if stmts[3] != nil {
+			// The payment id's decision row (see decidePayment): a
+			// duplicate key rolls the whole transaction back.
+			if _, err := tx.StmtContext(ctx, stmts[3]).ExecContext(ctx, v.payment, s.m.scope, v.no, res.Order.UserID); err != nil {
+				return err
+			}
+		}
+		if stmts[2] == nil {
+			return nil
+		}
+		_, err = tx.StmtContext(ctx, stmts[2]).ExecContext(ctx, s.args(seatsQ, v)...)
+		return err
+	})
+	return res, changed, err
+}
+
+// transitionDeleteReturning is a cancel on MariaDB: the compare-and-set,
+// then one DELETE … RETURNING that frees the claims and returns them with
+// the order's columns (4 round trips with BEGIN and COMMIT, not 5). An
+// order without claims returns no row: it is read with orderSeats.
+func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals) (cancel.Result, bool, error) {
+	var stmts [3]*sql.Stmt
+	for i, q := range []string{cas.sql, s.q.deleteReturning.sql, s.q.orderSeats.sql} {
+		st, err := s.prepared(ctx, q)
+		if err != nil {
+			return cancel.Result{}, false, fmt.Errorf("prepare: %w", err)
+		}
+		stmts[i] = st
+	}
+	var res cancel.Result
+	var changed bool
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		r, err := tx.StmtContext(ctx, stmts[0]).ExecContext(ctx, s.args(cas, v)...)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if changed = n == 1; !changed {
+			return nil
+		}
+		rows, err := tx.StmtContext(ctx, stmts[1]).QueryContext(ctx, s.args(s.q.deleteReturning, v)...)
+		if err != nil {
+			return err
+		}
+		res, err = readForTransition(rows, v.no, !s.m.claims)
+		if errors.Is(err, sql.ErrNoRows) {
+			if rows, err = tx.StmtContext(ctx, stmts[2]).QueryContext(ctx, s.args(s.q.orderSeats, v)...); err != nil {
+				return err
+			}
+			res, err = readForTransition(rows, v.no, !s.m.claims)
+		}
+		slices.Sort(res.Seats) // RETURNING has no ORDER BY
+		return err
+	})
+	return res, changed, err
+}
+
+// transitionOne is a transition as one statement (PostgreSQL): no row back
+// means the compare-and-set matched nothing. A serialization failure or a
+// deadlock is retried like a transaction.
+func (s *Store) transitionOne(ctx context.Context, one stmt, v vals) (cancel.Result, bool, error) {
+	st, err := s.prepared(ctx, one.sql)
+	if err != nil {
+		return cancel.Result{}, false, fmt.Errorf("prepare: %w", err)
+	}
+	var res cancel.Result
+	var changed bool
+	for attempt := 1; ; attempt++ {
+		var rows *sql.Rows
+		rows, err = st.QueryContext(ctx, s.args(one, v)...)
+		if err == nil {
+			res, err = readForTransition(rows, v.no, !s.m.claims)
+			changed = err == nil
+			if errors.Is(err, sql.ErrNoRows) {
+				return cancel.Result{}, false, nil
+			}
+		}
+		if err == nil || !retryable(err) || ctx.Err() != nil || attempt == maxAttempts {
+			return res, changed, err
+		}
+		select {
+		case <-ctx.Done():
+			return cancel.Result{}, false, err
+		case <-time.After(time.Duration(attempt) * time.Millisecond):
+		}
+	}
+}
+
+// readForTransition reads the order, its seats and its lock id from rows of
+// (user, show, deadline ms, now ms, seat or NULL, lock id or NULL), and
+// closes them; sql.ErrNoRows when there are none. With list, the seat
+// column holds the order's seats as a list (a host's table without claims:
+// the side table's).
+func readForTransition(rows *sql.Rows, orderNo string, list bool) (cancel.Result, error) {
+	defer rows.Close()
+	res := cancel.Result{Order: expiry.Order{No: orderNo}}
+	found := false
+	for rows.Next() {
+		var expireMS, nowMS int64
+		var seat, lockID sql.NullString
+		if err := rows.Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS, &seat, &lockID); err != nil {
+			return res, err
+		}
+		unpad(&res.Order.UserID, &res.Order.ShowID, &seat.String)
+		res.LockID = lockID.String
+		found = true
+		res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+		switch {
+		case seat.Valid && list:
+			res.Seats = splitSeats(seat.String)
+		case seat.Valid:
+			res.Seats = append(res.Seats, seat.String)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	if !found {
+		return res, sql.ErrNoRows
+	}
+	return res, nil
+}
+
+const maxAttempts = 4
+
+// retry runs fn in a transaction, again when the database reports a
+// serialization failure or a deadlock.
+func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error) error {
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		err = s.inTx(ctx, fn)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback() // fn's error is the one to report
+		return ctxCause(ctx, err)
+	}
+	return ctxCause(ctx, tx.Commit())
+}
+
+// ctxCause names the context's error when database/sql reports only
+// sql.ErrTxDone: a context that ends mid-transaction makes database/sql
+// roll the transaction back on its own, and the next statement (or the
+// COMMIT) then fails with ErrTxDone, which says nothing about why. Callers
+// branch on context.DeadlineExceeded and context.Canceled; nothing was
+// committed.
+func ctxCause(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+		return fmt.Errorf("%w (the transaction was rolled back: %w)", ctx.Err(), err)
+	}
+	return err
+}
+
+// retryable reports serialization failures and deadlocks.
+func retryable(err error) bool {
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrCheckRead || n == myErrLockDeadlock || n == myErrLockWaitTimeout
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		code := pg.SQLState()
+		return code == "40001" || code == "40P01"
+	}
+	msg := err.Error() // SQLite (modernc) has no exported code type worth importing
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+func isDuplicate(err error) bool {
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrDupEntry
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState() == "23505"
+	}
+	return strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
