@@ -213,15 +213,20 @@ func TestObserverThroughTheLibrary(t *testing.T) {
 	}))
 	r, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Runtime: rt})
 	require.NoError(t, err)
+	// unsent places orders whose message is lost: the same stores, no
+	// Scheduler, so Place sends nothing.
+	unsent, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, Runtime: rt})
+	require.NoError(t, err)
 
 	deadlines := map[string]time.Time{}
 	place := func(no string, ttl time.Duration, schedule bool) {
 		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s", Seats: []string{no + "-a", no + "-b"}, ExpireAt: clock.Now().Add(ttl)}
-		require.NoError(t, svc.Place(ctx, p, store.Place))
-		deadlines[no] = p.ExpireAt
-		if schedule {
-			require.True(t, sched.Schedule(ctx, p.OrderNo, p.ExpireAt))
+		placer := svc // schedules the expiry and the warning once the insert committed
+		if !schedule {
+			placer = unsent
 		}
+		require.NoError(t, placer.Place(ctx, p, store.Place))
+		deadlines[no] = p.ExpireAt
 	}
 	place("expires", 7*time.Second, true) // default levels: 5 s, then re-armed for the 2 s left
 	place("paid", 7*time.Second, true)
