@@ -44,23 +44,32 @@ extra_checks() {
 # dependency) that needs a newer Go fail instead of switching toolchains. The exploration
 # (internal/explore) runs at depth 3 there: it needs no server and already ran at depth 6.
 no_servers() {
-	local log="$LOG_DIR/orderexpiry-noservers.log" floor mod
+	local floor mod name pid st=0
+	local -a pids=() names=()
 	floor="go$(awk '$1 == "go" { print $2; exit }' go.mod)"
-	say "go test ./... as on a machine without servers, with GOTOOLCHAIN=$floor, in ${modules[*]} (full log: $log)"
-	: >"$log"
+	say "go test ./... as on a machine without servers, with GOTOOLCHAIN=$floor, in ${modules[*]}, the modules side by side (full logs: $LOG_DIR/orderexpiry-noservers-*.log)"
 	for mod in "${modules[@]}"; do
-		echo "=== module $mod" >>"$log"
-		if ! env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR -u OE_REDIS_CLUSTER \
+		name="${mod#./}" && name="${name//\//-}" && [[ $name != . ]] || name=root
+		(env -u CI -u OE_REQUIRE_SERVERS -u OE_MYSQL_DSN -u OE_PG_DSN -u OE_REDIS_ADDR -u OE_REDIS_CLUSTER \
 			-u OE_ROCKETMQ_NAMESRV -u OE_ROCKETMQ_BROKER -u OE_ROCKETMQ_BROKER_B \
 			-u OE_REDIS_PRIMARY -u OE_REDIS_REPLICA -u OE_REDIS_CLUSTER_REPLICAS -u OE_SERVICES_SH -u OE_SERVICES_STATE -u OE_GALERA_DSNS -u OE_GALERA_SH -u OE_PATRONI_DSN -u OE_PATRONI_REST -u OE_PATRONI_SH GOTOOLCHAIN="$floor" \
 			OE_EXPLORE_DEPTH=3 \
-			go -C "$mod" test -count=1 -v ./... >>"$log" 2>&1; then
+			go -C "$mod" test -count=1 -v ./... >"$LOG_DIR/orderexpiry-noservers-$name.log" 2>&1) &
+		pids+=($!)
+		names+=("$mod:$name")
+	done
+	nested_pids=("${pids[@]}")
+	for i in "${!pids[@]}"; do
+		if ! wait "${pids[i]}"; then
+			mod="${names[i]%%:*}" name="${names[i]#*:}"
 			say "FAIL: go test ./... in $mod fails without servers (or with $floor) instead of passing or skipping:"
-			grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL\s|^go: ' "$log" | head -200 >&2 || tail -100 "$log" >&2
-			return 1
+			grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL\s|^go: ' "$LOG_DIR/orderexpiry-noservers-$name.log" | head -200 >&2 || tail -100 "$LOG_DIR/orderexpiry-noservers-$name.log" >&2
+			st=1
 		fi
 	done
-	say "without servers ($(GOTOOLCHAIN="$floor" go version | cut -d' ' -f3)): $(grep -c -- '--- SKIP' "$log") tests skipped, each naming what it missed"
+	nested_pids=()
+	((st == 0)) || return 1
+	say "without servers ($(GOTOOLCHAIN="$floor" go version | cut -d' ' -f3)): $(cat "$LOG_DIR"/orderexpiry-noservers-*.log | grep -c -- '--- SKIP') tests skipped, each naming what it missed"
 }
 # -----------------------------------------------------------------------------------------------
 
@@ -123,16 +132,19 @@ LOG_DIR="${OE_TEST_LOG_DIR:-${TMPDIR:-/tmp}}"
 mkdir -p "$LOG_DIR"
 # The race tests are compiled while the servers start (which is mostly
 # waiting on them), at the lowest priority so that no server's start is
-# slowed: -exec true links every test binary without running one.
+# slowed, and stopped once the servers are up: -exec true builds every test
+# binary without running one.
 prebuild_log="$LOG_DIR/orderexpiry-prebuild.log"
 (for mod in "${modules[@]}"; do nice -n 19 go -C "$mod" test -race -exec true ./... || true; done) >"$prebuild_log" 2>&1 &
 prebuild_pid=$!
 nested_pids+=("$prebuild_pid")
 say "starting services (the race tests compile meanwhile)"
 bash "$SERVICES" start
-wait "$prebuild_pid" || true
+# The servers are up: whatever is not compiled yet, the tests compile.
+kill $(descendants "$prebuild_pid") "$prebuild_pid" 2>/dev/null || true
+wait "$prebuild_pid" 2>/dev/null || true
 nested_pids=()
-say "services ready, tests compiled"
+say "services ready"
 env_lines="$(bash "$SERVICES" env)"
 eval "$env_lines"
 export OE_REQUIRE_SERVERS=1
