@@ -54,7 +54,7 @@ func (c *claimer) claim(_ context.Context, h cancel.Hold, limit int) (string, er
 // runLifecycle is RunStore's part for the optional transitions:
 // cancel.Reinstater, cancel.DeadlineStore and cancel.WarnStore. A store that
 // lacks one skips its cases, saying so.
-func runLifecycle(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Time), place func(t *testing.T, h StoreHarness, user string, expireAt time.Time, seats ...string) cancel.Placement) {
+func runLifecycle(t *testing.T, setup setupFunc, place placeFunc) {
 	ctx := context.Background()
 	reinstater := func(t *testing.T, h StoreHarness) cancel.Reinstater {
 		r, ok := h.Store.(cancel.Reinstater)
