@@ -333,6 +333,9 @@ func TestHostSchemas(t *testing.T) {
 				continue
 			}
 			t.Run(hs.name+"/"+string(d), func(t *testing.T) {
+				// Each in databases of its own; most of the time is the
+				// suite's waits (a lease, an age), so they overlap.
+				t.Parallel()
 				canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness {
 					return hostHarness(t, openDB(t, d), d, hs)
 				})

@@ -38,11 +38,15 @@ func TestModelCorpusPostgres(t *testing.T) {
 // mRunCorpus runs the model on each corpus schema that maps in d, in a
 // database of its own.
 func mRunCorpus(t *testing.T, d sqlstore.Dialect, open func(testing.TB) *sql.DB) {
+	// Set once for the parallel subtests (they read rapid's flags), and
+	// restored when the last of them is done.
+	mRapidBudget(t, 10, 40, true)
 	for _, e := range corpus.Entries {
 		if !e.Maps(d) {
 			continue
 		}
 		t.Run(e.Name, func(t *testing.T) {
+			t.Parallel() // each in a database and a Redis namespace of its own
 			mRunMapped(t, "corpus-"+e.Name+"-"+string(d), open(t), d, e)
 		})
 	}
@@ -86,7 +90,6 @@ func mRunMapped(t *testing.T, name string, db *sql.DB, d sqlstore.Dialect, e cor
 	} else {
 		table = `"` + table + `"`
 	}
-	mRapidBudget(t, 10, 40, true)
 	mRun(t, name, func(rt *rapid.T) *mEnv {
 		// A short prefix: pretix's order codes are 16 characters.
 		prefix := "m" + testenv.Unique()[:6] + "-"
