@@ -11,6 +11,11 @@
 // var, func or type, or an exported method of an exported type; fields and
 // interface methods are not counted, as they are read with their type. A
 // sentinel is an exported var whose name starts with Err.
+//
+// The column "own" is names less the methods that carry the name of a
+// method of one of the library's interfaces, or of error and fmt.Stringer
+// (an adapter's CancelPending is read where cancel.OrderStore documents
+// it): what a reader learns that is not documented elsewhere.
 package main
 
 import (
@@ -29,6 +34,7 @@ import (
 // counts is one package's figures.
 type counts struct {
 	names, types, interfaces, sentinels int
+	implementing                        int // methods named as an interface method (see own)
 }
 
 func (c *counts) add(o counts) {
@@ -36,6 +42,7 @@ func (c *counts) add(o counts) {
 	c.types += o.types
 	c.interfaces += o.interfaces
 	c.sentinels += o.sentinels
+	c.implementing += o.implementing
 }
 
 func main() {
@@ -43,7 +50,12 @@ func main() {
 	if len(os.Args) > 1 {
 		root = os.Args[1]
 	}
-	pkgs, err := scan(root)
+	ifaceMethods, err := interfaceMethods(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apicount:", err)
+		os.Exit(1)
+	}
+	pkgs, err := scan(root, ifaceMethods)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "apicount:", err)
 		os.Exit(1)
@@ -54,14 +66,14 @@ func main() {
 	}
 	sort.Strings(dirs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "package\tnames\ttypes\tinterfaces\tsentinels\t")
+	fmt.Fprintln(w, "package\tnames\town\ttypes\tinterfaces\tsentinels\t")
 	var total counts
 	for _, d := range dirs {
 		c := pkgs[d]
 		total.add(c)
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t\n", d, c.names, c.types, c.interfaces, c.sentinels)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t\n", d, c.names, c.names-c.implementing, c.types, c.interfaces, c.sentinels)
 	}
-	fmt.Fprintf(w, "total (%d packages)\t%d\t%d\t%d\t%d\t\n", len(dirs), total.names, total.types, total.interfaces, total.sentinels)
+	fmt.Fprintf(w, "total (%d packages)\t%d\t%d\t%d\t%d\t%d\t\n", len(dirs), total.names, total.names-total.implementing, total.types, total.interfaces, total.sentinels)
 	if err := w.Flush(); err != nil {
 		fmt.Fprintln(os.Stderr, "apicount:", err)
 		os.Exit(1)
@@ -69,9 +81,54 @@ func main() {
 }
 
 // scan counts every library package under root, keyed by its directory.
-func scan(root string) (map[string]counts, error) {
+func scan(root string, ifaceMethods map[string]bool) (map[string]counts, error) {
 	out := map[string]counts{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := walk(root, func(path, dir string) error {
+		c, main, err := file(path, ifaceMethods)
+		if err != nil {
+			return err
+		}
+		if main {
+			return nil // a command has no API
+		}
+		cur := out[dir]
+		cur.add(c)
+		out[dir] = cur
+		return nil
+	})
+	return out, err
+}
+
+// interfaceMethods names every method of the library's exported
+// interfaces, with error's and fmt.Stringer's.
+func interfaceMethods(root string) (map[string]bool, error) {
+	out := map[string]bool{"Error": true, "String": true}
+	err := walk(root, func(path, _ string) error {
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if s, ok := n.(*ast.TypeSpec); ok && s.Name.IsExported() {
+				if it, ok := s.Type.(*ast.InterfaceType); ok {
+					for _, m := range it.Methods.List {
+						for _, n := range m.Names {
+							out[n.Name] = true
+						}
+					}
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	return out, err
+}
+
+// walk calls fn for every non-test Go file of the library under root, with
+// its package's directory relative to root.
+func walk(root string, fn func(path, dir string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -86,24 +143,12 @@ func scan(root string) (map[string]counts, error) {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		c, main, err := file(path)
-		if err != nil {
-			return err
-		}
-		if main {
-			return nil // a command has no API
-		}
-		dir := filepath.ToSlash(filepath.Dir(rel))
-		cur := out[dir]
-		cur.add(c)
-		out[dir] = cur
-		return nil
+		return fn(path, filepath.ToSlash(filepath.Dir(rel)))
 	})
-	return out, err
 }
 
 // file counts one file's exported declarations; main reports a package main.
-func file(path string) (c counts, main bool, err error) {
+func file(path string, ifaceMethods map[string]bool) (c counts, main bool, err error) {
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
 	if err != nil {
 		return counts{}, false, err
@@ -121,6 +166,9 @@ func file(path string) (c counts, main bool, err error) {
 				continue
 			}
 			c.names++
+			if d.Recv != nil && ifaceMethods[d.Name.Name] {
+				c.implementing++
+			}
 		case *ast.GenDecl:
 			for _, spec := range d.Specs {
 				switch s := spec.(type) {
