@@ -73,6 +73,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
@@ -136,6 +137,8 @@ type Store struct {
 	oneQ    sync.Map // int → stmt: placing n seats in one statement (placeOneStmt)
 
 	maria atomic.Int32 // 0 not asked yet, 1 MariaDB, 2 another server
+
+	hook atomic.Pointer[cancel.Hook] // SetHook's; nil: none
 }
 
 // isMariaDB reports whether a MySQL-dialect store talks to MariaDB (which
