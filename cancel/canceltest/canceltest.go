@@ -81,6 +81,13 @@ type StoreHarness struct {
 	// a seat another order holds (the seat store does, before it). The
 	// suite asserts that Claims is empty and skips what only claims show.
 	NoClaims bool
+	// HookOutbox, when set, gives the hook suite (on a store with SetHook)
+	// a write through the hook's transaction and a read of what committed:
+	// write adds a row for r.Order.No (and fails on a duplicate), rows
+	// returns the order numbers of every row. It prepares what it needs
+	// (its table) before it returns. Nil: the suite checks the rollback by
+	// the order and its claims only (an in-memory store has no transaction).
+	HookOutbox func(t *testing.T) (write func(ctx context.Context, tx cancel.Querier, r cancel.Result) error, rows func(ctx context.Context) ([]string, error))
 }
 
 var seq atomic.Uint64
@@ -772,6 +779,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 	})
 
 	runLifecycle(t, setup, place)
+	runHooks(t, setup, place)
 }
 
 // statusesOf drops the ages of a Statuses answer.
