@@ -163,6 +163,9 @@ type Result struct {
 	// paid: a payment call that did not change the order compares it with
 	// its own to tell a repeated callback from a second payment.
 	PaymentID string
+	// Reason is the reason a cancel stored with the order, when this call
+	// cancelled it (Changed); empty otherwise.
+	Reason Reason
 	// LockID is the seat lock the order held when this call changed it
 	// (Placement.LockID, or a reinstatement's): the cancel releases that
 	// lock only, so a newer lock under the same order number is never freed

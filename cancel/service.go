@@ -262,7 +262,8 @@ func (s *Service) scheduleIfCommitted(ctx context.Context, orderNo string, cause
 // Cancel cancels one order: the store's transaction, then, if this call
 // cancelled it, the seat release. A release failure is logged and counted
 // (expiry.KindReleaseFailed) and left to the reconciler; it is not an error,
-// because the order is cancelled.
+// because the order is cancelled. A store's failed Hook is an error
+// wrapping ErrHook: nothing was cancelled, nothing is released.
 func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if err := validate(req.OrderNo, req.UserID); err != nil {
 		return Result{}, err
@@ -318,7 +319,10 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 // order otherwise, or a paid one with another payment id, is a
 // discrepancy: nothing changes, it is recorded once per payment id (with
 // Config.Discrepancies) and handed to the refund hook, and the error wraps
-// ErrDiscrepancy (a repeated callback gets it too). After the store's
+// ErrDiscrepancy (a repeated callback gets it too). A store's failed Hook
+// is an error wrapping ErrHook (checked first: never a discrepancy, even
+// when the hook's own error wraps one): nothing was paid, sold, recorded or
+// refunded. After the store's
 // transaction the seats are marked sold in the seat store; a failure there is
 // logged and left to the reconciler.
 //
@@ -343,6 +347,12 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 		}
 	}
 	res, err := s.store.PayPending(ctx, p)
+	if errors.Is(err, ErrHook) {
+		// The store's Hook failed: the payment was rolled back, undecided
+		// (whatever the hook's error wraps), and is honoured when the
+		// provider repeats it and the hook succeeds.
+		return Result{}, fmt.Errorf("cancel: pay %s: %w", p.OrderNo, err)
+	}
 	if errors.Is(err, ErrDiscrepancy) {
 		// The id was decided before (refunded, or it paid another order):
 		// it pays nothing, and is never refunded twice.

@@ -20,7 +20,8 @@
 // the expiry warning), with the hostile-but-legal races of each: a late
 // callback repeated and raced by a second payment id, a late payment racing
 // the seat's sale to another order, an extension racing the timeout, a
-// warning redelivered after the payment.
+// warning redelivered after the payment. RunHooks is the suite of a store's
+// transition hook (cancel.Hook), apart from RunStore.
 package canceltest
 
 import (
@@ -77,6 +78,13 @@ type StoreHarness struct {
 	// a seat another order holds (the seat store does, before it). The
 	// suite asserts that Claims is empty and skips what only claims show.
 	NoClaims bool
+	// HookOutbox, when set, gives RunHooks
+	// a write through the hook's transaction and a read of what committed:
+	// write adds a row for r.Order.No (and fails on a duplicate), rows
+	// returns the order numbers of every row. It prepares what it needs
+	// (its table) before it returns. Nil: the suite checks the rollback by
+	// the order and its claims only (an in-memory store has no transaction).
+	HookOutbox func(t *testing.T) (write func(ctx context.Context, tx cancel.Querier, r cancel.Result) error, rows func(ctx context.Context) ([]string, error))
 }
 
 var seq atomic.Uint64

@@ -68,6 +68,18 @@ type Store struct {
 	// "SettleDiscrepancy", "Overdue", "ReinstateCancelled", "SetDeadline",
 	// "MarkWarned"), to inject store failures.
 	Fail func(op string) error
+	hook cancel.Hook // SetHook's
+}
+
+// SetHook makes every later transition (CancelPending, PayPending) run h,
+// as sqlstore's Store.SetHook does, once the order matched and before
+// anything changes: an error changes nothing and is returned wrapping
+// cancel.ErrHook. The store has no transaction, so h gets a nil tx, and
+// runs holding the store's lock: it must not call the store. nil removes it.
+func (s *Store) SetHook(h cancel.Hook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hook = h
 }
 
 // NewStore returns an empty store whose clock is now (nil: time.Now).
@@ -146,28 +158,28 @@ func (s *Store) Order(_ context.Context, no string) (expiry.Order, error) {
 }
 
 // CancelPending implements cancel.OrderStore.
-func (s *Store) CancelPending(_ context.Context, req cancel.Request) (cancel.Result, error) {
+func (s *Store) CancelPending(ctx context.Context, req cancel.Request) (cancel.Result, error) {
 	if req.UserID != "" && req.OnlyIfDue {
 		return cancel.Result{}, errors.New("memstore: a cancel is either the user's or due, not both")
 	}
 	if err := s.fail("CancelPending"); err != nil {
 		return cancel.Result{}, err
 	}
-	return s.transition(req.OrderNo, req.UserID, expiry.StatusCancelled, func(o *order) bool {
+	return s.transition(ctx, req.OrderNo, req.UserID, expiry.StatusCancelled, func(o *order) bool {
 		return !req.OnlyIfDue || !o.o.ExpireAt.After(s.now())
 	}, req.Reason, "")
 }
 
 // PayPending implements cancel.OrderStore: it keeps p.PaymentID with the
 // order it pays, and answers a paid order with the payment that paid it.
-func (s *Store) PayPending(_ context.Context, p cancel.Payment) (cancel.Result, error) {
+func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("memstore: pay: %w", err)
 	}
 	if err := s.fail("PayPending"); err != nil {
 		return cancel.Result{}, err
 	}
-	return s.transition(p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "", p.PaymentID)
+	return s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "", p.PaymentID)
 }
 
 // RecordDiscrepancy implements cancel.DiscrepancyStore: once per payment id,
@@ -244,7 +256,7 @@ func (s *Store) SettleDiscrepancy(_ context.Context, paymentID string) error {
 
 // transition moves order no from pending to to when guard allows it,
 // storing reason (a cancel) or paymentID (a payment) with it.
-func (s *Store) transition(no, userID string, to expiry.Status, guard func(*order) bool, reason cancel.Reason, paymentID string) (cancel.Result, error) {
+func (s *Store) transition(ctx context.Context, no, userID string, to expiry.Status, guard func(*order) bool, reason cancel.Reason, paymentID string) (cancel.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o, ok := s.orders[no]
@@ -265,6 +277,19 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 		if _, decided := s.disc[paymentID]; decided {
 			return cancel.Result{Order: cur}, fmt.Errorf("memstore: pay %s: payment %s decided before: %w", no, paymentID, cancel.ErrDiscrepancy)
 		}
+	}
+	if s.hook != nil {
+		// What the transition will return, before anything changes: a
+		// failed hook leaves the order, its claims and the payment id as
+		// they were, as sqlstore's rollback does.
+		r := cur
+		r.Status = to
+		change := cancel.Result{Changed: true, Order: r, Seats: slices.Clone(o.seats), PaymentID: paymentID, Reason: reason, LockID: o.lockID}
+		if err := s.hook(ctx, nil, change); err != nil {
+			return cancel.Result{}, fmt.Errorf("memstore: order %s: %w: %w", no, cancel.ErrHook, err)
+		}
+	}
+	if paymentID != "" {
 		nowMS := s.now().UnixMilli()
 		s.disc[paymentID] = &discrepancy{d: cancel.Discrepancy{PaymentID: paymentID, OrderNo: no, UserID: o.o.UserID},
 			recordedMS: nowMS, triedMS: nowMS, settled: true}
@@ -278,7 +303,7 @@ func (s *Store) transition(no, userID string, to expiry.Status, guard func(*orde
 		}
 		o.seats = nil
 	}
-	return cancel.Result{Changed: true, Order: cur, Seats: seats, PaymentID: o.paymentID, LockID: o.lockID}, nil
+	return cancel.Result{Changed: true, Order: cur, Seats: seats, PaymentID: o.paymentID, Reason: reason, LockID: o.lockID}, nil
 }
 
 // Expired implements reconcile.Orders like sqlstore's: pending orders

@@ -1,11 +1,8 @@
 package sqlstore
 
-import (
-	"context"
-	"database/sql"
-)
+import "github.com/seatflow/orderexpiry/cancel"
 
-// Querier is what the store needs of the host's transaction to place an
+// Querier (cancel.Querier) is what the store needs of the host's transaction to place an
 // order in it (Store.Place): database/sql's ExecContext and QueryContext.
 // *sql.Tx, *sql.DB and *sql.Conn have them, and so do sqlx's Tx (it embeds
 // the *sql.Tx), gorm's transaction (tx.Statement.ConnPool), and ent's
@@ -18,7 +15,4 @@ import (
 // be of the store's own *sql.DB, run its prepared statements: database/sql
 // refuses them to a transaction of another *sql.DB, and a Querier does not
 // say whose it is, so Place sends the text.
-type Querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
+type Querier = cancel.Querier

@@ -40,7 +40,43 @@ func harness(t *testing.T, db *sql.DB, d sqlstore.Dialect) canceltest.StoreHarne
 			}
 			return tx.Commit()
 		},
+		HookOutbox: func(t *testing.T) (func(context.Context, cancel.Querier, cancel.Result) error, func(context.Context) ([]string, error)) {
+			return outbox(t, db, d)
+		},
 	}
+}
+
+// outbox is the hook suite's outbox table: a row per transition, written
+// in the transition's transaction; a second row for one order is a
+// duplicate key.
+func outbox(t *testing.T, db *sql.DB, d sqlstore.Dialect) (func(context.Context, cancel.Querier, cancel.Result) error, func(context.Context) ([]string, error)) {
+	_, err := db.ExecContext(context.Background(), "CREATE TABLE hook_outbox (order_no VARCHAR(64) NOT NULL PRIMARY KEY, status VARCHAR(16) NOT NULL)")
+	require.NoError(t, err)
+	insert := "INSERT INTO hook_outbox (order_no, status) VALUES (?, ?)"
+	if d == sqlstore.Postgres {
+		insert = "INSERT INTO hook_outbox (order_no, status) VALUES ($1, $2)"
+	}
+	write := func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+		_, err := tx.ExecContext(ctx, insert, r.Order.No, r.Order.Status.String())
+		return err
+	}
+	rows := func(ctx context.Context) ([]string, error) {
+		rs, err := db.QueryContext(ctx, "SELECT order_no FROM hook_outbox ORDER BY order_no")
+		if err != nil {
+			return nil, err
+		}
+		defer rs.Close()
+		var out []string
+		for rs.Next() {
+			var no string
+			if err := rs.Scan(&no); err != nil {
+				return nil, err
+			}
+			out = append(out, no)
+		}
+		return out, rs.Err()
+	}
+	return write, rows
 }
 
 // OpenSQLite opens a file database the way the examples do.
@@ -75,6 +111,21 @@ func TestPostgres(t *testing.T) {
 	canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness {
 		return harness(t, testenv.Postgres(t), sqlstore.Postgres)
 	})
+}
+
+// TestHooks runs the transition-hook suite on every dialect, its outbox
+// row written in the transition's transaction.
+func TestHooks(t *testing.T) {
+	for _, c := range []struct {
+		d    sqlstore.Dialect
+		open func(t testing.TB) *sql.DB
+	}{{sqlstore.SQLite, func(t testing.TB) *sql.DB { return openSQLite(t.(*testing.T)) }}, {sqlstore.MySQL, testenv.MySQL}, {sqlstore.MySQL8, testenv.MySQL}, {sqlstore.Postgres, testenv.Postgres}} {
+		t.Run(string(c.d), func(t *testing.T) {
+			canceltest.RunHooks(t, func(t *testing.T) canceltest.StoreHarness {
+				return harness(t, c.open(t), c.d)
+			})
+		})
+	}
 }
 
 // TestOneConnectionPool: the store prepares its statements before it begins

@@ -46,7 +46,7 @@
 // deadlocks (PostgreSQL 40001/40P01, MariaDB 1020/1213) are retried; the
 // retry sees the winner's status, so they end as "lost the race".
 //
-// Round trips: on PostgreSQL a cancel or a payment is one statement, a
+// Round trips (without a hook: SetHook): on PostgreSQL a cancel or a payment is one statement, a
 // data-modifying CTE that does the compare-and-set and, only if it
 // matched, deletes, releases or sells the claims, returning the order and
 // its seats (atomic as one statement). Elsewhere it is a transaction: the
@@ -73,6 +73,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
@@ -136,6 +137,8 @@ type Store struct {
 	oneQ    sync.Map // int → stmt: placing n seats in one statement (placeOneStmt)
 
 	maria atomic.Int32 // 0 not asked yet, 1 MariaDB, 2 another server
+
+	hook atomic.Pointer[cancel.Hook] // SetHook's; nil: none
 }
 
 // isMariaDB reports whether a MySQL-dialect store talks to MariaDB (which

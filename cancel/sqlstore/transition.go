@@ -46,7 +46,7 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	}
 	v, ok := s.user(vals{no: p.OrderNo, payment: p.PaymentID, status: s.m.paid[0].arg}, p.UserID)
 	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, one, v, ok, s.q.sellSeats)
-	if err != nil && isDuplicate(err) {
+	if err != nil && isDuplicate(err) && !errors.Is(err, cancel.ErrHook) {
 		// The decision row's primary key: the id was decided before.
 		return cancel.Result{}, fmt.Errorf("sqlstore: pay %s: payment %s decided before: %w", p.OrderNo, p.PaymentID, cancel.ErrDiscrepancy)
 	}
@@ -54,6 +54,24 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 		res.PaymentID = p.PaymentID
 	}
 	return res, err
+}
+
+// SetHook makes every later transition of the store (CancelPending,
+// PayPending) run h in its transaction, after the compare-and-set matched
+// and the claims were changed, before COMMIT (see cancel.Hook: an error
+// rolls the transition back and is returned wrapping cancel.ErrHook). tx is
+// the transition's *sql.Tx, on the store's *sql.DB. nil removes the hook.
+// With a hook, a transition on PostgreSQL is a transaction of three
+// statements and the hook's, not the one statement it is without (a
+// statement cannot run the host's code between its parts); MariaDB's
+// DELETE … RETURNING stays, the hook running after it. Safe to call at any
+// time; a transition already running keeps the hook it started with.
+func (s *Store) SetHook(h cancel.Hook) {
+	if h == nil {
+		s.hook.Store(nil)
+		return
+	}
+	s.hook.Store(&h)
 }
 
 // transition runs one state change to status to: the compare-and-set cas,
@@ -66,19 +84,19 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 	var res cancel.Result
 	var changed bool
 	var err error
+	h := hooked{hook: s.hook.Load(), to: to}
 	switch {
 	case !canMatch:
-	case one.sql != "":
+	case one.sql != "" && h.hook == nil:
 		res, changed, err = s.transitionOne(ctx, one, v)
 	default:
-		res, changed, err = s.transitionTx(ctx, cas, v, seatsQ)
+		res, changed, err = s.transitionTx(ctx, cas, v, seatsQ, h)
 	}
 	if err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
 	if changed {
-		res.Changed, res.Order.Status = true, to
-		return res, nil
+		return h.changed(res, v), nil
 	}
 	o, paymentID, err := s.orderRow(ctx, orderNo)
 	if err != nil {
@@ -94,10 +112,41 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 	return res, nil
 }
 
-// transitionTx is a transition as a transaction of three statements.
-func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt) (cancel.Result, bool, error) {
+// hooked is a transition's hook (nil: none) and the status it moves the
+// order to.
+type hooked struct {
+	hook *cancel.Hook
+	to   expiry.Status
+}
+
+// changed completes the result of a transition that changed the order.
+func (h hooked) changed(res cancel.Result, v vals) cancel.Result {
+	res.Changed, res.Order.Status = true, h.to
+	if h.to == expiry.StatusCancelled {
+		res.Reason = cancel.Reason(v.reason)
+	} else {
+		res.PaymentID = v.payment
+	}
+	return res
+}
+
+// run runs the hook, if any, in tx, for the transition res read; its error
+// wraps cancel.ErrHook and rolls tx back.
+func (h hooked) run(ctx context.Context, tx *sql.Tx, res cancel.Result, v vals) error {
+	if h.hook == nil {
+		return nil
+	}
+	if err := (*h.hook)(ctx, tx, h.changed(res, v)); err != nil {
+		return fmt.Errorf("%w: %w", cancel.ErrHook, err)
+	}
+	return nil
+}
+
+// transitionTx is a transition as a transaction of three statements (and
+// the hook's, after them).
+func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt, h hooked) (cancel.Result, bool, error) {
 	if seatsQ.sql != "" && seatsQ.sql == s.q.deleteSeats.sql && s.q.deleteReturning.sql != "" && s.isMariaDB(ctx) {
-		return s.transitionDeleteReturning(ctx, cas, v)
+		return s.transitionDeleteReturning(ctx, cas, v, h)
 	}
 	pay := v.payment != ""
 	decideSQL := ""
@@ -143,11 +192,12 @@ func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt)
 				return err
 			}
 		}
-		if stmts[2] == nil {
-			return nil
+		if stmts[2] != nil {
+			if _, err := tx.StmtContext(ctx, stmts[2]).ExecContext(ctx, s.args(seatsQ, v)...); err != nil {
+				return err
+			}
 		}
-		_, err = tx.StmtContext(ctx, stmts[2]).ExecContext(ctx, s.args(seatsQ, v)...)
-		return err
+		return h.run(ctx, tx, res, v)
 	})
 	return res, changed, err
 }
@@ -156,7 +206,7 @@ func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt)
 // then one DELETE … RETURNING that frees the claims and returns them with
 // the order's columns (4 round trips with BEGIN and COMMIT, not 5). An
 // order without claims returns no row: it is read with orderSeats.
-func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals) (cancel.Result, bool, error) {
+func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals, h hooked) (cancel.Result, bool, error) {
 	var stmts [3]*sql.Stmt
 	for i, q := range []string{cas.sql, s.q.deleteReturning.sql, s.q.orderSeats.sql} {
 		st, err := s.prepared(ctx, q)
@@ -191,7 +241,10 @@ func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals)
 			res, err = readForTransition(rows, v.no, !s.m.claims)
 		}
 		slices.Sort(res.Seats) // RETURNING has no ORDER BY
-		return err
+		if err != nil {
+			return err
+		}
+		return h.run(ctx, tx, res, v)
 	})
 	return res, changed, err
 }
