@@ -1,0 +1,331 @@
+package sqlstore_test
+
+// Attacks on the transition hook (cancel.Hook, Store.SetHook), judged by
+// outcomes: the order's status, the hook's own rows, the seats in Redis,
+// which payment ids were honoured or refunded (DESIGN.md's I1, I2, I9,
+// I14, I15), on SQLite, MariaDB and PostgreSQL through the public API.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/redisseat"
+	"github.com/seatflow/orderexpiry/cancel/sqlstore"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/internal/testenv"
+)
+
+// hookWorld is one database with the library's schema, the hook's own
+// table, Redis seats and a Service whose refund hook counts refunds.
+type hookWorld struct {
+	d     sqlstore.Dialect
+	db    *sql.DB
+	store *sqlstore.Store
+	seats *redisseat.Seats
+	svc   *cancel.Service
+	show  string
+	now   time.Time
+
+	mu      sync.Mutex
+	refunds map[string]int // payment id → refund hook calls
+}
+
+// eachDB runs fn on SQLite, MariaDB and PostgreSQL.
+func eachDB(t *testing.T, fn func(t *testing.T, d sqlstore.Dialect, db *sql.DB)) {
+	t.Run("SQLite", func(t *testing.T) { fn(t, sqlstore.SQLite, openSQLite(t)) })
+	t.Run("MariaDB", func(t *testing.T) { fn(t, sqlstore.MySQL, testenv.MySQL(t)) })
+	t.Run("Postgres", func(t *testing.T) { fn(t, sqlstore.Postgres, testenv.Postgres(t)) })
+}
+
+func bindQ(d sqlstore.Dialect, q string) string {
+	if d != sqlstore.Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func newHookWorld(t *testing.T, d sqlstore.Dialect, db *sql.DB, acceptLate bool) *hookWorld {
+	ctx := context.Background()
+	s, err := sqlstore.New(db, d)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	t.Cleanup(func() { s.Close() })
+	_, err = db.ExecContext(ctx, "CREATE TABLE hook_rows (order_no VARCHAR(64) NOT NULL, status VARCHAR(16) NOT NULL, payment_id VARCHAR(64) NOT NULL, PRIMARY KEY (order_no, status))")
+	require.NoError(t, err)
+	seats, err := redisseat.New(testenv.Redis(t), "oe-hk-"+testenv.Unique())
+	require.NoError(t, err)
+	w := &hookWorld{d: d, db: db, store: s, seats: seats, show: "show-" + testenv.Unique(), refunds: map[string]int{}}
+	w.svc, err = cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, AcceptLatePayments: acceptLate,
+		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.refunds[d.PaymentID]++
+			return nil
+		}})
+	require.NoError(t, err)
+	w.now, err = s.Now(ctx)
+	require.NoError(t, err)
+	return w
+}
+
+// write is the well-behaved hook's work: one row per transition, through tx.
+func (w *hookWorld) write(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+	_, err := tx.ExecContext(ctx, bindQ(w.d, "INSERT INTO hook_rows (order_no, status, payment_id) VALUES (?, ?, ?)"), r.Order.No, r.Order.Status.String(), r.PaymentID)
+	return err
+}
+
+// rows returns the hook's committed rows: order → its statuses.
+func (w *hookWorld) rows(t *testing.T) map[string][]string {
+	rs, err := w.db.QueryContext(context.Background(), "SELECT order_no, status FROM hook_rows ORDER BY order_no, status")
+	require.NoError(t, err)
+	defer rs.Close()
+	out := map[string][]string{}
+	for rs.Next() {
+		var no, st string
+		require.NoError(t, rs.Scan(&no, &st))
+		out[no] = append(out[no], st)
+	}
+	require.NoError(t, rs.Err())
+	return out
+}
+
+func (w *hookWorld) place(t *testing.T, no, user string, expireAt time.Time, seats ...string) cancel.Placement {
+	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: w.show, Seats: seats, ExpireAt: expireAt}
+	require.NoError(t, w.svc.Place(context.Background(), p, w.store.Insert(w.db, nil)))
+	return p
+}
+
+func (w *hookWorld) status(t *testing.T, no string) expiry.Status {
+	o, err := w.store.Order(context.Background(), no)
+	require.NoError(t, err)
+	return o.Status
+}
+
+// seatOf returns who holds seat in Redis and how ("" free).
+func (w *hookWorld) seatOf(t *testing.T, seat string) (cancel.SeatStatus, string) {
+	all, err := w.seats.Show(context.Background(), w.show)
+	require.NoError(t, err)
+	st, ok := all[seat]
+	if !ok {
+		return 0, ""
+	}
+	return st.Status, st.OrderNo
+}
+
+func (w *hookWorld) refunded(id string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.refunds[id]
+}
+
+// assertAgrees checks that the hook's rows are the order's transitions and
+// that Redis agrees with SQL about its seats (I15 at settle, I2).
+func (w *hookWorld) assertAgrees(t *testing.T, no string, seats ...string) {
+	t.Helper()
+	st := w.status(t, no)
+	rows := w.rows(t)[no]
+	switch st {
+	case expiry.StatusPending:
+		assert.Empty(t, rows, "order %s is pending: the hook's rows must show no transition", no)
+	default:
+		assert.Contains(t, rows, st.String(), "order %s is %s: the hook's rows must show that transition", no, st)
+	}
+	for _, seat := range seats {
+		ss, holder := w.seatOf(t, seat)
+		switch st {
+		case expiry.StatusPending:
+			assert.Equal(t, cancel.SeatLocked, ss, "seat %s of pending order %s must still be locked in Redis", seat, no)
+			assert.Equal(t, no, holder)
+		case expiry.StatusPaid:
+			if holder == no {
+				assert.NotEqual(t, cancel.SeatLocked, ss, "seat %s of paid order %s", seat, no)
+			}
+			assert.True(t, holder == no || holder == "", "seat %s of paid order %s held by %q", seat, no, holder)
+		case expiry.StatusCancelled:
+			assert.NotEqual(t, no, holder, "seat %s of cancelled order %s must be released", seat, no)
+		}
+	}
+}
+
+// TestHookAttackPanicRollsBack: a hook that panics (a host bug; a worker
+// pool or an HTTP server that recovers panics keeps the process alive)
+// must not leave its transaction open. Seen on the branch: the store's
+// transaction helper rolls back only on an error, so the panic skips the
+// rollback and the transaction stays open, holding its connection and the
+// order's row (on SQLite the database's write lock) for as long as the
+// caller's context lives: on SQLite every other order's cancel waits and
+// fails (I3, I12: one stuck order holds the others back); on MariaDB and
+// PostgreSQL the same order can never be cancelled again while it lasts.
+// Expected: the panic rolls the transaction back (and goes on up), and the
+// next transitions, of this order and of others, go through.
+func TestHookAttackPanicRollsBack(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		a := w.place(t, "panic-a", "u1", w.now.Add(time.Hour), "A1")
+		b := w.place(t, "panic-b", "u2", w.now.Add(time.Hour), "B1")
+		w.store.SetHook(func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+			if r.Order.No == a.OrderNo && r.Order.Status == expiry.StatusCancelled {
+				panic("host bug in the hook")
+			}
+			return w.write(ctx, tx, r)
+		})
+		// The caller's context outlives the call (a long-lived worker);
+		// it ends at cleanup, before the database is dropped.
+		callerCtx, endCaller := context.WithCancel(ctx)
+		t.Cleanup(endCaller)
+		panicked := func() (p any) {
+			defer func() { p = recover() }()
+			_, _ = w.svc.UserCancel(callerCtx, a.OrderNo, "u1")
+			return nil
+		}()
+		require.NotNil(t, panicked, "the hook's panic goes up to the caller")
+
+		ctx5, done := context.WithTimeout(ctx, 5*time.Second)
+		defer done()
+		res, err := w.svc.UserCancel(ctx5, b.OrderNo, "u2")
+		assert.NoError(t, err, "another order's cancel after a hook panicked")
+		assert.True(t, res.Changed)
+		res, err = w.svc.Pay(ctx5, cancel.Payment{OrderNo: a.OrderNo, UserID: "u1", PaymentID: "pay-panic-a"})
+		assert.NoError(t, err, "the same order's payment after its cancel's hook panicked")
+		assert.True(t, res.Changed)
+		endCaller()
+		w.assertAgrees(t, a.OrderNo, "A1")
+		w.assertAgrees(t, b.OrderNo, "B1")
+	})
+}
+
+// TestHookAttackRollbackThroughHandle: a hook that ends the transaction
+// itself through its handle (ROLLBACK, as a host helper that "cleans up"
+// might) and returns nil. Seen on MariaDB and PostgreSQL: the store's
+// COMMIT then succeeds on an empty transaction, Pay answers Changed, the
+// seats are sold in Redis, but SQL still has the order pending with the
+// payment id undecided; the timeout then cancels the order the buyer was
+// told was paid, and the payment is neither honoured nor refunded.
+// Expected (I14, I15): a payment id ends honoured or refunded once, and
+// Redis agrees with SQL; a transition that did not commit is never
+// reported as made.
+func TestHookAttackRollbackThroughHandle(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		o := w.place(t, "rb-1", "u1", w.now.Add(-time.Second), "R1")
+		w.store.SetHook(func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+			if err := w.write(ctx, tx, r); err != nil {
+				return err
+			}
+			if r.Order.Status == expiry.StatusPaid {
+				_, err := tx.ExecContext(ctx, "ROLLBACK")
+				return err
+			}
+			return nil
+		})
+		payment := cancel.Payment{OrderNo: o.OrderNo, UserID: "u1", PaymentID: "pay-rb-1"}
+		res, payErr := w.svc.Pay(ctx, payment)
+		t.Logf("pay: changed %v, err %v; SQL now says %s", res.Changed, payErr, w.status(t, o.OrderNo))
+		if payErr == nil && res.Changed {
+			assert.Equal(t, expiry.StatusPaid, w.status(t, o.OrderNo), "Pay reported the order paid: SQL must say so")
+		}
+		// The timeout fires (the order is due), then the provider repeats
+		// its callback.
+		_, _, err := w.svc.Timeout(ctx, o.OrderNo)
+		require.NoError(t, err)
+		_, _ = w.svc.Pay(ctx, payment)
+		st := w.status(t, o.OrderNo)
+		honoured := st == expiry.StatusPaid
+		assert.True(t, honoured != (w.refunded(payment.PaymentID) == 1), "payment %s: honoured %v, refunded %d times: exactly one of the two (I14)", payment.PaymentID, honoured, w.refunded(payment.PaymentID))
+		if payErr == nil && res.Changed {
+			assert.True(t, honoured, "the buyer was told the order was paid (I1: never back)")
+		}
+		w.assertAgrees(t, o.OrderNo, "R1")
+	})
+}
+
+// TestHookAttackCommitThroughHandle: a hook that commits through its
+// handle (a host's COMMIT, or on MariaDB any DDL such as a lazy CREATE
+// TABLE IF NOT EXISTS of its outbox, which commits implicitly) and then
+// fails. The hook's doc promises that an error rolls the whole transition
+// back and the payment id stays undecided. Seen on SQLite, MariaDB and
+// PostgreSQL: Pay returns ErrHook (the host answers the provider "failed") while SQL
+// has the order paid by that payment; the repeated callback then finds the
+// order paid and sells nothing in Redis. Expected: an ErrHook answer
+// means nothing committed (the order pending, the payment undecided), or
+// the transition is reported as made.
+func TestHookAttackCommitThroughHandle(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		o := w.place(t, "cm-1", "u1", w.now.Add(time.Hour), "C1")
+		fail := true
+		w.store.SetHook(func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+			if err := w.write(ctx, tx, r); err != nil {
+				return err
+			}
+			if fail {
+				if _, err := tx.ExecContext(ctx, "COMMIT"); err != nil {
+					return err
+				}
+				return errors.New("the hook's later step failed")
+			}
+			return nil
+		})
+		payment := cancel.Payment{OrderNo: o.OrderNo, UserID: "u1", PaymentID: "pay-cm-1"}
+		_, err := w.svc.Pay(ctx, payment)
+		require.ErrorIs(t, err, cancel.ErrHook)
+		assert.Equal(t, expiry.StatusPending, w.status(t, o.OrderNo), "Pay answered ErrHook: nothing may have committed")
+		assert.Empty(t, w.rows(t)[o.OrderNo], "Pay answered ErrHook: the hook's rows rolled back")
+		fail = false
+		res, err := w.svc.Pay(ctx, payment) // the provider repeats
+		require.NoError(t, err)
+		assert.Equal(t, expiry.StatusPaid, res.Order.Status)
+		w.assertAgrees(t, o.OrderNo, "C1")
+	})
+}
+
+// TestHookAttackReinstateRunsNoHook: with AcceptLatePayments, a late
+// payment moves a cancelled order to paid (ReinstateCancelled) and claims
+// its seats again: a transition, the only way back from a terminal state.
+// The hook is "the host's own work in the transaction of a transition"
+// (return a coupon, write an outbox row), yet it never runs for this one.
+// Seen: the hook's rows say the order was cancelled (a coupon returned, an
+// outbox "cancelled" event) and nothing says it was paid, while the order
+// is paid and its seats sold. Expected: the hook's rows show the
+// transition that committed last (the order's final state, I1, I14), as
+// they do for every other path.
+func TestHookAttackReinstateRunsNoHook(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, true)
+		w.store.SetHook(w.write)
+		o := w.place(t, "late-1", "u1", w.now.Add(-time.Second), "L1")
+		cancelled, _, err := w.svc.Timeout(ctx, o.OrderNo)
+		require.NoError(t, err)
+		require.True(t, cancelled)
+		res, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: o.OrderNo, UserID: "u1", PaymentID: "pay-late-1"})
+		require.NoError(t, err)
+		require.True(t, res.Changed, "reinstated")
+		require.Equal(t, expiry.StatusPaid, w.status(t, o.OrderNo))
+		assert.Contains(t, w.rows(t)[o.OrderNo], expiry.StatusPaid.String(), "the order is paid: the hook's rows must say so")
+		w.assertAgrees(t, o.OrderNo, "L1")
+	})
+}
