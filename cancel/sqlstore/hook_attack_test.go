@@ -23,6 +23,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/internal/testenv"
+	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // hookWorld is one database with the library's schema, the hook's own
@@ -327,5 +328,188 @@ func TestHookAttackReinstateRunsNoHook(t *testing.T) {
 		require.Equal(t, expiry.StatusPaid, w.status(t, o.OrderNo))
 		assert.Contains(t, w.rows(t)[o.OrderNo], expiry.StatusPaid.String(), "the order is paid: the hook's rows must say so")
 		w.assertAgrees(t, o.OrderNo, "L1")
+	})
+}
+
+// sendNothing is a DelaySender for a Handler whose re-arms are not looked at.
+type sendNothing struct{}
+
+func (sendNothing) Send(context.Context, expiry.Message, time.Duration) error { return nil }
+
+// hookGate is a hook that writes its row and then fails for the orders
+// marked failing, and counts its calls per order.
+type hookGate struct {
+	w     *hookWorld
+	mu    sync.Mutex
+	fail  map[string]bool
+	calls map[string]int
+}
+
+func newHookGate(w *hookWorld) *hookGate {
+	return &hookGate{w: w, fail: map[string]bool{}, calls: map[string]int{}}
+}
+
+func (g *hookGate) hook(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+	if err := g.w.write(ctx, tx, r); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls[r.Order.No]++
+	if g.fail[r.Order.No] {
+		return fmt.Errorf("the host's hook failed for order %s", r.Order.No)
+	}
+	return nil
+}
+
+func (g *hookGate) set(fail bool, nos ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, no := range nos {
+		g.fail[no] = fail
+	}
+}
+
+func (g *hookGate) count(no string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[no]
+}
+
+// TestHookAttackFailureDecidesNothing: a failing hook on every entry point
+// (user cancel, the timeout through expiry.Handler, ExpireNow, Pay)
+// leaves the order pending, its seats locked by it in Redis, no hook row,
+// no refund, the payment id undecided, and the timeout message not acked;
+// once the hook works, the same payment id pays, another id is refunded
+// once, and a payment whose order timed out meanwhile is refunded once
+// however often it is repeated (I1, I2, I9, I14, I15).
+func TestHookAttackFailureDecidesNothing(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		g := newHookGate(w)
+		w.store.SetHook(g.hook)
+		u := w.place(t, "f-user", "u1", w.now.Add(time.Hour), "F1")
+		due := w.place(t, "f-due", "u2", w.now.Add(-time.Second), "F2", "F3")
+		x := w.place(t, "f-expire", "u3", w.now.Add(time.Hour), "F4")
+		p := w.place(t, "f-pay", "u4", w.now.Add(time.Hour), "F5")
+		q := w.place(t, "f-pay-late", "u5", w.now.Add(2*time.Second), "F6")
+		all := []cancel.Placement{u, due, x, p, q}
+		for _, o := range all {
+			g.set(true, o.OrderNo)
+		}
+		h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: sendNothing{}})
+		require.NoError(t, err)
+
+		_, err = w.svc.UserCancel(ctx, u.OrderNo, "u1")
+		assert.ErrorIs(t, err, cancel.ErrHook)
+		out, err := h.Handle(ctx, expiry.Message{OrderNo: due.OrderNo})
+		assert.Error(t, err, "a timeout whose hook failed must be redelivered, not acked")
+		assert.Equal(t, expiry.OutcomeFailed, out)
+		assert.ErrorIs(t, err, cancel.ErrHook)
+		_, err = w.svc.ExpireNow(ctx, x.OrderNo)
+		assert.ErrorIs(t, err, cancel.ErrHook)
+		payP := cancel.Payment{OrderNo: p.OrderNo, UserID: "u4", PaymentID: "pay-f-1"}
+		_, err = w.svc.Pay(ctx, payP)
+		assert.ErrorIs(t, err, cancel.ErrHook)
+		assert.NotErrorIs(t, err, cancel.ErrDiscrepancy)
+		payQ := cancel.Payment{OrderNo: q.OrderNo, UserID: "u5", PaymentID: "pay-f-late"}
+		_, err = w.svc.Pay(ctx, payQ)
+		assert.ErrorIs(t, err, cancel.ErrHook)
+
+		assert.Empty(t, w.rows(t), "no hook row for transitions that rolled back")
+		for _, o := range all {
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+			assert.Equal(t, 1, g.count(o.OrderNo), "one hook call for %s", o.OrderNo)
+		}
+		assert.Zero(t, w.refunded(payP.PaymentID))
+		assert.Zero(t, w.refunded(payQ.PaymentID))
+
+		// The hook works again.
+		g.set(false, u.OrderNo, due.OrderNo, x.OrderNo, p.OrderNo)
+		res, err := w.svc.Pay(ctx, payP) // the provider repeats
+		require.NoError(t, err)
+		assert.True(t, res.Changed, "a payment whose hook failed was undecided: its repeat pays")
+		_, err = w.svc.Pay(ctx, payP)
+		require.NoError(t, err, "a repeated callback")
+		payP2 := cancel.Payment{OrderNo: p.OrderNo, UserID: "u4", PaymentID: "pay-f-2"}
+		for range 2 {
+			_, err = w.svc.Pay(ctx, payP2)
+			assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
+		}
+		res, err = w.svc.UserCancel(ctx, u.OrderNo, "u1")
+		require.NoError(t, err)
+		assert.True(t, res.Changed)
+		out, err = h.Handle(ctx, expiry.Message{OrderNo: due.OrderNo}) // redelivered
+		require.NoError(t, err)
+		assert.Equal(t, expiry.OutcomeCancelled, out)
+		res, err = w.svc.ExpireNow(ctx, x.OrderNo)
+		require.NoError(t, err)
+		assert.True(t, res.Changed)
+
+		// q's payment failed in its hook; its order times out (the hook
+		// works for the cancel), then the provider repeats the payment.
+		g.set(false, q.OrderNo)
+		require.Eventually(t, func() bool {
+			c, _, err := w.svc.Timeout(ctx, q.OrderNo)
+			return err == nil && c
+		}, 10*time.Second, 200*time.Millisecond)
+		for range 3 {
+			_, err = w.svc.Pay(ctx, payQ)
+			assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
+		}
+
+		for _, o := range all {
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+			assert.Len(t, w.rows(t)[o.OrderNo], 1, "one hook row for the one transition of %s", o.OrderNo)
+		}
+		assert.Equal(t, expiry.StatusPaid, w.status(t, p.OrderNo))
+		assert.Zero(t, w.refunded(payP.PaymentID), "honoured, never refunded")
+		assert.Equal(t, 1, w.refunded(payP2.PaymentID), "a second payment refunded once")
+		assert.Equal(t, 1, w.refunded(payQ.PaymentID), "a payment for an order that timed out refunded once")
+		ss, holder := w.seatOf(t, "F5")
+		assert.Equal(t, cancel.SeatSold, ss)
+		assert.Equal(t, p.OrderNo, holder)
+	})
+}
+
+// TestHookAttackReconcilerSkipsOnlyTheFailing: a round of the reconciler
+// where one expired order's hook fails cancels the others in the same
+// round, leaves that one pending with its seats locked and no hook row,
+// and backs it off; once the hook works a later round cancels it (I3, I12).
+func TestHookAttackReconcilerSkipsOnlyTheFailing(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		g := newHookGate(w)
+		w.store.SetHook(g.hook)
+		var os []cancel.Placement
+		for i := range 5 {
+			os = append(os, w.place(t, fmt.Sprintf("rc-%d", i), fmt.Sprintf("u%d", i), w.now.Add(-time.Second), fmt.Sprintf("S%d", i)))
+		}
+		stuck := os[2]
+		g.set(true, stuck.OrderNo)
+		r, err := reconcile.New(reconcile.Config{Orders: w.store, Seats: w.seats, Service: w.svc})
+		require.NoError(t, err)
+		rep, err := r.Round(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 4, rep.Expired)
+		assert.Equal(t, 1, rep.Skipped)
+		for _, o := range os {
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+		}
+		assert.Equal(t, expiry.StatusPending, w.status(t, stuck.OrderNo))
+		rep, err = r.Round(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, rep.Skipped, "the stuck order waits out its backoff")
+		assert.Equal(t, 1, g.count(stuck.OrderNo), "backed off: not tried again at once")
+		g.set(false, stuck.OrderNo)
+		res, err := w.svc.Cancel(ctx, cancel.Request{OrderNo: stuck.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+		require.NoError(t, err)
+		assert.True(t, res.Changed)
+		for _, o := range os {
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+			assert.Len(t, w.rows(t)[o.OrderNo], 1)
+		}
 	})
 }
