@@ -513,3 +513,222 @@ func TestHookAttackReconcilerSkipsOnlyTheFailing(t *testing.T) {
 		}
 	})
 }
+
+// TestHookAttackDeadlockBetweenHooks: two cancels whose hooks update the
+// host's two counter rows in opposite orders deadlock for real; the store
+// runs the loser's transition again, hook included. The outcome: both
+// orders cancelled, each counter moved exactly once per committed
+// transition, one hook row per order (the rolled-back attempt left
+// nothing). SQLite serializes its writers, so it has no deadlock to show:
+// MariaDB and PostgreSQL only.
+func TestHookAttackDeadlockBetweenHooks(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		d    sqlstore.Dialect
+		open func(testing.TB) *sql.DB
+	}{{"MariaDB", sqlstore.MySQL, testenv.MySQL}, {"Postgres", sqlstore.Postgres, testenv.Postgres}} {
+		t.Run(c.name, func(t *testing.T) { deadlockBetweenHooks(t, c.d, c.open(t)) })
+	}
+}
+
+func deadlockBetweenHooks(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+	ctx := context.Background()
+	w := newHookWorld(t, d, db, false)
+	_, err := db.ExecContext(ctx, "CREATE TABLE hook_counter (k VARCHAR(8) NOT NULL PRIMARY KEY, n INT NOT NULL)")
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "INSERT INTO hook_counter (k, n) VALUES ('x', 0), ('y', 0)")
+	require.NoError(t, err)
+	a := w.place(t, "dl-a", "u1", w.now.Add(time.Hour), "D1")
+	b := w.place(t, "dl-b", "u2", w.now.Add(time.Hour), "D2")
+	arrived := make(chan string, 2)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	var deadlocks []error
+	bump := bindQ(d, "UPDATE hook_counter SET n = n + 1 WHERE k = ?")
+	w.store.SetHook(func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+		mu.Lock()
+		calls[r.Order.No]++
+		first := calls[r.Order.No] == 1
+		mu.Unlock()
+		if err := w.write(ctx, tx, r); err != nil {
+			return err
+		}
+		order := []string{"x", "y"}
+		if r.Order.No == b.OrderNo {
+			order = []string{"y", "x"}
+		}
+		if _, err := tx.ExecContext(ctx, bump, order[0]); err != nil {
+			return err
+		}
+		if first {
+			// Both hooks hold their first row before either asks
+			// for its second.
+			arrived <- r.Order.No
+			deadline := time.After(3 * time.Second)
+			for len(arrived) < 2 {
+				select {
+				case <-deadline:
+					return errors.New("the other hook never came")
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}
+		if _, err := tx.ExecContext(ctx, bump, order[1]); err != nil {
+			mu.Lock()
+			deadlocks = append(deadlocks, err)
+			mu.Unlock()
+			return err
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, o := range []cancel.Placement{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = w.svc.UserCancel(ctx, o.OrderNo, o.UserID)
+		}()
+	}
+	wg.Wait()
+	t.Logf("hook calls %v, the hooks' errors %v", calls, deadlocks)
+	require.NotEmpty(t, deadlocks, "the attack needs a real deadlock")
+	for i, o := range []cancel.Placement{a, b} {
+		assert.NoError(t, errs[i], "the deadlock's loser is run again")
+		w.assertAgrees(t, o.OrderNo, o.Seats...)
+		assert.Len(t, w.rows(t)[o.OrderNo], 1)
+	}
+	for _, k := range []string{"x", "y"} {
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, bindQ(d, "SELECT n FROM hook_counter WHERE k = ?"), k).Scan(&n))
+		assert.Equal(t, 2, n, "counter %s: once per committed transition", k)
+	}
+}
+
+// TestHookAttackSlowHookAndLateWrite: a hook that ignores its context and
+// returns after the caller's deadline, and a hook that keeps the handle and
+// writes through it after returning. Neither may commit a transition the
+// caller was told failed, nor leave a row outside a transition.
+func TestHookAttackSlowHookAndLateWrite(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		slow := w.place(t, "slow-1", "u1", w.now.Add(time.Hour), "W1")
+		late := w.place(t, "late-w-1", "u2", w.now.Add(time.Hour), "W2")
+		lateErr := make(chan error, 1)
+		w.store.SetHook(func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+			if err := w.write(ctx, tx, r); err != nil {
+				return err
+			}
+			switch r.Order.No {
+			case slow.OrderNo:
+				time.Sleep(400 * time.Millisecond) // past the caller's deadline
+			case late.OrderNo:
+				go func() {
+					time.Sleep(300 * time.Millisecond)
+					_, err := tx.ExecContext(context.Background(), bindQ(w.d, "INSERT INTO hook_rows (order_no, status, payment_id) VALUES (?, 'late', '')"), r.Order.No)
+					lateErr <- err
+				}()
+			}
+			return nil
+		})
+		short, done := context.WithTimeout(ctx, 100*time.Millisecond)
+		res, err := w.svc.Pay(short, cancel.Payment{OrderNo: slow.OrderNo, UserID: "u1", PaymentID: "pay-slow"})
+		done()
+		t.Logf("slow hook: changed %v, err %v", res.Changed, err)
+		if err != nil {
+			assert.Equal(t, expiry.StatusPending, w.status(t, slow.OrderNo), "the caller was told the payment failed: nothing committed")
+		} else {
+			assert.Equal(t, expiry.StatusPaid, w.status(t, slow.OrderNo))
+		}
+		w.assertAgrees(t, slow.OrderNo, slow.Seats...)
+
+		res, err = w.svc.UserCancel(ctx, late.OrderNo, "u2")
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		assert.Error(t, <-lateErr, "a write through the handle after the hook returned")
+		assert.Equal(t, []string{"cancelled"}, w.rows(t)[late.OrderNo], "only the transition's row")
+		w.assertAgrees(t, late.OrderNo, late.Seats...)
+	})
+}
+
+// TestHookAttackTwoInstancesRace: two Services on two Stores (each with its
+// own hook; the second's fails for every third order) race a payment
+// against a cancel on each order, then a settle (the timeout by the first
+// instance). For every order: one hook row, matching its final status;
+// its payment honoured or refunded exactly once; Redis agrees (I1, I9, I14,
+// I15).
+func TestHookAttackTwoInstancesRace(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		w.store.SetHook(w.write)
+		s2, err := sqlstore.New(db, d)
+		require.NoError(t, err)
+		t.Cleanup(func() { s2.Close() })
+		g := newHookGate(w)
+		s2.SetHook(g.hook)
+		svc2, err := cancel.New(cancel.Config{Store: s2, Seats: w.seats, Discrepancies: s2,
+			OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				w.refunds[d.PaymentID]++
+				return nil
+			}})
+		require.NoError(t, err)
+		const n = 12
+		var os []cancel.Placement
+		for i := range n {
+			o := w.place(t, fmt.Sprintf("race-%d", i), fmt.Sprintf("u%d", i), w.now.Add(-time.Second), fmt.Sprintf("R%d", i))
+			os = append(os, o)
+			if i%3 == 0 {
+				g.set(true, o.OrderNo)
+			}
+		}
+		var wg sync.WaitGroup
+		for i, o := range os {
+			pay := cancel.Payment{OrderNo: o.OrderNo, UserID: o.UserID, PaymentID: "pay-" + o.OrderNo}
+			payer, canceller := w.svc, svc2
+			if i%2 == 1 {
+				payer, canceller = svc2, w.svc
+			}
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				_, err := payer.Pay(ctx, pay)
+				if err != nil && !errors.Is(err, cancel.ErrDiscrepancy) && !errors.Is(err, cancel.ErrHook) {
+					t.Errorf("pay %s: %v", o.OrderNo, err)
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				_, _, err := canceller.Timeout(ctx, o.OrderNo)
+				if err != nil && !errors.Is(err, cancel.ErrHook) {
+					t.Errorf("timeout %s: %v", o.OrderNo, err)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, o := range os {
+			// Settle: the first instance's hook works; the timeout is
+			// redelivered, the provider repeats every payment (one whose
+			// hook failed is undecided until then).
+			_, _, err := w.svc.Timeout(ctx, o.OrderNo)
+			require.NoError(t, err)
+			_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: o.OrderNo, UserID: o.UserID, PaymentID: "pay-" + o.OrderNo})
+			if err != nil {
+				require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+			}
+		}
+		rows := w.rows(t)
+		for _, o := range os {
+			st := w.status(t, o.OrderNo)
+			assert.Equal(t, []string{st.String()}, rows[o.OrderNo], "order %s: one hook row, its final status", o.OrderNo)
+			id := "pay-" + o.OrderNo
+			honoured := st == expiry.StatusPaid
+			assert.True(t, honoured != (w.refunded(id) == 1), "payment %s: honoured %v, refunded %d times", id, honoured, w.refunded(id))
+			assert.LessOrEqual(t, w.refunded(id), 1)
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+		}
+	})
+}
