@@ -66,8 +66,18 @@ func bindQ(d sqlstore.Dialect, q string) string {
 }
 
 func newHookWorld(t *testing.T, d sqlstore.Dialect, db *sql.DB, acceptLate bool) *hookWorld {
+	return newMappedHookWorld(t, d, db, acceptLate, nil)
+}
+
+// newMappedHookWorld is newHookWorld on a host's tables (m; nil: the
+// library's schema), its seats in the store's scope.
+func newMappedHookWorld(t *testing.T, d sqlstore.Dialect, db *sql.DB, acceptLate bool, m *sqlstore.Mapping) *hookWorld {
 	ctx := context.Background()
-	s, err := sqlstore.New(db, d)
+	var ms []sqlstore.Mapping
+	if m != nil {
+		ms = append(ms, *m)
+	}
+	s, err := sqlstore.New(db, d, ms...)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 	t.Cleanup(func() { s.Close() })
@@ -75,6 +85,7 @@ func newHookWorld(t *testing.T, d sqlstore.Dialect, db *sql.DB, acceptLate bool)
 	require.NoError(t, err)
 	seats, err := redisseat.New(testenv.Redis(t), "oe-hk-"+testenv.Unique())
 	require.NoError(t, err)
+	seats = seats.Scoped(s.Scope())
 	w := &hookWorld{d: d, db: db, store: s, seats: seats, show: "show-" + testenv.Unique(), refunds: map[string]int{}}
 	w.svc, err = cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, AcceptLatePayments: acceptLate,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
@@ -730,5 +741,71 @@ func TestHookAttackTwoInstancesRace(t *testing.T) {
 			assert.LessOrEqual(t, w.refunded(id), 1)
 			w.assertAgrees(t, o.OrderNo, o.Seats...)
 		}
+	})
+}
+
+// TestHookAttackMappedStore: the hook on a host's own tables with neither
+// a claims table nor a payment-id column (the side tables keep both), in
+// a tenant's scope: a failing hook decides nothing (the order pending, its
+// seats locked, the payment id undecided, no row); once it works, every
+// transition leaves exactly its row, the repeated payment pays, another is
+// refunded once, a payment for a timed-out order is refunded once (I9,
+// I14, I15, I16).
+func TestHookAttackMappedStore(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		applyDDL(t, db, shop.ddl(d))
+		m := shop.mapping
+		m.Claims = nil
+		m.Orders.PaymentID = ""
+		w := newMappedHookWorld(t, d, db, false, &m)
+		g := newHookGate(w)
+		w.store.SetHook(g.hook)
+		due := w.place(t, "m-due", "u1", w.now.Add(-2*time.Second), "M1", "M2")
+		user := w.place(t, "m-user", "u2", w.now.Add(time.Hour), "M3")
+		paid := w.place(t, "m-pay", "u3", w.now.Add(time.Hour), "M4")
+		all := []cancel.Placement{due, user, paid}
+		g.set(true, due.OrderNo, user.OrderNo, paid.OrderNo)
+		_, _, err := w.svc.Timeout(ctx, due.OrderNo)
+		assert.ErrorIs(t, err, cancel.ErrHook)
+		_, err = w.svc.UserCancel(ctx, user.OrderNo, "u2")
+		assert.ErrorIs(t, err, cancel.ErrHook)
+		p1 := cancel.Payment{OrderNo: paid.OrderNo, PaymentID: "pay-m-1"}
+		_, err = w.svc.Pay(ctx, p1)
+		assert.ErrorIs(t, err, cancel.ErrHook)
+		assert.NotErrorIs(t, err, cancel.ErrDiscrepancy)
+		assert.Empty(t, w.rows(t))
+		for _, o := range all {
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+		}
+
+		g.set(false, due.OrderNo, user.OrderNo, paid.OrderNo)
+		res, err := w.svc.Pay(ctx, p1)
+		require.NoError(t, err)
+		assert.True(t, res.Changed, "the repeat of a payment whose hook failed pays")
+		_, err = w.svc.Pay(ctx, p1)
+		require.NoError(t, err, "a repeated callback")
+		p2 := cancel.Payment{OrderNo: paid.OrderNo, PaymentID: "pay-m-2"}
+		_, err = w.svc.Pay(ctx, p2)
+		assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
+		c, _, err := w.svc.Timeout(ctx, due.OrderNo)
+		require.NoError(t, err)
+		assert.True(t, c)
+		pd := cancel.Payment{OrderNo: due.OrderNo, PaymentID: "pay-m-due"}
+		for range 2 {
+			_, err = w.svc.Pay(ctx, pd)
+			assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
+		}
+		res, err = w.svc.UserCancel(ctx, user.OrderNo, "u2")
+		require.NoError(t, err)
+		assert.True(t, res.Changed)
+		rows := w.rows(t)
+		for _, o := range all {
+			assert.Equal(t, []string{w.status(t, o.OrderNo).String()}, rows[o.OrderNo], "order %s: one row, its final status", o.OrderNo)
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+		}
+		assert.Zero(t, w.refunded(p1.PaymentID))
+		assert.Equal(t, 1, w.refunded(p2.PaymentID))
+		assert.Equal(t, 1, w.refunded(pd.PaymentID))
 	})
 }
