@@ -844,3 +844,62 @@ func TestHookAttackMappedStore(t *testing.T) {
 		assert.Equal(t, 1, w.refunded(pd.PaymentID))
 	})
 }
+
+// TestHookAttackPaymentIDsAcrossOrders: with the hook on, one payment id
+// sent for two orders (a provider's bug, or a replay against another
+// order) pays the first only: the second order stays pending with no hook
+// row and its seats locked, and the id, honoured, is never refunded; a
+// payment naming another user pays nothing and leaves no row; a payment
+// whose hook failed, then succeeded for another order under the same id,
+// is not honoured twice (I14: once decided, never flips).
+func TestHookAttackPaymentIDsAcrossOrders(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		g := newHookGate(w)
+		w.store.SetHook(g.hook)
+		a := w.place(t, "id-a", "u1", w.now.Add(time.Hour), "I1")
+		b := w.place(t, "id-b", "u1", w.now.Add(time.Hour), "I2")
+		c := w.place(t, "id-c", "u2", w.now.Add(time.Hour), "I3")
+		e := w.place(t, "id-e", "u3", w.now.Add(time.Hour), "I4")
+
+		res, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: a.OrderNo, UserID: "u1", PaymentID: "pay-same"})
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: b.OrderNo, UserID: "u1", PaymentID: "pay-same"})
+		assert.Error(t, err, "an id that paid order a pays nothing else")
+		assert.NotErrorIs(t, err, cancel.ErrHook)
+		_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: c.OrderNo, UserID: "u1", PaymentID: "pay-wrong-user"})
+		assert.Error(t, err, "a payment naming another user")
+
+		// e's payment fails in its hook; the same id then arrives for c
+		// and pays it; e's provider repeats: the id paid c, so e is not
+		// paid by it too.
+		g.set(true, e.OrderNo)
+		_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: e.OrderNo, UserID: "u3", PaymentID: "pay-shared"})
+		assert.ErrorIs(t, err, cancel.ErrHook)
+		res, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: c.OrderNo, UserID: "u2", PaymentID: "pay-shared"})
+		require.NoError(t, err)
+		assert.True(t, res.Changed)
+		g.set(false, e.OrderNo)
+		_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: e.OrderNo, UserID: "u3", PaymentID: "pay-shared"})
+		assert.Error(t, err, "pay-shared paid c: it pays nothing else")
+
+		rows := w.rows(t)
+		for _, o := range []cancel.Placement{a, b, c, e} {
+			st := w.status(t, o.OrderNo)
+			if st == expiry.StatusPending {
+				assert.Empty(t, rows[o.OrderNo], "pending %s: no row", o.OrderNo)
+			} else {
+				assert.Equal(t, []string{st.String()}, rows[o.OrderNo])
+			}
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+		}
+		assert.Equal(t, expiry.StatusPaid, w.status(t, a.OrderNo))
+		assert.Equal(t, expiry.StatusPending, w.status(t, b.OrderNo))
+		assert.Equal(t, expiry.StatusPaid, w.status(t, c.OrderNo))
+		assert.Equal(t, expiry.StatusPending, w.status(t, e.OrderNo))
+		assert.Zero(t, w.refunded("pay-same"), "honoured (order a): never refunded")
+		assert.Zero(t, w.refunded("pay-shared"), "honoured (order c): never refunded")
+	})
+}
