@@ -43,6 +43,7 @@ type hookWorld struct {
 	// partialRows: not every transition runs the hook (an instance
 	// without one), so assertAgrees does not ask for a row per transition.
 	partialRows bool
+	placed      []cancel.Placement
 }
 
 // eachDB runs fn on SQLite, MariaDB and PostgreSQL.
@@ -128,6 +129,7 @@ func (w *hookWorld) rows(t *testing.T) map[string][]string {
 func (w *hookWorld) place(t *testing.T, no, user string, expireAt time.Time, seats ...string) cancel.Placement {
 	p := cancel.Placement{OrderNo: no, UserID: user, ShowID: w.show, Seats: seats, ExpireAt: expireAt}
 	require.NoError(t, w.svc.Place(context.Background(), p, w.store.Insert(w.db, nil)))
+	w.placed = append(w.placed, p)
 	return p
 }
 
@@ -159,6 +161,24 @@ func (w *hookWorld) refunded(id string) int {
 func (w *hookWorld) assertAgrees(t *testing.T, no string, seats ...string) {
 	t.Helper()
 	st := w.status(t, no)
+	user := ""
+	for _, p := range w.placed {
+		if p.OrderNo == no {
+			user = p.UserID
+		}
+	}
+	if user != "" {
+		// I8: the user's counter is its seats in pending and paid orders.
+		want := 0
+		for _, p := range w.placed {
+			if p.UserID == user && w.status(t, p.OrderNo) != expiry.StatusCancelled {
+				want += len(p.Seats)
+			}
+		}
+		held, err := w.seats.Held(context.Background(), w.show, user)
+		require.NoError(t, err)
+		assert.Equal(t, want, held, "user %s: purchase-limit counter (I8)", user)
+	}
 	rows := w.rows(t)[no]
 	switch {
 	case st == expiry.StatusPending:
@@ -217,7 +237,7 @@ func TestHookAttackPanicRollsBack(t *testing.T) {
 		}()
 		require.NotNil(t, panicked, "the hook's panic goes up to the caller")
 
-		ctx5, done := context.WithTimeout(ctx, 5*time.Second)
+		ctx5, done := context.WithTimeout(ctx, 2*time.Second)
 		defer done()
 		res, err := w.svc.UserCancel(ctx5, b.OrderNo, "u2")
 		assert.NoError(t, err, "another order's cancel after a hook panicked")
@@ -237,9 +257,10 @@ func TestHookAttackPanicRollsBack(t *testing.T) {
 // COMMIT then succeeds on an empty transaction, Pay answers Changed, the
 // seats are sold in Redis, but SQL still has the order pending with the
 // payment id undecided; the timeout then cancels the order the buyer was
-// told was paid, and the payment is neither honoured nor refunded.
-// Expected (I14, I15): a payment id ends honoured or refunded once, and
-// Redis agrees with SQL; a transition that did not commit is never
+// told was paid, and the payment is neither honoured nor refunded; the
+// seat stays sold in Redis to the cancelled order and counts against the
+// user's limit. Expected (I14, I15, I8): a payment id ends honoured or
+// refunded once, and Redis agrees with SQL; a transition that did not commit is never
 // reported as made.
 func TestHookAttackRollbackThroughHandle(t *testing.T) {
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
