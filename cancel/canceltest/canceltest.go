@@ -81,7 +81,7 @@ type StoreHarness struct {
 	// a seat another order holds (the seat store does, before it). The
 	// suite asserts that Claims is empty and skips what only claims show.
 	NoClaims bool
-	// HookOutbox, when set, gives the hook suite (on a store with SetHook)
+	// HookOutbox, when set, gives RunHooks
 	// a write through the hook's transaction and a read of what committed:
 	// write adds a row for r.Order.No (and fails on a duplicate), rows
 	// returns the order numbers of every row. It prepares what it needs
@@ -779,7 +779,6 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 	})
 
 	runLifecycle(t, setup, place)
-	runHooks(t, setup, place)
 }
 
 // statusesOf drops the ages of a Statuses answer.

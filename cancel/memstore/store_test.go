@@ -22,6 +22,13 @@ func TestStoreConformance(t *testing.T) {
 	})
 }
 
+func TestHooksConformance(t *testing.T) {
+	canceltest.RunHooks(t, func(t *testing.T) canceltest.StoreHarness {
+		s := memstore.NewStore(nil)
+		return canceltest.StoreHarness{Store: s, Place: s.Place, Now: s.Now}
+	})
+}
+
 func TestSeatsConformance(t *testing.T) {
 	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore { return memstore.NewSeats(nil) })
 }

@@ -113,6 +113,21 @@ func TestPostgres(t *testing.T) {
 	})
 }
 
+// TestHooks runs the transition-hook suite on every dialect, its outbox
+// row written in the transition's transaction.
+func TestHooks(t *testing.T) {
+	for _, c := range []struct {
+		d    sqlstore.Dialect
+		open func(t testing.TB) *sql.DB
+	}{{sqlstore.SQLite, func(t testing.TB) *sql.DB { return openSQLite(t.(*testing.T)) }}, {sqlstore.MySQL, testenv.MySQL}, {sqlstore.MySQL8, testenv.MySQL}, {sqlstore.Postgres, testenv.Postgres}} {
+		t.Run(string(c.d), func(t *testing.T) {
+			canceltest.RunHooks(t, func(t *testing.T) canceltest.StoreHarness {
+				return harness(t, c.open(t), c.d)
+			})
+		})
+	}
+}
+
 // TestOneConnectionPool: the store prepares its statements before it begins
 // a transaction. Preparing inside one would need a second connection, and a
 // pool the transactions have exhausted (here: a pool of one) would never

@@ -33,6 +33,12 @@ type stepLog struct {
 func (w *world) run(kinds []kind, s step) stepLog {
 	w.step++
 	k := kinds[s.kind]
+	if k.hookDown != nil {
+		w.mu.Lock()
+		w.hookDown = *k.hookDown
+		w.mu.Unlock()
+		return stepLog{result: "ok"}
+	}
 	if k.clock != nil {
 		d := k.clock(w.observe())
 		w.advance(d)
@@ -190,6 +196,12 @@ func (w *world) runAuto(k kind, i int) (string, *op) {
 func (w *world) settle(kinds []kind, kill bool) []string {
 	w.step++
 	out := w.finish(kill)
+	w.mu.Lock()
+	if w.hookDown {
+		w.hookDown = false
+		out = append(out, "the hook's outbox comes back")
+	}
+	w.mu.Unlock()
 	w.advance(settleAdvance)
 	out = append(out, "clock +"+settleAdvance.String())
 	for pass := 0; pass < 4; pass++ {

@@ -80,6 +80,7 @@ func (x *explorer) world() *world {
 	if err != nil {
 		panic(err)
 	}
+	w.installHooks(x.kinds)
 	return w
 }
 

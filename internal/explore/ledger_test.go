@@ -53,6 +53,9 @@ type observation struct {
 	held    map[string]int                         // "show/user" → counter
 	facts   facts
 	parked  []parkedView
+	// hooks and hookDown: the world's transition hook is installed, and
+	// its outbox is down (world.hooks, world.hookDown).
+	hooks, hookDown bool
 	// young is true when something still waits for time: a lock younger
 	// than the grace, an order decided less than Settle ago, a refund
 	// lease running, a stopped operation younger than PlaceTimeout.
@@ -129,6 +132,7 @@ func (w *world) observe() *observation {
 	}
 	w.mu.Lock()
 	s.facts = w.facts.clone()
+	s.hooks, s.hookDown = w.hooks, w.hookDown
 	w.mu.Unlock()
 	for _, d := range s.facts.disc {
 		if !d.settled && now.Sub(d.tried) < cancel.DiscrepancyLeaseDefault {
@@ -160,7 +164,11 @@ func (w *world) readErr(what string, err error) {
 
 func (f facts) clone() facts {
 	c := facts{refunds: maps.Clone(f.refunds), refStep: maps.Clone(f.refStep),
-		reason: maps.Clone(f.reason), sent: maps.Clone(f.sent), disc: map[string]*discFact{}, issued: maps.Clone(f.issued), acked: maps.Clone(f.acked)}
+		reason: maps.Clone(f.reason), sent: maps.Clone(f.sent), disc: map[string]*discFact{}, issued: maps.Clone(f.issued), acked: maps.Clone(f.acked),
+		hooked: map[string][]expiry.Status{}}
+	for k, v := range f.hooked {
+		c.hooked[k] = slices.Clone(v)
+	}
 	for id, d := range f.disc {
 		dd := *d
 		c.disc[id] = &dd
@@ -244,6 +252,12 @@ func (s *observation) hash(h history) [16]byte {
 		fmt.Fprintf(&b, "p %s %d %v %v %s %v %v;", id, min(s.facts.refunds[id], 2), s.facts.issued[id], s.facts.acked[id], lease,
 			paid > 0, paid > 0 && refunded > 0 && refunded < paid)
 	}
+	if s.hooks {
+		fmt.Fprintf(&b, "hook down %v;", s.hookDown)
+		for _, k := range slices.Sorted(maps.Keys(s.facts.hooked)) {
+			fmt.Fprintf(&b, "hooked %s %v;", k, s.facts.hooked[k])
+		}
+	}
 	for _, p := range s.parked {
 		fmt.Fprintf(&b, "x %d %s %s %s;", p.kind, bucket(p.age, cancel.PlaceTimeoutDefault), p.at, p.trace)
 	}
@@ -294,6 +308,27 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 		fs = append(fs, finding{ledger: ledger, class: ledger + " " + class, text: fmt.Sprintf(format, args...)})
 	}
 	next := hist.clone()
+
+	// The transition hook (cancel.Hook), when installed: its outbox has a
+	// record for each time an order left pending, with its new status, and
+	// none for a transition that rolled back (a pending order has none). A
+	// late payment's reinstatement (cancelled to paid) runs no hook: a paid
+	// order's record may say cancelled.
+	if cur.hooks {
+		for k, o := range cur.orders {
+			got := cur.facts.hooked[k]
+			switch {
+			case !o.exists:
+			case o.Status == expiry.StatusPending && len(got) > 0:
+				add("hook", "a pending order has an outbox record", "order %s is pending, its outbox records %v", k, got)
+			case o.Status == expiry.StatusPending:
+			case len(got) != 1:
+				add("hook", "a decided order has not exactly one outbox record", "order %s is %s, its outbox records %v", k, o.Status, got)
+			case got[0] != o.Status && !(o.Status == expiry.StatusPaid && got[0] == expiry.StatusCancelled):
+				add("hook", "an outbox record says another status", "order %s is %s, its outbox record says %s", k, o.Status, got[0])
+			}
+		}
+	}
 
 	// I1: an order ends in one terminal state, and a paid one stays paid
 	// (a late payment's reinstatement is the library's one documented way
@@ -437,6 +472,15 @@ func judgeSettled(w *world, cur *observation) []finding {
 			k := t.show + "/" + u
 			if cur.held[k] != count[k] {
 				add("I8", "a counter differs from its user's seats", "counter %s is %d, its seats in pending and paid orders %d", k, cur.held[k], count[k])
+			}
+		}
+	}
+	if cur.hooks {
+		// A transition whose hook failed was retried once the outbox came
+		// back: no order is left pending past its deadline (I3).
+		for k, o := range cur.orders {
+			if pending(o) && o.remaining <= 0 {
+				add("hook", "a due order is still pending", "order %s is pending %v past its deadline", k, -o.remaining)
 			}
 		}
 	}

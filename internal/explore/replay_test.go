@@ -93,6 +93,7 @@ func (x *explorer) replayOnce(seq []step, kill bool, v *verdict) (more bool, err
 	if err != nil {
 		return false, err
 	}
+	w.installHooks(x.kinds)
 	defer w.finish(killAll)
 	prev, hist := w.observe(), history{}.clone()
 	var all []finding

@@ -117,18 +117,77 @@ type world struct {
 	mu    sync.Mutex
 	facts facts
 	fp    uint64 // running fingerprint of every call, to check determinism
+	// hooks says the order stores run the world's transition hook
+	// (installHooks); hookDown, that it fails (the host's outbox is down).
+	hooks, hookDown bool
+}
+
+// errHookDown is the world's transition hook failing.
+var errHookDown = errors.New("explore: the host's outbox is down")
+
+// installHooks gives every tenant's order store the world's transition
+// hook when kinds has a hook step, and takes it away otherwise (the SQL
+// backends keep their stores from one world to the next). The hook writes
+// its record (facts.hooked) unless its outage is on; it is the host's
+// outbox row in the transition's transaction.
+func (w *world) installHooks(kinds []kind) {
+	on := slices.ContainsFunc(kinds, func(k kind) bool { return k.op == "hook" })
+	w.hooks = on
+	for _, t := range w.tenants {
+		hs, ok := t.store.(interface{ SetHook(cancel.Hook) })
+		if !ok {
+			if on && w.err == nil {
+				w.err = fmt.Errorf("the order store %T has no SetHook", t.store)
+			}
+			continue
+		}
+		if !on {
+			hs.SetHook(nil)
+			continue
+		}
+		hs.SetHook(func(_ context.Context, _ cancel.Querier, r cancel.Result) error {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.hookDown {
+				return errHookDown
+			}
+			k := key(t, r.Order.No)
+			w.facts.hooked[k] = append(w.facts.hooked[k], r.Order.Status)
+			return nil
+		})
+	}
+}
+
+// hookKind starts (down) or ends the outage of the hook's outbox: while it
+// lasts, every transition's hook fails and the transition rolls back.
+func hookKind(down bool) kind {
+	name := "hook: the outbox comes back"
+	if down {
+		name = "hook: the outbox goes down (every transition's hook fails)"
+	}
+	return kind{
+		name:     name,
+		op:       "hook",
+		tenant:   1,
+		enabled:  func(s *observation) bool { return s.hookDown != down },
+		hookDown: &down,
+	}
 }
 
 // facts are what the gates saw happen, the ledgers' record of events
 // (outcomes as the stores answered them, never re-derived).
 type facts struct {
-	refunds  map[string]int // payment id → refund hook calls made
-	refStep  map[string]int // payment id → the step it was first refunded
-	reason   map[string]cancel.Reason
-	sent     map[string]bool
-	disc     map[string]*discFact
-	issued   map[string]bool // payment ids whose callback was made
-	acked    map[string]bool // …and answered: nil or ErrDiscrepancy
+	refunds map[string]int // payment id → refund hook calls made
+	refStep map[string]int // payment id → the step it was first refunded
+	reason  map[string]cancel.Reason
+	sent    map[string]bool
+	disc    map[string]*discFact
+	issued  map[string]bool // payment ids whose callback was made
+	acked   map[string]bool // …and answered: nil or ErrDiscrepancy
+	// hooked is, per order key, the new status of every transition whose
+	// store hook (cancel.Hook, installed by installHooks) succeeded: the
+	// host's outbox as the hook wrote it.
+	hooked   map[string][]expiry.Status
 	findings []finding
 }
 
@@ -161,7 +220,8 @@ func newWorld(p *pool, shared bool, b backend) (*world, error) {
 	clk := &fakeClock{now: start}
 	w := &world{pool: p, clk: clk, backend: b, events: make(chan event), parked: map[int]*op{}}
 	w.facts = facts{refunds: map[string]int{}, refStep: map[string]int{},
-		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{}}
+		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{},
+		hooked: map[string][]expiry.Status{}}
 	rt := expiry.Runtime{Logger: slog.New(slog.DiscardHandler), Clock: clk}
 	ctx := context.Background()
 	stores, inserts, err := b.orders.open(clk, 2)
@@ -386,6 +446,8 @@ type kind struct {
 	// twin, when >= 0, is the kind that must be in flight for this one to
 	// start (see withTwins).
 	twin int
+	// hookDown, for a hook step, is the outage it sets when it starts.
+	hookDown *bool
 }
 
 // placeKind places no for user on seats of tenant t's show through
@@ -533,6 +595,7 @@ var scenarios = []scenario{
 	{"payments", paymentRaces},
 	{"deadlines", deadlines},
 	{"two tenants", twoTenants},
+	{"hooks", hooks},
 }
 
 // Service calls are spread over the two instances (a Service keeps no
@@ -647,6 +710,27 @@ func twoTenants() []kind {
 		roundKind(1, 0),
 		placeKind(2, 0, "o1", "u1", "a1"),
 		roundKind(2, 0),
+		clockKinds[0],
+		clockKinds[1],
+	})
+}
+
+// hooks is tenant 1 with the store's transition hook (cancel.Hook) and
+// its outbox going down and coming back: a cancel or a payment whose hook
+// fails rolls back and is tried again later (the timeout's redelivery, the
+// reconciler after its backoff, the provider's repeat), among placements,
+// payments, a user cancel, reconcile rounds and the clock.
+func hooks() []kind {
+	return withTwins([]kind{
+		placeKind(1, 0, "o1", "u1", "a1"),
+		placeKind(1, 1, "o2", "u2", "a2"),
+		hookKind(true),
+		hookKind(false),
+		timeoutKind(1, 0, "o1"),
+		userCancelKind(1, "o2"),
+		payKind(1, 0),
+		payKind(0, 1),
+		roundKind(1, 0),
 		clockKinds[0],
 		clockKinds[1],
 	})
