@@ -2,6 +2,7 @@ package galera_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -136,4 +137,96 @@ func TestHookUnderCertificationConflicts(t *testing.T) {
 		t.Error(v)
 	}
 	assert.Greater(t, conflicts, int64(0), "no certification conflict happened: the test proved nothing")
+}
+
+// TestHookBruteForceAbortedWhileIdle: a payment's transaction on node 1
+// has made its compare-and-set and is in its hook when a user's cancel of
+// the same order commits through node 2; applying it on node 1 aborts the
+// payment's transaction (a brute-force abort) while the hook waits between
+// statements. The hook's next statement must fail and the store must not
+// report the payment made: the order ends cancelled, the payment refunded
+// once, no "paid" hook row (I1, I14).
+func TestHookBruteForceAbortedWhileIdle(t *testing.T) {
+	ctx := context.Background()
+	_, dbs := cluster(t, nil)
+	show := "galb-" + testenv.Unique()
+	ws := worlds(t, dbs, show)
+	_, err := dbs[0].ExecContext(ctx, "CREATE TABLE hook_rows (order_no VARCHAR(64) NOT NULL, status VARCHAR(16) NOT NULL, PRIMARY KEY (order_no, status))")
+	require.NoError(t, err)
+	now, err := ws[0].Store.Now(ctx)
+	require.NoError(t, err)
+	p := cancel.Placement{OrderNo: show + "-1", UserID: "u1", ShowID: show, Seats: []string{"b1"}, ExpireAt: now.Add(time.Hour)}
+	require.NoError(t, ws[0].Place(ctx, p))
+	time.Sleep(200 * time.Millisecond) // every node has the order and the table
+
+	inHook, cancelled := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var hookErrs []error
+	var mu sync.Mutex
+	write := func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO hook_rows (order_no, status) VALUES (?, ?)", r.Order.No, r.Order.Status.String())
+		return err
+	}
+	ws[0].Store.SetHook(func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(inHook)
+			select {
+			case <-cancelled:
+			case <-time.After(10 * time.Second):
+				return errors.New("the cancel through node 2 never committed")
+			}
+			time.Sleep(500 * time.Millisecond) // node 1 applies the cancel
+		}
+		err := write(ctx, tx, r)
+		mu.Lock()
+		hookErrs = append(hookErrs, err)
+		mu.Unlock()
+		return err
+	})
+	ws[1].Store.SetHook(write)
+	type answer struct {
+		res cancel.Result
+		err error
+	}
+	paid := make(chan answer, 1)
+	go func() {
+		res, err := ws[0].Service.Pay(ctx, cancel.Payment{OrderNo: p.OrderNo, UserID: "u1", PaymentID: "pay-b1"})
+		paid <- answer{res, err}
+	}()
+	<-inHook
+	res, err := ws[1].Service.UserCancel(ctx, p.OrderNo, "u1")
+	close(cancelled)
+	require.NoError(t, err, "the cancel through node 2 does not wait for node 1's open transaction")
+	require.True(t, res.Changed)
+	pay := <-paid
+	mu.Lock()
+	t.Logf("pay: changed %v, status %s, err %v; the hook's statements: %v", pay.res.Changed, pay.res.Order.Status, pay.err, hookErrs)
+	mu.Unlock()
+
+	truth := pools(t, nodeDSNs(t)[:1], dbName(t, dbs[0]), syncWait)[0]
+	var status int
+	require.NoError(t, truth.QueryRowContext(ctx, "SELECT status FROM oe_order WHERE order_no = ?", p.OrderNo).Scan(&status))
+	var rows []string
+	rs, err := truth.QueryContext(ctx, "SELECT status FROM hook_rows WHERE order_no = ? ORDER BY status", p.OrderNo)
+	require.NoError(t, err)
+	for rs.Next() {
+		var st string
+		require.NoError(t, rs.Scan(&st))
+		rows = append(rows, st)
+	}
+	require.NoError(t, rs.Close())
+	assert.Equal(t, expiry.StatusCancelled, expiry.Status(status), "the cancel committed first")
+	assert.False(t, pay.res.Changed, "the payment's transaction was aborted: not made")
+	assert.ErrorIs(t, pay.err, cancel.ErrDiscrepancy, "a payment for a cancelled order")
+	assert.Equal(t, []string{"cancelled"}, rows, "one hook row: the cancel's")
+	assert.Equal(t, 1, ws[0].Ledger.Refunded["pay-b1"], "refunded once")
+}
+
+// dbName is the database db's connections use.
+func dbName(t *testing.T, db *sql.DB) string {
+	var name string
+	require.NoError(t, db.QueryRow("SELECT DATABASE()").Scan(&name))
+	return name
 }
