@@ -949,3 +949,37 @@ func TestHookAttackPaymentIDsAcrossOrders(t *testing.T) {
 		assert.Zero(t, w.refunded("pay-shared"), "honoured (order c): never refunded")
 	})
 }
+
+// TestHookAttackErrorWrappingNotFound: a hook whose own error wraps
+// expiry.ErrNotFound (the hook looked up a related record through a lookup
+// that answers with the library's sentinel: a parent order, a bundle). The
+// hook's doc says a failed hook's transition is tried again like any
+// failed one: the timeout message redelivered, the reconciler counting the
+// order skipped and backing it off; Pay checks ErrHook before anything the
+// hook's error wraps. Seen: the Handler checks ErrNotFound first and acks
+// the message as OutcomeMissing with no error (never redelivered, the order
+// still pending and due), and the reconciler drops the order from its
+// report (neither skipped nor backed off, I12: a failing order is skipped
+// and counted). Expected: ErrHook decides first, as in Pay.
+func TestHookAttackErrorWrappingNotFound(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		w.store.SetHook(func(context.Context, cancel.Querier, cancel.Result) error {
+			return fmt.Errorf("the order's bundle: %w", expiry.ErrNotFound)
+		})
+		o := w.place(t, "nf-1", "u1", w.now.Add(-time.Second), "N1")
+		h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: sendNothing{}})
+		require.NoError(t, err)
+		out, err := h.Handle(ctx, expiry.Message{OrderNo: o.OrderNo})
+		assert.Error(t, err, "the hook failed: the message must be redelivered")
+		assert.Equal(t, expiry.OutcomeFailed, out)
+		r, err := reconcile.New(reconcile.Config{Orders: w.store, Seats: w.seats, Service: w.svc})
+		require.NoError(t, err)
+		rep, err := r.Round(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, rep.Skipped, "the reconciler counts the order it could not cancel")
+		assert.Equal(t, expiry.StatusPending, w.status(t, o.OrderNo))
+		w.assertAgrees(t, o.OrderNo, o.Seats...)
+	})
+}
