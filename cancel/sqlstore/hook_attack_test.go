@@ -237,7 +237,7 @@ func TestHookAttackPanicRollsBack(t *testing.T) {
 		}()
 		require.NotNil(t, panicked, "the hook's panic goes up to the caller")
 
-		ctx5, done := context.WithTimeout(ctx, 2*time.Second)
+		ctx5, done := context.WithTimeout(ctx, time.Second)
 		defer done()
 		res, err := w.svc.UserCancel(ctx5, b.OrderNo, "u2")
 		assert.NoError(t, err, "another order's cancel after a hook panicked")
@@ -429,7 +429,7 @@ func TestHookAttackFailureDecidesNothing(t *testing.T) {
 		due := w.place(t, "f-due", "u2", w.now.Add(-time.Second), "F2", "F3")
 		x := w.place(t, "f-expire", "u3", w.now.Add(time.Hour), "F4")
 		p := w.place(t, "f-pay", "u4", w.now.Add(time.Hour), "F5")
-		q := w.place(t, "f-pay-late", "u5", w.now.Add(2*time.Second), "F6")
+		q := w.place(t, "f-pay-late", "u5", w.now.Add(time.Second), "F6")
 		all := []cancel.Placement{u, due, x, p, q}
 		for _, o := range all {
 			g.set(true, o.OrderNo)
@@ -981,5 +981,78 @@ func TestHookAttackErrorWrappingNotFound(t *testing.T) {
 		assert.Equal(t, 1, rep.Skipped, "the reconciler counts the order it could not cancel")
 		assert.Equal(t, expiry.StatusPending, w.status(t, o.OrderNo))
 		w.assertAgrees(t, o.OrderNo, o.Seats...)
+	})
+}
+
+// TestHookAttackSeesTheTransitionInItsTransaction: the hook's doc says it
+// runs after the compare-and-set matched and the claims were changed, in
+// the same transaction. A hook that reads through its handle must then see
+// the order in its new status and its claims deleted (a cancel) or sold (a
+// payment), on every path: a user cancel (MariaDB's DELETE … RETURNING),
+// a timeout, a payment.
+func TestHookAttackSeesTheTransitionInItsTransaction(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newHookWorld(t, d, db, false)
+		type seen struct {
+			status       int
+			locked, sold int
+		}
+		var mu sync.Mutex
+		got := map[string]seen{}
+		w.store.SetHook(func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+			var s seen
+			rs, err := tx.QueryContext(ctx, bindQ(w.d, "SELECT status FROM oe_order WHERE order_no = ?"), r.Order.No)
+			if err != nil {
+				return err
+			}
+			for rs.Next() {
+				if err := rs.Scan(&s.status); err != nil {
+					rs.Close()
+					return err
+				}
+			}
+			if err := rs.Close(); err != nil {
+				return err
+			}
+			rs, err = tx.QueryContext(ctx, bindQ(w.d, "SELECT state FROM oe_order_seat WHERE order_no = ?"), r.Order.No)
+			if err != nil {
+				return err
+			}
+			for rs.Next() {
+				var st int
+				if err := rs.Scan(&st); err != nil {
+					rs.Close()
+					return err
+				}
+				if st == 2 {
+					s.sold++
+				} else {
+					s.locked++
+				}
+			}
+			if err := rs.Close(); err != nil {
+				return err
+			}
+			mu.Lock()
+			got[r.Order.No] = s
+			mu.Unlock()
+			return w.write(ctx, tx, r)
+		})
+		u := w.place(t, "see-user", "u1", w.now.Add(time.Hour), "E1", "E2")
+		due := w.place(t, "see-due", "u2", w.now.Add(-time.Second), "E3")
+		p := w.place(t, "see-pay", "u3", w.now.Add(time.Hour), "E4", "E5")
+		_, err := w.svc.UserCancel(ctx, u.OrderNo, "u1")
+		require.NoError(t, err)
+		_, _, err = w.svc.Timeout(ctx, due.OrderNo)
+		require.NoError(t, err)
+		_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: p.OrderNo, UserID: "u3", PaymentID: "pay-see"})
+		require.NoError(t, err)
+		assert.Equal(t, seen{status: int(expiry.StatusCancelled)}, got[u.OrderNo], "a user cancel: cancelled, claims deleted")
+		assert.Equal(t, seen{status: int(expiry.StatusCancelled)}, got[due.OrderNo], "a timeout: cancelled, claims deleted")
+		assert.Equal(t, seen{status: int(expiry.StatusPaid), sold: 2}, got[p.OrderNo], "a payment: paid, claims sold")
+		for _, o := range []cancel.Placement{u, due, p} {
+			w.assertAgrees(t, o.OrderNo, o.Seats...)
+		}
 	})
 }
