@@ -16,7 +16,10 @@ import (
 // changed (deleted or sold), in the same transaction, before COMMIT; only
 // for a transition this call makes (pending to cancelled by CancelPending,
 // pending to paid by PayPending), never for a call that lost the race, found
-// the order decided, not due or not the user's.
+// the order decided, not due or not the user's. A late payment's
+// reinstatement (Reinstater, cancelled to paid) does not run it: a host
+// that keeps an outbox of payments also handles Service.Pay's answer with
+// Changed true for an order it saw cancelled.
 //
 // What: tx is the open transaction (cancel/sqlstore passes its *sql.Tx; an
 // in-memory store, which has none, passes nil). r is the change as the

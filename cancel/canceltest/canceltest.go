@@ -20,7 +20,8 @@
 // the expiry warning), with the hostile-but-legal races of each: a late
 // callback repeated and raced by a second payment id, a late payment racing
 // the seat's sale to another order, an extension racing the timeout, a
-// warning redelivered after the payment.
+// warning redelivered after the payment. RunHooks is the suite of a store's
+// transition hook (cancel.Hook), apart from RunStore.
 package canceltest
 
 import (

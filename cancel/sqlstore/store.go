@@ -46,7 +46,7 @@
 // deadlocks (PostgreSQL 40001/40P01, MariaDB 1020/1213) are retried; the
 // retry sees the winner's status, so they end as "lost the race".
 //
-// Round trips: on PostgreSQL a cancel or a payment is one statement, a
+// Round trips (without a hook: SetHook): on PostgreSQL a cancel or a payment is one statement, a
 // data-modifying CTE that does the compare-and-set and, only if it
 // matched, deletes, releases or sells the claims, returning the order and
 // its seats (atomic as one statement). Elsewhere it is a transaction: the

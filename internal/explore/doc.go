@@ -29,6 +29,11 @@
 // reconciler repeats); a reconcile round's seat-store write may also fail
 // while the round goes on. The clock moves to the next deadline (a timeout
 // step moves it to its order's), or past Grace, Settle and the refund lease.
+// In the hooks scenario the order stores run a transition hook
+// (cancel.Hook) whose outbox goes down and comes back as steps: a cancel
+// or a payment whose hook fails rolls back and is tried again later, and a
+// ledger checks that the outbox holds one record per order that left
+// pending, none for a transition rolled back.
 //
 // Run it with
 //
