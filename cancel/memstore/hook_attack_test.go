@@ -73,9 +73,10 @@ func TestHookAttackMemstorePanicReleasesLock(t *testing.T) {
 // TestHookAttackMemstoreReinstateRunsNoHook is sqlstore's
 // TestHookAttackReinstateRunsNoHook on the in-memory store: with
 // AcceptLatePayments a late payment moves the cancelled order to paid
-// without the hook. Seen: the hook saw only the cancel. Expected: the hook
-// sees the transition that made the order paid (I1, I14), as it does for
-// every other transition.
+// without the hook (cancel/hook.go documents it; see the sqlstore test for
+// why acting on Pay's answer instead is not enough). Seen: the hook saw
+// only the cancel. Expected: the hook sees the transition that made the
+// order paid (I1, I14), as it does for every other transition.
 func TestHookAttackMemstoreReinstateRunsNoHook(t *testing.T) {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)

@@ -344,11 +344,14 @@ func TestHookAttackCommitThroughHandle(t *testing.T) {
 // its seats again: a transition, the only way back from a terminal state.
 // The hook is "the host's own work in the transaction of a transition"
 // (return a coupon, write an outbox row), yet it never runs for this one.
-// Seen: the hook's rows say the order was cancelled (a coupon returned, an
-// outbox "cancelled" event) and nothing says it was paid, while the order
-// is paid and its seats sold. Expected: the hook's rows show the
-// transition that committed last (the order's final state, I1, I14), as
-// they do for every other path.
+// cancel/hook.go now says so and asks the host to act on Pay's answer
+// (Changed for an order it saw cancelled) instead: outside the
+// transaction, so a crash or a lost answer between the reinstatement's
+// COMMIT and the host's own write leaves the host's rows saying
+// "cancelled" (a coupon returned, an outbox event) for an order that is
+// paid, for good. Seen: the hook's rows show the cancel only. Expected:
+// the hook's rows show the transition that committed last (the order's
+// final state, I1, I14), in its transaction, as on every other path.
 func TestHookAttackReinstateRunsNoHook(t *testing.T) {
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		ctx := context.Background()
