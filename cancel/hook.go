@@ -15,11 +15,9 @@ import (
 // When: after the compare-and-set matched and the order's claims were
 // changed (deleted or sold), in the same transaction, before COMMIT; only
 // for a transition this call makes (pending to cancelled by CancelPending,
-// pending to paid by PayPending), never for a call that lost the race, found
-// the order decided, not due or not the user's. A late payment's
-// reinstatement (Reinstater, cancelled to paid) does not run it: a host
-// that keeps an outbox of payments also handles Service.Pay's answer with
-// Changed true for an order it saw cancelled.
+// pending to paid by PayPending, cancelled to paid by a late payment's
+// ReinstateCancelled, after the seats were claimed again), never for a call
+// that lost the race, found the order decided, not due or not the user's.
 //
 // What: tx is the open transaction (cancel/sqlstore passes its *sql.Tx; an
 // in-memory store, which has none, passes nil). r is the change as the
@@ -43,7 +41,11 @@ import (
 // also run it again in a new transaction after a serialization failure or
 // a deadlock, its own or the hook's. It must not call the store or the
 // Service: the transaction holds the order's row (and an in-memory store its
-// lock).
+// lock). Nor may it end the transaction (COMMIT, ROLLBACK, or DDL, which
+// MySQL and MariaDB commit on their own): cancel/sqlstore runs it inside a
+// savepoint and, when the transaction ended in it, reads the order to
+// report what committed (a transition the hook committed is reported as
+// made, even after its error; one lost with the transaction is ErrHook).
 type Hook func(ctx context.Context, tx Querier, r Result) error
 
 // ErrHook reports that a Hook failed: the transition was rolled back. The

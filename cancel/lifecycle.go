@@ -175,6 +175,10 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 		}
 	}
 	switch {
+	case errors.Is(err, ErrHook):
+		// The store's Hook failed: nothing was reinstated, nothing is
+		// refunded (whatever its error wraps); the provider's repeat decides.
+		return res, fmt.Errorf("cancel: late payment %s of order %s: %w", p.PaymentID, p.OrderNo, err)
 	case errors.Is(err, ErrSeatUnavailable), errors.Is(err, ErrNoSeatRecord), errors.Is(err, ErrLimitExceeded), errors.Is(err, ErrDiscrepancy):
 		return s.refuse(ctx, p, res, expiry.StatusCancelled, false)
 	default: // transient, ErrNotOwner, ErrNotFound: the provider's retry decides

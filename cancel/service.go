@@ -299,6 +299,13 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 // implements expiry.Canceller.
 func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, expiry.Order, error) {
 	res, err := s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonTimeout, OnlyIfDue: true})
+	if errors.Is(err, ErrHook) {
+		// The Handler branches on expiry's sentinels: a hook's own error
+		// that wraps one (ErrNotFound of the host's lookup) must not turn
+		// the failed cancel into an order that is gone, acked and never
+		// redelivered. Its text stays; its chain is the caller's of Cancel.
+		return false, res.Order, fmt.Errorf("cancel: timeout of %s: %w (%v)", orderNo, ErrHook, err)
+	}
 	return res.Changed, res.Order, err
 }
 

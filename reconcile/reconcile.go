@@ -456,7 +456,7 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) i
 				octx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
 				res, err := r.c.Service.Cancel(octx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
 				done()
-				if errors.Is(err, expiry.ErrNotFound) {
+				if errors.Is(err, expiry.ErrNotFound) && !errors.Is(err, cancel.ErrHook) { // a hook's own not-found is a failed cancel
 					continue
 				}
 				mu.Lock()

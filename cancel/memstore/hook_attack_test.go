@@ -70,14 +70,14 @@ func TestHookAttackMemstorePanicReleasesLock(t *testing.T) {
 	assert.Equal(t, []expiry.Status{expiry.StatusPaid}, rec.of(p.OrderNo))
 }
 
-// TestHookAttackMemstoreReinstateRunsNoHook is sqlstore's
-// TestHookAttackReinstateRunsNoHook on the in-memory store: with
-// AcceptLatePayments a late payment moves the cancelled order to paid
-// without the hook (cancel/hook.go documents it; see the sqlstore test for
-// why acting on Pay's answer instead is not enough). Seen: the hook saw
-// only the cancel. Expected: the hook sees the transition that made the
-// order paid (I1, I14), as it does for every other transition.
-func TestHookAttackMemstoreReinstateRunsNoHook(t *testing.T) {
+// TestHookAttackMemstoreReinstateRunsTheHook is sqlstore's
+// TestHookAttackReinstateRunsTheHook on the in-memory store: with
+// AcceptLatePayments a late payment moves the cancelled order to paid, and
+// the hook sees that transition (it first did not; see the sqlstore test
+// for why acting on Pay's answer instead is not enough). Expected: the
+// hook sees the transition that made the order paid (I1, I14), as it does
+// for every other transition.
+func TestHookAttackMemstoreReinstateRunsTheHook(t *testing.T) {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, AcceptLatePayments: true})

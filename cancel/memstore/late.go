@@ -53,6 +53,17 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 	if err != nil {
 		return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: %w", p.OrderNo, err)
 	}
+	if s.hook != nil {
+		// A reinstatement is a transition too (cancelled to paid): the
+		// hook sees it before anything changes, and its failure leaves
+		// the order cancelled (the caller gives the claimed lock back).
+		r := cur
+		r.Status = expiry.StatusPaid
+		change := cancel.Result{Changed: true, Order: r, Seats: slices.Clone(o.placed), PaymentID: p.PaymentID, LockID: lockID}
+		if err := s.hook(ctx, nil, change); err != nil {
+			return cancel.Result{Order: cur}, fmt.Errorf("memstore: reinstate %s: %w: %w", p.OrderNo, cancel.ErrHook, err)
+		}
+	}
 	// The id is decided: honoured (settled at once, never refunded).
 	nowMS := s.now().UnixMilli()
 	s.disc[p.PaymentID] = &discrepancy{d: cancel.Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: o.o.UserID},

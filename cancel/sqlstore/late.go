@@ -240,6 +240,13 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	if _, err := tx.ExecContext(ctx, s.lateSQL("UPDATE oe_order SET lock_id = ? WHERE order_no = ?"), nullIfEmpty(lockID), p.OrderNo); err != nil {
 		return res, false, true, fmt.Errorf("keep the lock id: %w", err) // rolled back: the caller releases the lock
 	}
+	done := cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID, LockID: lockID}
+	if err := s.runHook(ctx, hooked{hook: s.hook.Load(), to: expiry.StatusPaid}, tx, done, vals{no: p.OrderNo, payment: p.PaymentID}); err != nil {
+		if errors.Is(err, errHookEndedTx) && s.committedByHook(ctx, p.OrderNo, expiry.StatusPaid, vals{payment: p.PaymentID}) {
+			return done, true, true, nil // the hook committed it: the lock is the order's
+		}
+		return res, false, true, err // rolled back: the caller releases the lock
+	}
 	committed = true
 	if err := tx.Commit(); err != nil {
 		return res, false, true, fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
@@ -317,6 +324,13 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 	}
 	if _, err := tx.ExecContext(ctx, s.lateSQL("UPDATE oe_order_side SET lock_id = ? WHERE scope = ? AND order_no = ?"), nullIfEmpty(lockID), s.m.scope, p.OrderNo); err != nil {
 		return res, false, true, fmt.Errorf("keep the lock id: %w", err) // rolled back: the caller releases the lock
+	}
+	done := cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID, LockID: lockID}
+	if err := s.runHook(ctx, hooked{hook: s.hook.Load(), to: expiry.StatusPaid}, tx, done, vals{no: p.OrderNo, payment: p.PaymentID}); err != nil {
+		if errors.Is(err, errHookEndedTx) && s.committedByHook(ctx, p.OrderNo, expiry.StatusPaid, vals{payment: p.PaymentID}) {
+			return done, true, true, nil // the hook committed it: the lock is the order's
+		}
+		return res, false, true, err // rolled back: the caller releases the lock
 	}
 	committed = true
 	if err := tx.Commit(); err != nil {

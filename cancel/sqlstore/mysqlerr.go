@@ -9,6 +9,7 @@ const (
 	myErrCheckRead       = 1020 // ER_CHECKREAD: the row changed since it was read (MariaDB snapshot isolation)
 	myErrLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	myErrLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
+	myErrSavepointGone   = 1305 // ER_SP_DOES_NOT_EXIST: a savepoint its transaction no longer has
 )
 
 // mysqlDriverPkg is the package of go-sql-driver/mysql's error type.

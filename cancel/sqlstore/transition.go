@@ -92,6 +92,9 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 	default:
 		res, changed, err = s.transitionTx(ctx, cas, v, seatsQ, h)
 	}
+	if errors.Is(err, errHookEndedTx) && s.committedByHook(ctx, orderNo, to, v) {
+		return h.changed(res, v), nil
+	}
 	if err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
@@ -112,6 +115,21 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 	return res, nil
 }
 
+// committedByHook reports, for a transaction that ended inside its hook,
+// whether the hook committed the change (a COMMIT through its handle, then
+// its error or not): the order has the new status (and, for a payment with
+// a payment column, this payment's id). It did not when the order is
+// still pending or another call decided it; a read that fails says nothing
+// was committed, which a caller that retries cannot regret (the next
+// attempt finds the order decided and answers so).
+func (s *Store) committedByHook(ctx context.Context, orderNo string, to expiry.Status, v vals) bool {
+	o, paymentID, err := s.orderRow(ctx, orderNo)
+	if err != nil || o.Status != to {
+		return false
+	}
+	return to != expiry.StatusPaid || paymentID == "" || paymentID == v.payment
+}
+
 // hooked is a transition's hook (nil: none) and the status it moves the
 // order to.
 type hooked struct {
@@ -130,17 +148,72 @@ func (h hooked) changed(res cancel.Result, v vals) cancel.Result {
 	return res
 }
 
-// run runs the hook, if any, in tx, for the transition res read; its error
-// wraps cancel.ErrHook and rolls tx back.
-func (h hooked) run(ctx context.Context, tx *sql.Tx, res cancel.Result, v vals) error {
+// runHook runs the hook, if any, in tx, for the transition res read; its
+// error wraps cancel.ErrHook and rolls tx back.
+//
+// A hook must leave the transaction as it found it, open and holding the
+// change. One that does not (a COMMIT or ROLLBACK through its handle, DDL
+// that commits on its own on MySQL, a statement of its own that failed and
+// took the transaction with it: MariaDB rolls the whole transaction back on
+// a deadlock, Galera aborts it on a certification conflict, PostgreSQL
+// refuses every later statement) would leave COMMIT with nothing to commit,
+// or with the change committed before the hook's error. So the hook runs
+// inside a savepoint (two more round trips, with a hook only): when the
+// savepoint is gone afterwards, the transaction ended inside the hook, and
+// the returned errHookEndedTx makes transition read the order to say what
+// really happened.
+func (s *Store) runHook(ctx context.Context, h hooked, tx *sql.Tx, res cancel.Result, v vals) error {
 	if h.hook == nil {
 		return nil
 	}
-	if err := (*h.hook)(ctx, tx, h.changed(res, v)); err != nil {
-		return fmt.Errorf("%w: %w", cancel.ErrHook, err)
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT oe_hook"); err != nil {
+		return err
 	}
-	return nil
+	herr := (*h.hook)(ctx, tx, h.changed(res, v))
+	_, serr := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_hook")
+	switch {
+	case serr != nil && ctx.Err() == nil && savepointGone(serr):
+		// The transaction ended without an abort: a COMMIT or ROLLBACK
+		// of the hook's. The hook's error, if any, stays in the chain.
+		if herr != nil {
+			return fmt.Errorf("%w: %w (the savepoint: %v): %w", cancel.ErrHook, errHookEndedTx, serr, herr)
+		}
+		return fmt.Errorf("%w: %w (the savepoint: %v)", cancel.ErrHook, errHookEndedTx, serr)
+	case serr != nil && ctx.Err() == nil && herr == nil && retryable(serr):
+		// The database aborted the transaction while the hook ran (a
+		// deadlock, a Galera certification conflict): nothing committed,
+		// and the transition is tried again as on any deadlock.
+		return serr
+	case serr != nil && ctx.Err() == nil && herr == nil:
+		// Aborted (PostgreSQL refuses every statement after one that
+		// failed, which the hook ignored): nothing committed.
+		return fmt.Errorf("%w: the transaction was aborted inside the hook: %w", cancel.ErrHook, serr)
+	case herr != nil:
+		// The hook's error stays in the chain: a deadlock of its own is
+		// retried as the store's are.
+		return fmt.Errorf("%w: %w", cancel.ErrHook, herr)
+	}
+	return ctx.Err()
 }
+
+// savepointGone reports the error of a RELEASE SAVEPOINT whose
+// transaction ended without an abort (COMMIT or ROLLBACK): MySQL's 1305,
+// PostgreSQL's 25P01 (no transaction) and 3B001 (no such savepoint),
+// SQLite's "no such savepoint".
+func savepointGone(err error) bool {
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrSavepointGone
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		code := pg.SQLState()
+		return code == "25P01" || code == "3B001"
+	}
+	return strings.Contains(err.Error(), "no such savepoint")
+}
+
+// errHookEndedTx is a transaction that ended inside its hook (see runHook).
+var errHookEndedTx = errors.New("sqlstore: the transaction ended inside the hook")
 
 // transitionTx is a transition as a transaction of three statements (and
 // the hook's, after them).
@@ -197,7 +270,7 @@ func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt,
 				return err
 			}
 		}
-		return h.run(ctx, tx, res, v)
+		return s.runHook(ctx, h, tx, res, v)
 	})
 	return res, changed, err
 }
@@ -244,7 +317,7 @@ func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals,
 		if err != nil {
 			return err
 		}
-		return h.run(ctx, tx, res, v)
+		return s.runHook(ctx, h, tx, res, v)
 	})
 	return res, changed, err
 }
@@ -340,6 +413,15 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		// A panic (a host's Hook's) rolls back before it goes on up:
+		// otherwise the transaction, and the order's row lock, would
+		// stay open for as long as the caller's context.
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
+	}()
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback() // fn's error is the one to report
 		return ctxCause(ctx, err)

@@ -312,8 +312,8 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 	// The transition hook (cancel.Hook), when installed: its outbox has a
 	// record for each time an order left pending, with its new status, and
 	// none for a transition that rolled back (a pending order has none). A
-	// late payment's reinstatement (cancelled to paid) runs no hook: a paid
-	// order's record may say cancelled.
+	// late payment's reinstatement (cancelled to paid) is a transition too:
+	// a reinstated order's records are its cancel's, then its payment's.
 	if cur.hooks {
 		for k, o := range cur.orders {
 			got := cur.facts.hooked[k]
@@ -322,10 +322,12 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 			case o.Status == expiry.StatusPending && len(got) > 0:
 				add("hook", "a pending order has an outbox record", "order %s is pending, its outbox records %v", k, got)
 			case o.Status == expiry.StatusPending:
-			case len(got) != 1:
-				add("hook", "a decided order has not exactly one outbox record", "order %s is %s, its outbox records %v", k, o.Status, got)
-			case got[0] != o.Status && !(o.Status == expiry.StatusPaid && got[0] == expiry.StatusCancelled):
-				add("hook", "an outbox record says another status", "order %s is %s, its outbox record says %s", k, o.Status, got[0])
+			case len(got) == 0 || len(got) > 2:
+				add("hook", "a decided order has not one outbox record per transition", "order %s is %s, its outbox records %v", k, o.Status, got)
+			case got[len(got)-1] != o.Status:
+				add("hook", "an outbox record says another status", "order %s is %s, its last outbox record says %s", k, o.Status, got[len(got)-1])
+			case len(got) == 2 && got[0] != expiry.StatusCancelled:
+				add("hook", "two outbox records that are not a cancel and a late payment", "order %s is %s, its outbox records %v", k, o.Status, got)
 			}
 		}
 	}
