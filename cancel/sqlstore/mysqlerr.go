@@ -8,7 +8,7 @@ const (
 	myErrDupEntry        = 1062 // ER_DUP_ENTRY: a duplicate key
 	myErrCheckRead       = 1020 // ER_CHECKREAD: the row changed since it was read (MariaDB snapshot isolation)
 	myErrLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
-	myErrLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
+	myErrLockDeadlock    = 1213 // ER_LOCK_DEADLOCK; also a Galera certification conflict (the transaction was rolled back)
 )
 
 // mysqlDriverPkg is the package of go-sql-driver/mysql's error type.

@@ -20,7 +20,10 @@ import (
 // rows, the transaction is one statement (the order and its claims
 // together), two round trips fewer than BEGIN … COMMIT. A failed COMMIT, or
 // a one-statement placing that got no answer, is reported wrapping
-// expiry.ErrCommitUnknown, so Place keeps the seats locked. With another
+// expiry.ErrCommitUnknown, so Place keeps the seats locked; a COMMIT the
+// database refused and rolled back (a Galera certification conflict, 1213; a
+// serialization failure) is not: it is a plain error, and Place releases the
+// seats and sends nothing. With another
 // transaction manager, write the same function: Store.Place on its
 // transaction (a Querier), the host's rows, the commit, and return once it
 // has committed (examples/orm has gorm, sqlx, ent and pgx).
@@ -57,10 +60,36 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 			}
 		}
 		if err := tx.Commit(); err != nil {
+			if refusedCommit(err) {
+				return fmt.Errorf("sqlstore: place order %s: the database refused the commit and rolled the placement back (a conflict with a concurrent transaction: nothing was placed, it may be placed again): %w", p.OrderNo, err)
+			}
 			return fmt.Errorf("sqlstore: place order %s: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err)
 		}
 		return nil
 	}
+}
+
+// refusedCommit reports an error of COMMIT that the server answered by
+// rolling the transaction back, so its outcome is known: nothing committed.
+// On a MariaDB Galera Cluster a certification conflict (another node
+// committed a conflicting writeset first, internal/galera's
+// TestPlacementConflictAtCommit: a double submit through two nodes) aborts
+// the transaction and its COMMIT answers 1213, like a deadlock; MariaDB's
+// snapshot isolation answers 1020. PostgreSQL answers a serialization
+// failure or deadlock (40001, 40P01) or a deferred constraint (class 23) at
+// COMMIT, after rolling back. Anything else (no answer, a broken connection,
+// a server shutting down mid-commit, which PostgreSQL reports after the
+// commit may have happened locally) stays an unknown commit.
+func refusedCommit(err error) bool {
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrLockDeadlock || n == myErrCheckRead
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		c := pg.SQLState()
+		return c == "40001" || c == "40P01" || strings.HasPrefix(c, "23")
+	}
+	return false
 }
 
 // oneStatementPlace reports whether Insert without rows of the host's own
