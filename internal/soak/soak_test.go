@@ -445,6 +445,17 @@ func soak(t *testing.T, sc soakConfig) {
 		t.Logf("FIGURE soak %s: calls failed (an instance answered 500 or not at all; the load balancer then tries the next): %v; calls every instance failed: %v; acknowledged commits the database lacked at the end: %d %v",
 			dialectName, s.failed, s.gaveUp, len(s.lacked), s.lacked)
 	}
+	if sc.backInTime {
+		lost, kinds := map[string]int{}, map[string]int{}
+		for _, what := range s.lacked {
+			lost[what]++
+		}
+		for _, v := range backInTime {
+			kinds[strings.TrimSuffix(strings.Fields(v)[0], ":")]++
+		}
+		t.Logf("FIGURE soak %s: SQL went back in time: the promoted replica lacked %d acknowledged commits %v; what the checks saw of it, by invariant: %v",
+			dialectName, len(s.lacked), lost, kinds)
+	}
 	t.Logf("FIGURE soak %s: violations %d (+%d on orders SQL lost, reported)", dialectName, len(violations)-len(backInTime), len(backInTime))
 }
 
@@ -647,6 +658,7 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	var lastDupAfterRestart int64
 	repairedAfterPromotion := map[string]int{}
 	diverged := map[string]int{} // expiry.KindDiverged events by reason: SQL went back in time
+	firstCancel := map[string]int64{}
 	sort.SliceStable(lines, func(i, j int) bool { return lines[i].T < lines[j].T })
 	for _, l := range lines {
 		switch l.K {
@@ -658,6 +670,9 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			}
 		case "cancelled":
 			cancelEvents[l.O]++
+			if cancelEvents[l.O] == 1 {
+				firstCancel[l.O] = l.T
+			}
 		case "handled":
 			handled[l.O]++
 			perInst[l.I]++
@@ -751,6 +766,8 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	brokerDownDue, brokerDownByRec := 0, 0
 	brokerDownByMsg := map[string]int{}
 	heldWant := map[[2]string]int{}
+	lostSales := map[[2]string][]string{} // orders whose payment SQL lost, their seats still sold
+	lostSeats := map[[2]string]int{}
 	users := map[[2]string]bool{}
 	for _, o := range orders {
 		so, ok := inSQL[o.no]
@@ -800,12 +817,20 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			byReason[so.reason]++
 			if o.paidWith != "" {
 				s.lacked[o.no] = "payment"
+				lostSales[[2]string{o.show, o.user}] = append(lostSales[[2]string{o.show, o.user}], o.no)
+				lostSeats[[2]string{o.show, o.user}] += len(o.seats)
 				bad = append(bad, fmt.Sprintf("I1: order %s is cancelled but payment %s answered 200", o.no, o.paidWith))
 			}
 			if n := released[o.no]; n > len(o.seats) {
 				bad = append(bad, fmt.Sprintf("I2: order %s had %d seats released outside the Redis failover's lost window, it has %d", o.no, n, len(o.seats)))
 			}
 			if cancelEvents[o.no] > 1 {
+				// Cancelled twice: the first cancel's commit is gone, when
+				// it fell between the WAL senders' stop and the promotion
+				// (TestSoakPatroniAsync): SQL went back in time.
+				if f := s.marks["senders_frozen"]; f != 0 && firstCancel[o.no] >= f-1000 && firstCancel[o.no] <= s.marks["db_promoted"] {
+					s.lacked[o.no] = "cancel"
+				}
 				bad = append(bad, fmt.Sprintf("I5: order %s reported cancelled %d times", o.no, cancelEvents[o.no]))
 			}
 			if so.reason != string(cancel.ReasonUser) {
@@ -854,7 +879,12 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	for k := range users {
 		n, err := seats.Held(ctx, k[0], k[1])
 		require.NoError(t, err)
-		if n != heldWant[k] || n < 0 {
+		switch {
+		case n == heldWant[k]+lostSeats[k] && lostSeats[k] > 0:
+			// The seats stay sold to an order whose payment SQL lost
+			// (never freed: the sold pass reports them), so they count.
+			bad = append(bad, fmt.Sprintf("I8: user %s in %s: counter %d, holds %d seats in paid orders and %d sold to %v, whose payment SQL lost", k[1], k[0], n, heldWant[k], lostSeats[k], lostSales[k]))
+		case n != heldWant[k] || n < 0:
 			bad = append(bad, fmt.Sprintf("I8: user %s in %s: counter %d, holds %d seats in paid orders", k[1], k[0], n, heldWant[k]))
 		}
 	}
