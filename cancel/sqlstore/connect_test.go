@@ -3,6 +3,8 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +30,11 @@ func TestPlaceConnectFailedIsKnown(t *testing.T) {
 		dead    string
 	}{
 		{"postgres one statement", sqlstore.Postgres, testenv.Postgres, "pgx", "postgres://oe:oe@127.0.0.1:1/oe?sslmode=disable&connect_timeout=2"},
+		// A server that answers but is not what the DSN asks for (the
+		// primary, for a read-only session; for a read-write one, a
+		// replica while Patroni fails over): the login succeeds, the
+		// session is refused before any statement.
+		{"postgres session refused", sqlstore.Postgres, testenv.Postgres, "pgx", ""},
 		{"mysql transaction", sqlstore.MySQL, testenv.MySQL, "mysql", "oe:oe@tcp(127.0.0.1:1)/oe?timeout=2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,6 +42,14 @@ func TestPlaceConnectFailedIsKnown(t *testing.T) {
 			store, err := sqlstore.New(tc.open(t), tc.dialect)
 			require.NoError(t, err)
 			require.NoError(t, store.Migrate(ctx))
+			if tc.dead == "" {
+				tc.dead = os.Getenv(testenv.EnvPostgres)
+				sep := "?"
+				if strings.Contains(tc.dead, "?") {
+					sep = "&"
+				}
+				tc.dead += sep + "target_session_attrs=read-only"
+			}
 			dead, err := sql.Open(tc.driver, tc.dead)
 			require.NoError(t, err)
 			defer dead.Close()
