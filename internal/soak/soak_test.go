@@ -777,6 +777,10 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			placed++
 			if !ok {
 				s.lacked[o.no] = "placement"
+				if o.paidWith != "" { // its payment lost with it: the seats stay sold to an order SQL does not have
+					lostSales[[2]string{o.show, o.user}] = append(lostSales[[2]string{o.show, o.user}], o.no)
+					lostSeats[[2]string{o.show, o.user}] += len(o.seats)
+				}
 				bad = append(bad, fmt.Sprintf("I1: order %s was placed (200) but is not in SQL", o.no))
 				continue
 			}
