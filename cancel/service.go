@@ -170,8 +170,11 @@ func (s *Service) Scope() string {
 // insert is the host's transaction, and its nil is the commit: it must
 // insert that p (sqlstore's Store.Place does, keeping the lock id with the
 // order) and may insert the host's own rows in the same transaction, and it
-// returns only after the commit, nil if it committed. A failed commit must
-// be returned wrapping expiry.ErrCommitUnknown (sqlstore's Insert does). insert
+// returns only after the commit, nil if it committed. A commit whose outcome
+// is unknown (it got no answer) must be returned wrapping
+// expiry.ErrCommitUnknown; one the database refused, rolling the transaction
+// back (a Galera certification conflict answers 1213 at COMMIT), must not:
+// nothing was placed (sqlstore's Insert does both). insert
 // gets a context bounded by Config.PlaceTimeout. It sends nothing itself,
 // unless in its own transaction (expiry/river's ScheduleTx).
 //

@@ -8,7 +8,7 @@ const (
 	myErrDupEntry        = 1062 // ER_DUP_ENTRY: a duplicate key
 	myErrCheckRead       = 1020 // ER_CHECKREAD: the row changed since it was read (MariaDB snapshot isolation)
 	myErrLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
-	myErrLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
+	myErrLockDeadlock    = 1213 // ER_LOCK_DEADLOCK; also a Galera certification conflict (the transaction was rolled back)
 	myErrSavepointGone   = 1305 // ER_SP_DOES_NOT_EXIST: a savepoint its transaction no longer has
 )
 

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -20,7 +22,11 @@ import (
 // rows, the transaction is one statement (the order and its claims
 // together), two round trips fewer than BEGIN … COMMIT. A failed COMMIT, or
 // a one-statement placing that got no answer, is reported wrapping
-// expiry.ErrCommitUnknown, so Place keeps the seats locked. With another
+// expiry.ErrCommitUnknown, so Place keeps the seats locked; a COMMIT the
+// database refused and rolled back (a Galera certification conflict, 1213; a
+// serialization failure) is not: it is a plain error, and Place releases the
+// seats and sends nothing; nor is a placing that could not connect (nothing
+// was sent). With another
 // transaction manager, write the same function: Store.Place on its
 // transaction (a Querier), the host's rows, the commit, and return once it
 // has committed (examples/orm has gorm, sqlx, ent and pgx).
@@ -57,10 +63,75 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 			}
 		}
 		if err := tx.Commit(); err != nil {
+			if refusedCommit(err) {
+				return fmt.Errorf("sqlstore: place order %s: the database refused the commit and rolled the placement back (a conflict with a concurrent transaction: nothing was placed, it may be placed again): %w", p.OrderNo, err)
+			}
 			return fmt.Errorf("sqlstore: place order %s: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err)
 		}
 		return nil
 	}
+}
+
+// pgconnPkg is the package of pgx's connection errors.
+const pgconnPkg = "github.com/jackc/pgx/v5/pgconn"
+
+// connectFailed reports an error of opening a connection, before any
+// statement of the caller was sent on it: a dial that failed (*net.OpError
+// "dial"), or pgx's *pgconn.ConnectError (a dial, a refused login, or a
+// server that is not what target_session_attrs asks for, such as a Patroni
+// replica while its primary fails over). database/sql opens a connection
+// only before a statement, and pgx returns driver.ErrBadConn (retried by
+// database/sql on a fresh connection) only when nothing was sent, so such an
+// error means the statement never reached a server. The pgx type is
+// matched by its package and name, by reflection as mysqlErrorNumber does,
+// so that sqlstore does not import the driver.
+func connectFailed(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	for err != nil {
+		if t := reflect.TypeOf(err); t.Kind() == reflect.Pointer && t.Elem().Name() == "ConnectError" && t.Elem().PkgPath() == pgconnPkg {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if connectFailed(e) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// refusedCommit reports an error of COMMIT that the server answered by
+// rolling the transaction back, so its outcome is known: nothing committed.
+// On a MariaDB Galera Cluster a certification conflict (another node
+// committed a conflicting writeset first, internal/galera's
+// TestPlacementConflictAtCommit: a double submit through two nodes) aborts
+// the transaction and its COMMIT answers 1213, like a deadlock; MariaDB's
+// snapshot isolation answers 1020. PostgreSQL answers a serialization
+// failure or deadlock (40001, 40P01) or a deferred constraint (class 23) at
+// COMMIT, after rolling back. Anything else (no answer, a broken connection,
+// a server shutting down mid-commit, which PostgreSQL reports after the
+// commit may have happened locally) stays an unknown commit.
+func refusedCommit(err error) bool {
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrLockDeadlock || n == myErrCheckRead
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		c := pg.SQLState()
+		return c == "40001" || c == "40P01" || strings.HasPrefix(c, "23")
+	}
+	return false
 }
 
 // oneStatementPlace reports whether Insert without rows of the host's own
@@ -148,6 +219,9 @@ func (s *Store) placeOne(ctx context.Context, db *sql.DB, p cancel.Placement) er
 			// The server answered with an error: the statement, its own
 			// transaction, did not commit.
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+		case connectFailed(err):
+			// No connection was made, so the statement was never sent.
+			return fmt.Errorf("sqlstore: place order %s: not sent (no connection): %w", p.OrderNo, err)
 		default:
 			// No answer (a broken connection, a deadline): it may have
 			// committed, as a COMMIT that failed.

@@ -81,6 +81,10 @@ func TestReadAfterWriteOnAnotherNode(t *testing.T) {
 	require.NoError(t, err)
 	_, err = plain[0].ExecContext(ctx, "INSERT INTO raw_counter VALUES (1, 0)")
 	require.NoError(t, err)
+	// The row itself must be on node 2 before the reads without the
+	// setting begin: a read there may otherwise find no row at all.
+	var v0 int
+	require.NoError(t, synced[1].QueryRowContext(ctx, "SELECT v FROM raw_counter WHERE id = 1").Scan(&v0))
 	raw := map[string]int{}
 	const rawN = 500
 	for i, db := range []struct {

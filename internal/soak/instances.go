@@ -150,6 +150,7 @@ type Line struct {
 	N      int    `json:"n,omitempty"`
 	B      string `json:"b,omitempty"`
 	Q      int    `json:"q,omitempty"`
+	Tp     string `json:"tp,omitempty"` // the queue's topic: the topic, or the group's retry topic (%RETRY%group) for a message handed back
 	Off    int64  `json:"off,omitempty"`
 	RC     int32  `json:"rc,omitempty"`
 	Hop    int    `json:"hop,omitempty"`

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -69,7 +70,8 @@ func TestSoakMariaDB(t *testing.T) {
 	cfg, err := mysql.ParseDSN(os.Getenv(testenv.EnvMySQL))
 	require.NoError(t, err)
 	cfg.DBName = name
-	soak(t, db, sqlstore.MySQL, "mysql", cfg.FormatDSN())
+	dsn := cfg.FormatDSN()
+	soak(t, soakConfig{label: "mysql", dialect: sqlstore.MySQL, dialectName: "mysql", db: db, dsns: [3]string{dsn, dsn, dsn}})
 }
 
 func TestSoakPostgres(t *testing.T) {
@@ -81,7 +83,29 @@ func TestSoakPostgres(t *testing.T) {
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	soak(t, db, sqlstore.Postgres, "postgres", dsn+sep+"search_path="+schema)
+	dsn += sep + "search_path=" + schema
+	soak(t, soakConfig{label: "postgres", dialect: sqlstore.Postgres, dialectName: "postgres", db: db, dsns: [3]string{dsn, dsn, dsn}})
+}
+
+// soakConfig is one soak: the database, each instance's DSN, and the faults.
+type soakConfig struct {
+	label       string // in the FIGURE lines
+	dialect     sqlstore.Dialect
+	dialectName string    // soakinstance's -dialect
+	db          *sql.DB   // the test's own pool: the migration, the final round, the checks
+	dsns        [3]string // instance i1, i2, i3's DSN
+	// faults, when set, replaces plan's schedule (instance, broker-b, Redis
+	// failover): the cluster soaks (cluster_test.go) kill a database node
+	// instead. It gets at, which sleeps until a fraction of the load.
+	faults func(ctx context.Context, s *soakRun, at func(float64))
+	// backInTime: the database may lose acknowledged commits (an
+	// asynchronous failover); violations that concern such an order are
+	// reported, not failed, unless they break a rule that holds whatever
+	// SQL lost (backInTimeHard).
+	backInTime bool
+	// orders, seconds: the size unless OE_SOAK_ORDERS, OE_SOAK_SECONDS say
+	// (0: 1,500 orders over 45 s).
+	orders, seconds int
 }
 
 // schedule is when each fault happens, as fractions of the load's duration.
@@ -119,6 +143,14 @@ type soakRun struct {
 	replLost  int64 // bytes of replication stream the promoted replica lacks
 	bodies    []hostileBody
 	nosuch    string // the order number of the valid-looking message for no order
+	pg        bool   // the database is PostgreSQL
+	dbDown    atomic.Bool
+	killAt    atomic.Int64      // unix ms of the database primary's kill (Patroni)
+	firstOK   atomic.Int64      // unix ms of the first placement started after it that answered 200
+	failed    map[string]int    // calls answered 500 or not at all, by path (and " while the database failed over")
+	gaveUp    map[string]int    // calls every instance failed, by path
+	lacked    map[string]string // acknowledged by an instance, not in SQL at the end: order -> what
+	figures   []string          // the database faults' own figures
 }
 
 // hostileBody is one body sent to the topic by a raw producer, and where it
@@ -201,6 +233,7 @@ func (s *soakRun) count(what string) {
 // one does not answer (it was killed): the load balancer's retry.
 func (s *soakRun) call(path string, body any) int {
 	b, _ := json.Marshal(body)
+	t0 := time.Now().UnixMilli()
 	for range len(s.insts) {
 		in := s.insts[s.rr.Add(1)%uint64(len(s.insts))]
 		addr := in.Addr()
@@ -210,37 +243,58 @@ func (s *soakRun) call(path string, body any) int {
 		resp, err := s.client.Post("http://"+addr+path, "application/json", bytes.NewReader(b))
 		if err != nil {
 			s.instFails.Add(1)
+			s.fail(path)
 			continue
 		}
 		_ = resp.Body.Close()
 		if resp.StatusCode == http.StatusInternalServerError {
 			s.instFails.Add(1)
+			s.fail(path)
 			continue // Redis or the database failing over: another try, as a client would
+		}
+		if k := s.killAt.Load(); k != 0 && t0 > k && path == "/place" && resp.StatusCode == http.StatusOK {
+			s.firstOK.CompareAndSwap(0, time.Now().UnixMilli())
 		}
 		return resp.StatusCode
 	}
+	s.mu.Lock()
+	s.gaveUp[path]++
+	s.mu.Unlock()
 	return 0
 }
 
-func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn string) {
+// fail counts one failed call to path.
+func (s *soakRun) fail(path string) {
+	s.mu.Lock()
+	s.failed[path]++
+	if s.dbDown.Load() {
+		s.failed[path+" while the database failed over"]++
+	}
+	s.mu.Unlock()
+}
+
+func soak(t *testing.T, sc soakConfig) {
 	ctx, cancelAll := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancelAll()
+	db, dialect, dialectName := sc.db, sc.dialect, sc.label
 	namesrv, brokers := testenv.RocketMQBrokers(t)
 	primary, replica := testenv.RedisPair(t)
 	svcs := testenv.ServicesScript(t)
-	nOrders := envInt("OE_SOAK_ORDERS", 1500)
-	loadFor := time.Duration(envInt("OE_SOAK_SECONDS", 45)) * time.Second
+	nOrders := envInt("OE_SOAK_ORDERS", cmp.Or(sc.orders, 1500))
+	loadFor := time.Duration(envInt("OE_SOAK_SECONDS", cmp.Or(sc.seconds, 45))) * time.Second
 	const reconcileEvery = 5 * time.Second
 
 	// The environment is put back whatever happens: broker-b running, the
 	// replica following the primary again.
-	t.Cleanup(func() {
-		for _, name := range []string{"broker-b", "redis-pair"} {
-			if err := svcs.StartOne(context.Background(), name); err != nil {
-				t.Errorf("restoring %s: %v", name, err)
+	if sc.faults == nil {
+		t.Cleanup(func() {
+			for _, name := range []string{"broker-b", "redis-pair"} {
+				if err := svcs.StartOne(context.Background(), name); err != nil {
+					t.Errorf("restoring %s: %v", name, err)
+				}
 			}
-		}
-	})
+		})
+	}
 
 	store, err := sqlstore.New(db, dialect)
 	require.NoError(t, err)
@@ -260,9 +314,10 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 		dir = filepath.Join(keep, dialectName+"-"+uniq)
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 	}
-	s := &soakRun{t: t, client: &http.Client{Timeout: 10 * time.Second}, marks: map[string]int64{}, hostile: map[string]int{}}
+	s := &soakRun{t: t, client: &http.Client{Timeout: 10 * time.Second}, marks: map[string]int64{}, hostile: map[string]int{},
+		pg: dialect == sqlstore.Postgres, failed: map[string]int{}, gaveUp: map[string]int{}, lacked: map[string]string{}}
 	for i := 1; i <= 3; i++ {
-		s.insts = append(s.insts, NewInstance(fmt.Sprintf("i%d", i), bin, dir, "-dialect", dialectName, "-dsn", dsn,
+		s.insts = append(s.insts, NewInstance(fmt.Sprintf("i%d", i), bin, dir, "-dialect", sc.dialectName, "-dsn", sc.dsns[i-1],
 			"-redis", proxy.Addr(), "-ns", ns, "-namesrv", namesrv, "-topic", topic, "-group", group,
 			"-reconcile", reconcileEvery.String()))
 	}
@@ -284,7 +339,14 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 	faults := make(chan struct{})
 	go func() {
 		defer close(faults)
-		s.runFaults(ctx, svcs, proxy, primary, replica, namesrv, topic, uniq, start, loadFor)
+		if sc.faults == nil {
+			s.runFaults(ctx, svcs, proxy, primary, replica, namesrv, topic, uniq, start, loadFor)
+			return
+		}
+		at := func(f float64) { time.Sleep(time.Until(start.Add(time.Duration(f * float64(loadFor))))) }
+		at(plan.hostile)
+		s.sendHostile(ctx, namesrv, topic, uniq)
+		sc.faults(ctx, s, at)
 	}()
 	for i := range orders {
 		at := start.Add(time.Duration(i) * loadFor / time.Duration(nOrders))
@@ -313,6 +375,10 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 	wg.Wait()
 	<-faults
 	s.mark("load_end")
+	// The pool may hold connections to a database node that was killed:
+	// closing the idle ones makes the next statements dial a live one.
+	db.SetMaxIdleConns(0)
+	db.SetMaxIdleConns(2)
 
 	// Every order is due; wait until SQL holds none pending (the reconcilers
 	// take what the messages did not), then stop the instances and run one
@@ -320,9 +386,10 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		var pending int
-		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM oe_order WHERE status = 0").Scan(&pending))
-		if pending == 0 {
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM oe_order WHERE status = 0").Scan(&pending); err == nil && pending == 0 {
 			break
+		} else if err != nil {
+			t.Logf("counting pending orders: %v", err)
 		}
 		time.Sleep(time.Second)
 	}
@@ -331,14 +398,22 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 		in.Signal(syscall.SIGTERM, 20*time.Second)
 	}
 	s.mark("stopped")
-	rdb := redis.NewClient(&redis.Options{Addr: replica}) // the promoted replica is the Redis now
+	redisNow := replica // the promoted replica is the Redis now
+	if sc.faults != nil {
+		redisNow = primary // no Redis failover
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisNow})
 	defer rdb.Close()
 	seats, err := redisseat.New(rdb, ns)
 	require.NoError(t, err)
 	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store,
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error { return nil }})
 	require.NoError(t, err)
-	rec, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc})
+	// Every instance is stopped, so no placement is in flight: the final
+	// round need not wait out Grace (a minute) before it releases the lock
+	// of a placement whose commit was unknown and that never committed (a
+	// database failing over under the load gives those).
+	rec, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Grace: time.Second})
 	require.NoError(t, err)
 	final, err := rec.Round(ctx)
 	require.NoError(t, err)
@@ -351,10 +426,60 @@ func soak(t *testing.T, db *sql.DB, dialect sqlstore.Dialect, dialectName, dsn s
 	lines, torn, err := ReadEvents(files...)
 	require.NoError(t, err)
 	violations := s.check(ctx, t, db, seats, orders, lines, torn, final, dialectName, reconcileEvery)
+	var backInTime []string
 	for _, v := range violations {
+		if sc.backInTime && !backInTimeHard(v) && namesLacked(v, s.lacked) {
+			backInTime = append(backInTime, v)
+			t.Logf("back in time (reported, not failed): %s", v)
+			continue
+		}
 		t.Error(v)
 	}
-	t.Logf("FIGURE soak %s: violations %d", dialectName, len(violations))
+	if sc.faults != nil && !sc.backInTime && len(s.lacked) > 0 {
+		t.Errorf("the database lost %d acknowledged commits: %v", len(s.lacked), s.lacked)
+	}
+	for _, f := range s.figures {
+		t.Logf("FIGURE soak %s: %s", dialectName, f)
+	}
+	if sc.faults != nil {
+		t.Logf("FIGURE soak %s: calls failed (an instance answered 500 or not at all; the load balancer then tries the next): %v; calls every instance failed: %v; acknowledged commits the database lacked at the end: %d %v",
+			dialectName, s.failed, s.gaveUp, len(s.lacked), s.lacked)
+	}
+	if sc.backInTime {
+		lost, kinds := map[string]int{}, map[string]int{}
+		for _, what := range s.lacked {
+			lost[what]++
+		}
+		for _, v := range backInTime {
+			kinds[strings.TrimSuffix(strings.Fields(v)[0], ":")]++
+		}
+		t.Logf("FIGURE soak %s: SQL went back in time: the promoted replica lacked %d acknowledged commits %v; what the checks saw of it, by invariant: %v",
+			dialectName, len(s.lacked), lost, kinds)
+	}
+	t.Logf("FIGURE soak %s: violations %d (+%d on orders SQL lost, reported)", dialectName, len(violations)-len(backInTime), len(backInTime))
+}
+
+// backInTimeHard reports the violations that no lost commit excuses: a sold
+// seat freed or sold again, a payment both honoured and refunded, or a
+// decided payment's fate flipped.
+func backInTimeHard(v string) bool {
+	for _, s := range []string{"and was refunded", "fate flipped", "later sold to", "was sold to", "seats of paid order", "paid two orders"} {
+		if strings.Contains(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// namesLacked reports whether violation v names an order (or its payment)
+// that SQL lost.
+func namesLacked(v string, lacked map[string]string) bool {
+	for no := range lacked {
+		if strings.Contains(v, no) {
+			return true
+		}
+	}
+	return false
 }
 
 // life runs one order: placed (a share placed twice, or with a seat listed
@@ -532,6 +657,8 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	handoversAfterRestart, dupsAfterRestart := 0, 0
 	var lastDupAfterRestart int64
 	repairedAfterPromotion := map[string]int{}
+	diverged := map[string]int{} // expiry.KindDiverged events by reason: SQL went back in time
+	firstCancel := map[string]int64{}
 	sort.SliceStable(lines, func(i, j int) bool { return lines[i].T < lines[j].T })
 	for _, l := range lines {
 		switch l.K {
@@ -543,6 +670,9 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			}
 		case "cancelled":
 			cancelEvents[l.O]++
+			if cancelEvents[l.O] == 1 {
+				firstCancel[l.O] = l.T
+			}
 		case "handled":
 			handled[l.O]++
 			perInst[l.I]++
@@ -551,7 +681,7 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 				handovers++
 			}
 			lastOwner[k] = l.I
-			key := fmt.Sprintf("%s/%d/%d", l.B, l.Q, l.Off)
+			key := fmt.Sprintf("%s/%s/%d/%d", l.Tp, l.B, l.Q, l.Off)
 			offsets[key]++
 			if offsets[key] > 1 || l.RC > 0 {
 				redeliveries++
@@ -594,6 +724,8 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			}
 		case "refund":
 			refunds[l.Pay]++
+		case "diverged":
+			diverged[l.R]++
 		}
 	}
 
@@ -601,6 +733,16 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 
 	// Phases by deadline.
 	phaseOf := func(ms int64) string {
+		if s.marks["db_kill"] != 0 { // a cluster soak: the database node's fault only
+			switch {
+			case ms < s.marks["db_kill"]:
+				return "steady"
+			case ms < s.marks["db_back"]+5000:
+				return "database failover"
+			default:
+				return "after"
+			}
+		}
 		switch {
 		case ms < s.marks["instance_kill"]:
 			return "steady"
@@ -620,10 +762,12 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	}
 	late := map[string][]int64{}
 	byReason := map[string]int{}
-	placed, refused, unknown, paid, cancelled := 0, 0, 0, 0, 0
+	placed, refused, unknown, unknownCommitted, paid, cancelled := 0, 0, 0, 0, 0, 0
 	brokerDownDue, brokerDownByRec := 0, 0
 	brokerDownByMsg := map[string]int{}
 	heldWant := map[[2]string]int{}
+	lostSales := map[[2]string][]string{} // orders whose payment SQL lost, their seats still sold
+	lostSeats := map[[2]string]int{}
 	users := map[[2]string]bool{}
 	for _, o := range orders {
 		so, ok := inSQL[o.no]
@@ -632,6 +776,11 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 		case 1:
 			placed++
 			if !ok {
+				s.lacked[o.no] = "placement"
+				if o.paidWith != "" { // its payment lost with it: the seats stay sold to an order SQL does not have
+					lostSales[[2]string{o.show, o.user}] = append(lostSales[[2]string{o.show, o.user}], o.no)
+					lostSeats[[2]string{o.show, o.user}] += len(o.seats)
+				}
 				bad = append(bad, fmt.Sprintf("I1: order %s was placed (200) but is not in SQL", o.no))
 				continue
 			}
@@ -646,6 +795,7 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			if !ok {
 				continue
 			}
+			unknownCommitted++
 		}
 		switch so.status {
 		case 0:
@@ -654,6 +804,7 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			paid++
 			heldWant[[2]string{o.show, o.user}] += len(o.seats)
 			if o.cancelOK {
+				s.lacked[o.no] = "cancel"
 				bad = append(bad, fmt.Sprintf("I1: order %s is paid but its user's cancel answered 200", o.no))
 			}
 			if o.paidWith != "" && so.payment != o.paidWith {
@@ -669,12 +820,21 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			cancelled++
 			byReason[so.reason]++
 			if o.paidWith != "" {
+				s.lacked[o.no] = "payment"
+				lostSales[[2]string{o.show, o.user}] = append(lostSales[[2]string{o.show, o.user}], o.no)
+				lostSeats[[2]string{o.show, o.user}] += len(o.seats)
 				bad = append(bad, fmt.Sprintf("I1: order %s is cancelled but payment %s answered 200", o.no, o.paidWith))
 			}
 			if n := released[o.no]; n > len(o.seats) {
 				bad = append(bad, fmt.Sprintf("I2: order %s had %d seats released outside the Redis failover's lost window, it has %d", o.no, n, len(o.seats)))
 			}
 			if cancelEvents[o.no] > 1 {
+				// Cancelled twice: the first cancel's commit is gone, when
+				// it fell between the WAL senders' stop and the promotion
+				// (TestSoakPatroniAsync): SQL went back in time.
+				if f := s.marks["senders_frozen"]; f != 0 && firstCancel[o.no] >= f-1000 && firstCancel[o.no] <= s.marks["db_promoted"] {
+					s.lacked[o.no] = "cancel"
+				}
 				bad = append(bad, fmt.Sprintf("I5: order %s reported cancelled %d times", o.no, cancelEvents[o.no]))
 			}
 			if so.reason != string(cancel.ReasonUser) {
@@ -723,7 +883,12 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	for k := range users {
 		n, err := seats.Held(ctx, k[0], k[1])
 		require.NoError(t, err)
-		if n != heldWant[k] || n < 0 {
+		switch {
+		case n == heldWant[k]+lostSeats[k] && lostSeats[k] > 0:
+			// The seats stay sold to an order whose payment SQL lost
+			// (never freed: the sold pass reports them), so they count.
+			bad = append(bad, fmt.Sprintf("I8: user %s in %s: counter %d, holds %d seats in paid orders and %d sold to %v, whose payment SQL lost", k[1], k[0], n, heldWant[k], lostSeats[k], lostSales[k]))
+		case n != heldWant[k] || n < 0:
 			bad = append(bad, fmt.Sprintf("I8: user %s in %s: counter %d, holds %d seats in paid orders", k[1], k[0], n, heldWant[k]))
 		}
 	}
@@ -764,7 +929,7 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			answered[o.paidWith] = true
 		}
 	}
-	outcome, err := e2e.ReadOutcome(ctx, db, dialect == "postgres", seats, slices.Sorted(mapsKeys(shows)), slices.Sorted(mapsKeys(userList)), nos)
+	outcome, err := e2e.ReadOutcome(ctx, db, s.pg, seats, slices.Sorted(mapsKeys(shows)), slices.Sorted(mapsKeys(userList)), nos)
 	require.NoError(t, err)
 	outcome.Refunds, outcome.Answered = map[string]int{}, answered
 	for p, n := range refunds {
@@ -776,8 +941,8 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	t.Logf("FIGURE soak %s: outcome ledgers: %d orders, %d payments answered, %d refunded, %d violations", dialect, len(outcome.Orders), len(answered), len(outcome.Refunds), len(ledger))
 
 	// Figures.
-	t.Logf("FIGURE soak %s: %d orders generated: %d placed, %d refused, %d unknown (every instance tried failed); %d paid, %d cancelled (%v)",
-		dialect, len(orders), placed, refused, unknown, paid, cancelled, byReason)
+	t.Logf("FIGURE soak %s: %d orders generated: %d placed, %d refused, %d unknown (every instance tried failed; %d of them committed all the same); %d paid, %d cancelled (%v)",
+		dialect, len(orders), placed, refused, unknown, unknownCommitted, paid, cancelled, byReason)
 	t.Logf("FIGURE soak %s: hostile-but-legal: %v", dialect, s.hostile)
 	insts := slices.Sorted(mapsKeys(perInst))
 	var per []string
@@ -792,15 +957,23 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			noMsg++
 		}
 	}
-	t.Logf("FIGURE soak %s: messages lost vs reconciler: %d sends failed, %d orders cancelled by the reconciler (%d of them never got a message at all); %d releases and %d sales failed, repaired %v; %d discrepancies, %d refunded twice (instance killed between hook and settle)",
-		dialect, sendFailed, byReason[string(cancel.ReasonReconcile)], noMsg, relFailed, sellFailed, repaired, discrepancies, refundedTwice)
-	t.Logf("FIGURE soak %s: broker-b down %.1f s (SIGKILL to a send succeeding again): %d orders due meanwhile: cancelled by their message from broker-a %d, from broker-b after its restart %d, by the reconciler %d; broker-b delivered %d stored messages in the 30 s after its restart, %d of them finding the order already decided",
-		dialect, float64(s.marks["broker_restart"]-s.marks["broker_kill"])/1000, brokerDownDue, brokerDownByMsg["broker-a"], brokerDownByMsg["broker-b"], brokerDownByRec, brokerBAfter, brokerBAfterFinal)
-	t.Logf("FIGURE soak %s: after broker-b's restart: %d queue handovers and %d duplicate deliveries (two instances consuming one queue), the last %.1f s after the restart",
-		dialect, handoversAfterRestart, dupsAfterRestart, float64(max(lastDupAfterRestart-s.marks["broker_restart"], 0))/1000)
-	t.Logf("FIGURE soak %s: Redis failover: replica cut %.1f s before the primary was killed, %d bytes of the primary's replication stream never reached it; seats released in that window (lost with the primary) %d; after the promotion the reconcilers repaired %v (restored: locks and sales put back from SQL; released: locks of decided orders), final round %+v",
-		dialect, float64(s.marks["redis_kill"]-s.marks["redis_cut"])/1000, s.replLost, sumMap(releasedLost), repairedAfterPromotion, final)
-	for _, ph := range []string{"steady", "instance SIGKILLed", "between faults", "broker-b down", "between faults ", "Redis failover", "after", "all"} {
+	if s.marks["db_kill"] == 0 { // the default schedule's faults
+		t.Logf("FIGURE soak %s: messages lost vs reconciler: %d sends failed, %d orders cancelled by the reconciler (%d of them never got a message at all); %d releases and %d sales failed, repaired %v; %d discrepancies, %d refunded twice (instance killed between hook and settle)",
+			dialect, sendFailed, byReason[string(cancel.ReasonReconcile)], noMsg, relFailed, sellFailed, repaired, discrepancies, refundedTwice)
+		t.Logf("FIGURE soak %s: broker-b down %.1f s (SIGKILL to a send succeeding again): %d orders due meanwhile: cancelled by their message from broker-a %d, from broker-b after its restart %d, by the reconciler %d; broker-b delivered %d stored messages in the 30 s after its restart, %d of them finding the order already decided",
+			dialect, float64(s.marks["broker_restart"]-s.marks["broker_kill"])/1000, brokerDownDue, brokerDownByMsg["broker-a"], brokerDownByMsg["broker-b"], brokerDownByRec, brokerBAfter, brokerBAfterFinal)
+		t.Logf("FIGURE soak %s: after broker-b's restart: %d queue handovers and %d duplicate deliveries (two instances consuming one queue), the last %.1f s after the restart",
+			dialect, handoversAfterRestart, dupsAfterRestart, float64(max(lastDupAfterRestart-s.marks["broker_restart"], 0))/1000)
+		t.Logf("FIGURE soak %s: Redis failover: replica cut %.1f s before the primary was killed, %d bytes of the primary's replication stream never reached it; seats released in that window (lost with the primary) %d; after the promotion the reconcilers repaired %v (restored: locks and sales put back from SQL; released: locks of decided orders), final round %+v",
+			dialect, float64(s.marks["redis_kill"]-s.marks["redis_cut"])/1000, s.replLost, sumMap(releasedLost), repairedAfterPromotion, final)
+	}
+	if s.marks["db_kill"] != 0 {
+		t.Logf("FIGURE soak %s: messages lost vs reconciler: %d sends failed, %d orders cancelled by the reconciler (%d of them never got a message at all); %d releases and %d sales failed; repaired by the reconcilers %v; final round %+v; %d discrepancies; diverged events (SQL back in time) %v",
+			dialect, sendFailed, byReason[string(cancel.ReasonReconcile)], noMsg, relFailed, sellFailed, repaired, final, discrepancies, diverged)
+	} else if len(diverged) > 0 {
+		t.Logf("FIGURE soak %s: diverged events %v", dialect, diverged)
+	}
+	for _, ph := range []string{"steady", "instance SIGKILLed", "between faults", "broker-b down", "between faults ", "Redis failover", "database failover", "after", "all"} {
 		xs := late[ph]
 		slices.Sort(xs)
 		if len(xs) == 0 {
@@ -838,7 +1011,10 @@ func (s *soakRun) checkHostile(lines []Line, inSQL map[string]*sqlOrder, dialect
 		var counted []string
 		later := false
 		for _, l := range lines {
-			if l.B != h.broker || l.Q != h.queue {
+			// A message handed back for a retry (an instance whose
+			// database node was down) comes from the group's retry topic,
+			// whose queue numbers and offsets are its own.
+			if l.B != h.broker || l.Q != h.queue || strings.HasPrefix(l.Tp, "%RETRY%") {
 				continue
 			}
 			if l.Off > h.offset && l.K == "handled" {

@@ -106,6 +106,7 @@ type Line struct {
 	N      int    `json:"n,omitempty"`
 	B      string `json:"b,omitempty"`
 	Q      int    `json:"q,omitempty"`
+	Tp     string `json:"tp,omitempty"` // the queue's topic: the topic, or the group's retry topic (%RETRY%group) for a message handed back
 	Off    int64  `json:"off,omitempty"`
 	RC     int32  `json:"rc,omitempty"`
 	Hop    int    `json:"hop,omitempty"`
@@ -134,7 +135,7 @@ func (e *events) Observe(ctx context.Context, ev expiry.Event) {
 	}
 	if ev.Kind == expiry.KindHandled || ev.Kind == expiry.KindBadMessage {
 		if mc, ok := primitive.GetConsumerCtx(ctx); ok && mc.MQ != nil {
-			l.B, l.Q = mc.MQ.BrokerName, mc.MQ.QueueId
+			l.B, l.Q, l.Tp = mc.MQ.BrokerName, mc.MQ.QueueId, mc.MQ.Topic
 			if len(mc.Msgs) == 1 {
 				l.Off, l.RC = mc.Msgs[0].QueueOffset, mc.Msgs[0].ReconsumeTimes
 			}
