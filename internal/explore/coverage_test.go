@@ -30,8 +30,10 @@ func TestGatesCoverEveryMethod(t *testing.T) {
 			// follow the gated call before them; Place is the host's insert
 			// (gated as such), Now, Overdue and Scope are the host's
 			// (gatedStore says its tenant's scope itself); Snapshot is a
-			// test's (SQL going back in time).
-			other: []string{"Order", "Expired", "Statuses", "Claims", "ClaimDiscrepancies", "SettleDiscrepancy", "Place", "Now", "Overdue", "Scope", "Snapshot"},
+			// test's (SQL going back in time). SetHook is the host's wiring
+			// (world.installHooks); the hook runs inside CancelPending and
+			// PayPending, gated as one call with them.
+			other: []string{"Order", "Expired", "Statuses", "Claims", "ClaimDiscrepancies", "SettleDiscrepancy", "Place", "Now", "Overdue", "Scope", "Snapshot", "SetHook"},
 		},
 		{
 			typ:   reflect.TypeOf(&memstore.Seats{}),
