@@ -28,7 +28,7 @@ import (
 // seats and sends nothing; nor is a placing that could not connect (nothing
 // was sent). With another
 // transaction manager, write the same function: Store.Place on its
-// transaction (a Querier), the host's rows, the commit, and return once it
+// transaction (a cancel.Querier), the host's rows, the commit, and return once it
 // has committed (examples/orm has gorm, sqlx, ent and pgx).
 //
 //	err := svc.Place(ctx, p, store.Insert(db, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
@@ -232,8 +232,14 @@ func (s *Store) placeOne(ctx context.Context, db *sql.DB, p cancel.Placement) er
 }
 
 // Place inserts a pending order and its seat claims in the host's
-// transaction q (see Querier: a *sql.Tx, or the transaction of gorm, sqlx,
-// ent, or a pgx session). An order number that exists already gives an error
+// transaction q (a cancel.Querier: a *sql.Tx, sqlx's Tx, gorm's
+// transaction's tx.Statement.ConnPool, ent's generated Tx with its
+// sql/execquery feature, or a pgx session reached through
+// stdlib.OpenDBFromPool; examples/orm shows each). Pass the transaction: on
+// a *sql.DB, or a *sql.Conn outside a transaction, each statement commits
+// on its own. Place sends the statements' text, not the store's prepared
+// statements, which database/sql refuses to a transaction of another
+// *sql.DB (only Insert's transactions are known to be the store's). An order number that exists already gives an error
 // wrapping cancel.ErrOrderExists (the existing order is untouched: a retry
 // after an unknown commit, a double submit); a seat that another live order
 // holds gives one wrapping cancel.ErrSeatUnavailable. After either, the
@@ -245,13 +251,13 @@ func (s *Store) placeOne(ctx context.Context, db *sql.DB, p cancel.Placement) er
 // pending status, deadline or creation time, updated-at, the Where
 // constants; the claims with their Locked state and constants): the host's
 // other columns need defaults, or the host inserts its rows itself.
-func (s *Store) Place(ctx context.Context, q Querier, p cancel.Placement) error {
+func (s *Store) Place(ctx context.Context, q cancel.Querier, p cancel.Placement) error {
 	return s.place(ctx, q, false, p)
 }
 
 // place is Place; own says q is a transaction of the store's own *sql.DB,
 // whose prepared statements it may run.
-func (s *Store) place(ctx context.Context, q Querier, own bool, p cancel.Placement) error {
+func (s *Store) place(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement) error {
 	v, err := s.placeArgs(p)
 	if err != nil {
 		return err
@@ -279,7 +285,7 @@ func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 }
 
 // placeVals is Place once p is bound.
-func (s *Store) placeVals(ctx context.Context, q Querier, own bool, p cancel.Placement, v vals) error {
+func (s *Store) placeVals(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
 	if _, err := s.execTx(ctx, q, own, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
@@ -351,7 +357,7 @@ func (s *Store) preparePlace(ctx context.Context, n int) {
 // transaction of the store's own *sql.DB (own) and the statement was
 // prepared before the transaction (preparePlace), else as plain text. It
 // never prepares inside a transaction.
-func (s *Store) execTx(ctx context.Context, q Querier, own bool, st stmt, args []any) (sql.Result, error) {
+func (s *Store) execTx(ctx context.Context, q cancel.Querier, own bool, st stmt, args []any) (sql.Result, error) {
 	if tx, ok := q.(*sql.Tx); ok && own {
 		s.mu.RLock()
 		ps := s.stmts[st.sql]

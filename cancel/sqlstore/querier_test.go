@@ -20,9 +20,9 @@ import (
 // What database/sql hands a host is a Querier; examples/orm checks sqlx,
 // gorm, ent and pgx on the real databases.
 var (
-	_ sqlstore.Querier = (*sql.Tx)(nil)
-	_ sqlstore.Querier = (*sql.DB)(nil)
-	_ sqlstore.Querier = (*sql.Conn)(nil)
+	_ cancel.Querier = (*sql.Tx)(nil)
+	_ cancel.Querier = (*sql.DB)(nil)
+	_ cancel.Querier = (*sql.Conn)(nil)
 )
 
 // The store places on whatever runs the host's statements: its own

@@ -235,7 +235,7 @@ func (s scanOverdue) Overdue(ctx context.Context) (int, time.Duration, error) {
 // is untouched.
 //
 // With another transaction manager, write the transaction function yourself:
-// insert with store.Place on the transaction (a sqlstore.Querier), and
+// insert with store.Place on the transaction (a cancel.Querier), and
 // return once it has committed (examples/orm has gorm, sqlx, ent and pgx).
 func (a *App) Place(ctx context.Context, p cancel.Placement) error {
 	p.Limit = a.limit

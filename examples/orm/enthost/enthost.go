@@ -3,7 +3,7 @@
 //
 // ent hands out no *sql.Tx; its sql/execquery feature (see ./ent's
 // generate.go) gives the generated client and its transaction ExecContext
-// and QueryContext, which is all a sqlstore.Querier is, so the store runs
+// and QueryContext, which is all a cancel.Querier is, so the store runs
 // on the *ent.Tx itself.
 package enthost
 
@@ -25,7 +25,7 @@ type Host struct {
 	store  *sqlstore.Store
 	// lastStep, nil in a real host, runs last in the transaction; the
 	// tests break the connection there, before the commit.
-	lastStep func(ctx context.Context, q sqlstore.Querier) error
+	lastStep func(ctx context.Context, q cancel.Querier) error
 }
 
 // New returns a Host placing with svc, whose order store is store, on

@@ -8,6 +8,7 @@ import (
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/examples/orm/enthost/ent"
 	"github.com/seatflow/orderexpiry/examples/orm/internal/ormtest"
@@ -22,6 +23,6 @@ func TestEnt(t *testing.T) {
 			d = dialect.Postgres
 		}
 		h := New(ent.NewClient(ent.Driver(entsql.OpenDB(d, e.DB))), e.Svc, e.Store)
-		return ormtest.Host{Place: h.Place, SetLastStep: func(f func(context.Context, sqlstore.Querier) error) { h.lastStep = f }}
+		return ormtest.Host{Place: h.Place, SetLastStep: func(f func(context.Context, cancel.Querier) error) { h.lastStep = f }}
 	})
 }

@@ -3,7 +3,7 @@
 //
 // The store runs on the transaction gorm hands the closure:
 // tx.Statement.ConnPool (a *sql.Tx, or gorm's prepared-statement
-// transaction) is a sqlstore.Querier. gorm's Transaction returns the
+// transaction) is a cancel.Querier. gorm's Transaction returns the
 // closure's error and the commit's alike; the host tells them apart by
 // whether its closure got to its end, and reports a failed commit wrapping
 // expiry.ErrCommitUnknown, so that Place keeps the seats locked.
@@ -41,7 +41,7 @@ type Host struct {
 	store *sqlstore.Store
 	// lastStep, nil in a real host, runs last in the transaction; the
 	// tests break the connection there, before the commit.
-	lastStep func(ctx context.Context, q sqlstore.Querier) error
+	lastStep func(ctx context.Context, q cancel.Querier) error
 }
 
 // New returns a Host placing with svc, whose order store is store, on db.

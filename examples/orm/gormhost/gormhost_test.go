@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/examples/orm/internal/ormtest"
 	"github.com/seatflow/orderexpiry/internal/testenv"
@@ -26,6 +27,6 @@ func TestGorm(t *testing.T) {
 		db, err := gorm.Open(dialector, &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 		require.NoError(t, err)
 		h := New(db, e.Svc, e.Store)
-		return ormtest.Host{Place: h.Place, SetLastStep: func(f func(context.Context, sqlstore.Querier) error) { h.lastStep = f }}
+		return ormtest.Host{Place: h.Place, SetLastStep: func(f func(context.Context, cancel.Querier) error) { h.lastStep = f }}
 	})
 }

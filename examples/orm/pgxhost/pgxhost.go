@@ -6,7 +6,7 @@
 // builds the store on it. To run the store's statements inside a pgx.Tx,
 // the host takes one connection of that *sql.DB (a *sql.Conn, its own until
 // Close), begins the pgx transaction on the *pgx.Conn underneath it
-// (Conn.Raw), and hands the store the *sql.Conn: a sqlstore.Querier whose
+// (Conn.Raw), and hands the store the *sql.Conn: a cancel.Querier whose
 // statements go to the same session, so into the same transaction. The
 // pgx.Tx is used after Raw returned, which database/sql does not promise
 // to allow; it holds because the *sql.Conn keeps the connection to this
@@ -36,7 +36,7 @@ type Host struct {
 	store *sqlstore.Store
 	// lastStep, nil in a real host, runs last in the transaction; the
 	// tests break the connection there, before the commit.
-	lastStep func(ctx context.Context, q sqlstore.Querier) error
+	lastStep func(ctx context.Context, q cancel.Querier) error
 }
 
 // New returns a Host placing with svc, whose order store is store, on db,

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/examples/orm/internal/ormtest"
 	"github.com/seatflow/orderexpiry/internal/testenv"
@@ -40,7 +41,7 @@ func poolDB(t testing.TB) *sql.DB {
 func TestPgx(t *testing.T) {
 	ormtest.Run(t, map[sqlstore.Dialect]func(testing.TB) *sql.DB{sqlstore.Postgres: poolDB}, func(t *testing.T, e *ormtest.Env) ormtest.Host {
 		h := New(e.DB, e.Svc, e.Store)
-		return ormtest.Host{Place: h.Place, SetLastStep: func(f func(context.Context, sqlstore.Querier) error) { h.lastStep = f }}
+		return ormtest.Host{Place: h.Place, SetLastStep: func(f func(context.Context, cancel.Querier) error) { h.lastStep = f }}
 	})
 }
 

@@ -19,7 +19,7 @@ type Host struct {
 	store *sqlstore.Store
 	// lastStep, nil in a real host, runs last in the transaction; the
 	// tests break the connection there, before the commit.
-	lastStep   func(ctx context.Context, q sqlstore.Querier) error
+	lastStep   func(ctx context.Context, q cancel.Querier) error
 	insertNote string
 }
 

@@ -1,7 +1,7 @@
 // Package sqlxhost places an order and a row of the host's own in one sqlx
 // transaction, through cancel.Service.Place.
 //
-// *sqlx.Tx embeds the *sql.Tx, so it is a sqlstore.Querier as it is.
+// *sqlx.Tx embeds the *sql.Tx, so it is a cancel.Querier as it is.
 package sqlxhost
 
 import (
@@ -29,7 +29,7 @@ type Host struct {
 	store *sqlstore.Store
 	// lastStep, nil in a real host, runs last in the transaction; the
 	// tests break the connection there, before the commit.
-	lastStep func(ctx context.Context, q sqlstore.Querier) error
+	lastStep func(ctx context.Context, q cancel.Querier) error
 }
 
 // New returns a Host placing with svc, whose order store is store, on db.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/examples/orm/internal/ormtest"
 	"github.com/seatflow/orderexpiry/internal/testenv"
@@ -20,6 +21,6 @@ func TestSqlx(t *testing.T) {
 			driver = "pgx"
 		}
 		h := New(sqlx.NewDb(e.DB, driver), e.Svc, e.Store)
-		return ormtest.Host{Place: h.Place, SetLastStep: func(f func(context.Context, sqlstore.Querier) error) { h.lastStep = f }}
+		return ormtest.Host{Place: h.Place, SetLastStep: func(f func(context.Context, cancel.Querier) error) { h.lastStep = f }}
 	})
 }

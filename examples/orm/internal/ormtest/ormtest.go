@@ -84,7 +84,7 @@ func (c *Capture) Sent() []string {
 // runs last in that transaction, after its own row (nil: none).
 type Host struct {
 	Place       func(ctx context.Context, p cancel.Placement, note string) error
-	SetLastStep func(func(ctx context.Context, q sqlstore.Querier) error)
+	SetLastStep func(func(ctx context.Context, q cancel.Querier) error)
 }
 
 // Run runs the three outcomes of a placement on each database of open (one
@@ -194,7 +194,7 @@ func (e *Env) locked(t *testing.T, p cancel.Placement) bool {
 // connection, and waits until the server has ended it: the transaction's
 // next statement, its COMMIT, then fails on a broken connection, as it
 // does when a network or a server dies at that moment.
-func (e *Env) BreakSession(ctx context.Context, q sqlstore.Querier) error {
+func (e *Env) BreakSession(ctx context.Context, q cancel.Querier) error {
 	idQ, killQ, goneQ := "SELECT CONNECTION_ID()", "KILL CONNECTION %d", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
 	if e.Dialect == sqlstore.Postgres {
 		idQ, killQ, goneQ = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(%d)", "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1"
