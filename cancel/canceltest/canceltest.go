@@ -772,6 +772,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 	})
 
 	runLifecycle(t, setup, place)
+	runBatch(t, setup, place)
 }
 
 // statusesOf drops the ages of a Statuses answer.

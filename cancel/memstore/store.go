@@ -66,7 +66,7 @@ type Store struct {
 	// ("Order", "CancelPending", "PayPending", "Expired", "Statuses",
 	// "Claims", "Place", "RecordDiscrepancy", "ClaimDiscrepancies",
 	// "SettleDiscrepancy", "Overdue", "ReinstateCancelled", "SetDeadline",
-	// "MarkWarned"), to inject store failures.
+	// "MarkWarned", "CancelDue"), to inject store failures.
 	Fail func(op string) error
 }
 
@@ -437,4 +437,33 @@ func (s *Store) Snapshot() (restore func()) {
 		defer s.mu.Unlock()
 		s.orders, s.claims, s.disc = copyAll(orders, claims, disc)
 	}
+}
+
+// CancelDue implements cancel.BatchCanceller: each listed order still
+// pending and due by the store's clock is cancelled as CancelPending
+// cancels it (each order atomically, as in one transaction of sqlstore).
+func (s *Store) CancelDue(_ context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	if err := cancel.ValidateBatch(orderNos, reason); err != nil {
+		return nil, fmt.Errorf("memstore: cancel due: %w", err)
+	}
+	if err := s.fail("CancelDue"); err != nil {
+		return nil, err
+	}
+	var out []cancel.Result
+	seen := make(map[string]bool, len(orderNos))
+	for _, no := range orderNos {
+		if seen[no] {
+			continue
+		}
+		seen[no] = true
+		res, err := s.transition(no, "", expiry.StatusCancelled, func(o *order) bool { return !o.o.ExpireAt.After(s.now()) }, reason, "")
+		switch {
+		case errors.Is(err, expiry.ErrNotFound):
+		case err != nil:
+			return nil, err
+		case res.Changed:
+			out = append(out, res)
+		}
+	}
+	return out, nil
 }
