@@ -1,0 +1,173 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// CancelDue implements cancel.BatchCanceller, honouring the Mapping as
+// CancelPending does (its scope, statuses, id types, claims or none). One
+// transaction: the listed orders still pending and due by the database's
+// clock are locked (SELECT … FOR UPDATE; SQLite's write transaction), set
+// cancelled by one UPDATE … WHERE order IN (…), their live claims read and
+// freed by one statement each; four statements whatever the batch's size.
+// A serialization failure or a deadlock is retried as CancelPending's.
+func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	if err := cancel.ValidateBatch(orderNos, reason); err != nil {
+		return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
+	}
+	nos := slices.Clone(orderNos)
+	slices.Sort(nos)
+	nos = slices.Compact(nos)
+	if len(nos) == 0 {
+		return nil, nil
+	}
+	size := batchSize(len(nos))
+	var sts [4]stmt
+	var prep [4]*sql.Stmt
+	for i, build := range [...]func(*resolved, int) stmt{(*resolved).batchLock, (*resolved).batchCAS, (*resolved).batchSeats, (*resolved).batchRelease} {
+		if sts[i] = build(s.m, size); sts[i].sql == "" {
+			continue
+		}
+		st, err := s.prepared(ctx, sts[i].sql) // before the transaction: see prepared
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: cancel due: prepare: %w", err)
+		}
+		prep[i] = st
+	}
+	var out []cancel.Result
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		out = nil
+		v := vals{reason: string(reason), status: s.m.cancelStatus(reason)}
+		rows, err := tx.StmtContext(ctx, prep[0]).QueryContext(ctx, s.batchArgs(sts[0], v, nos, size)...)
+		if err != nil {
+			return err
+		}
+		want := make(map[string]bool, len(nos))
+		for _, no := range nos {
+			want[no] = true
+		}
+		byNo := map[string]int{}
+		for rows.Next() {
+			var r cancel.Result
+			var expireMS, nowMS int64
+			var lockID sql.NullString
+			if err := rows.Scan(&r.Order.No, &r.Order.UserID, &r.Order.ShowID, &expireMS, &nowMS, &lockID); err != nil {
+				rows.Close()
+				return err
+			}
+			unpad(&r.Order.No, &r.Order.UserID, &r.Order.ShowID)
+			if !want[r.Order.No] {
+				continue // a case variant a folding collation matched (I10)
+			}
+			r.Changed, r.Order.Status, r.LockID = true, expiry.StatusCancelled, lockID.String
+			r.Order.ExpireAt, r.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+			byNo[r.Order.No] = len(out)
+			out = append(out, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		mine := make([]string, len(out))
+		for i, r := range out {
+			mine[i] = r.Order.No
+		}
+		if err := s.batchExec(ctx, tx.StmtContext(ctx, prep[1]), s.batchArgs(sts[1], v, mine, size), len(mine)); err != nil {
+			return err
+		}
+		if !s.m.claims {
+			return s.sideRowsIn(ctx, tx, mine, func(no, lockID, seats string) {
+				if i, ok := byNo[no]; ok {
+					out[i].LockID, out[i].Seats = lockID, splitSeats(seats)
+				}
+			})
+		}
+		rows, err = tx.StmtContext(ctx, prep[2]).QueryContext(ctx, s.batchArgs(sts[2], v, mine, size)...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var no, seat string
+			if err := rows.Scan(&no, &seat); err != nil {
+				rows.Close()
+				return err
+			}
+			unpad(&no, &seat)
+			if i, ok := byNo[no]; ok {
+				out[i].Seats = append(out[i].Seats, seat)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return s.batchExec(ctx, tx.StmtContext(ctx, prep[3]), s.batchArgs(sts[3], v, mine, size), -1)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
+	}
+	for i := range out {
+		slices.Sort(out[i].Seats)
+	}
+	return out, nil
+}
+
+// batchExec runs st with args; want >= 0 is the number of rows it must
+// change (else the transaction is rolled back: those rows were locked, so
+// another count means the statement and the lock disagree, and nothing is
+// committed).
+func (s *Store) batchExec(ctx context.Context, st *sql.Stmt, args []any, want int) error {
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil || want < 0 {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n != int64(want) {
+		return fmt.Errorf("the batch's compare-and-set changed %d of the %d orders it locked", n, want)
+	}
+	return nil
+}
+
+// batchSize is the length of a batch's IN lists for n orders: n rounded up
+// to a power of two (batchArgs repeats the last number), so that a store
+// prepares a few statements per kind, not one per batch size.
+func batchSize(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// batchArgs binds v to st, whose IN lists are size long: the k-th order
+// number placeholder gets nos[k mod size], the last of nos past its end.
+func (s *Store) batchArgs(st stmt, v vals, nos []string, size int) []any {
+	out := s.args(st, v)
+	k := 0
+	for i, sl := range st.slots {
+		if sl != aNo {
+			continue
+		}
+		no := nos[min(k%size, len(nos)-1)]
+		k++
+		if s.m.raw.Orders.NumericOrderNo {
+			out[i] = numNo(no)
+		} else {
+			out[i] = no
+		}
+	}
+	return out
+}
