@@ -188,3 +188,56 @@ func keys(m map[string]cancel.Result) []string {
 	}
 	return out
 }
+
+// runBatchSeats is the part of RunSeats for seat stores that implement
+// cancel.BatchReleaser: each hold of the call is released as Release
+// releases it alone, guarded by its own order number and lock id.
+func runBatchSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
+	ctx := context.Background()
+	t.Run("ReleaseAll", func(t *testing.T) {
+		s := newSeats(t)
+		br, ok := s.(cancel.BatchReleaser)
+		if !ok {
+			t.Skip("the seat store is no cancel.BatchReleaser")
+		}
+		show := id("show")
+		a := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u1", Seats: []string{"a1", "a2"}}
+		b := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u1", Seats: []string{"b1"}}
+		c := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u2", Seats: []string{"c1"}}
+		sold := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u3", Seats: []string{"d1"}}
+		for _, h := range []*cancel.Hold{&a, &b, &c, &sold} {
+			lockID, err := s.Lock(ctx, *h, 0)
+			require.NoError(t, err)
+			h.LockID = lockID
+		}
+		_, err := s.Sell(ctx, sold)
+		require.NoError(t, err)
+		stale := b
+		stale.LockID = "1.1" // a lock b no longer holds: nothing of b is freed
+		other := c
+		other.OrderNo = id("o") // another order's name on c's seat: not freed
+		ns, err := br.ReleaseAll(ctx, []cancel.Hold{a, stale, other, sold})
+		require.NoError(t, err)
+		assert.Equal(t, []int{2, 0, 0, 0}, ns)
+		st, err := s.Show(ctx, show)
+		require.NoError(t, err)
+		assert.NotContains(t, st, "a1")
+		assert.NotContains(t, st, "a2")
+		assert.Equal(t, b.OrderNo, st["b1"].OrderNo, "I15: a release acts only on the lock it names")
+		assert.Equal(t, c.OrderNo, st["c1"].OrderNo, "I2: never another order's seat")
+		assert.Equal(t, cancel.SeatSold, st["d1"].Status, "I2: a sold seat is never released")
+		n, err := s.Held(ctx, show, "u1")
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, "I8: the counter went down by the seats freed")
+		ns, err = br.ReleaseAll(ctx, []cancel.Hold{b, c, a})
+		require.NoError(t, err)
+		assert.Equal(t, []int{1, 1, 0}, ns, "I5: a second release frees nothing")
+		for _, u := range []string{"u1", "u2"} {
+			n, err := s.Held(ctx, show, u)
+			require.NoError(t, err)
+			assert.Zero(t, n, "I8")
+		}
+		_, err = br.ReleaseAll(ctx, []cancel.Hold{a, {ShowID: id("show"), OrderNo: a.OrderNo, UserID: "u1", Seats: []string{"x"}}})
+		assert.Error(t, err, "holds of two shows in one call")
+	})
+}
