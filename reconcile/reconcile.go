@@ -108,7 +108,10 @@ type Seats interface {
 //
 // Cancel is cancel.Service.Cancel. RetryDiscrepancies hands up to limit
 // recorded discrepancies whose refund hook failed back to the hook and
-// returns how many succeeded.
+// returns how many succeeded. When the Service also has cancel.Service's
+// ExpireDue, the expired pass cancels its pages in batches through it (one
+// transaction per batch with a cancel.BatchCanceller store), and a batch
+// that fails is tried again order by order with Cancel.
 type Service interface {
 	Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error)
 	RetryDiscrepancies(ctx context.Context, limit int) (int, error)
@@ -441,8 +444,12 @@ const skipScanFactor = 10
 // cancelAll cancels nos with up to Workers calls at once, each its own
 // transaction bounded by OrderTimeout, so the database, not this loop, is the
 // limit. A failure is counted and the order backed off; it never stops the
-// others. It returns how many it tried (those not backing off).
+// others. It returns how many it tried (those not backing off). A Service
+// that expires orders in batches (batchService, batch.go) takes them so.
 func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) int {
+	if b, ok := r.c.Service.(batchService); ok {
+		return r.expireBatches(ctx, nos, rep, b)
+	}
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -453,26 +460,7 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) i
 		go func() {
 			defer wg.Done()
 			for no := range work {
-				octx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
-				res, err := r.c.Service.Cancel(octx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
-				done()
-				if errors.Is(err, expiry.ErrNotFound) {
-					continue
-				}
-				mu.Lock()
-				switch {
-				case err != nil:
-					rep.Skipped++
-				case res.Changed:
-					rep.Expired++
-				default:
-					rep.LostRaces++
-				}
-				mu.Unlock()
-				r.settle(ctx, no, err)
-				if err == nil && res.Changed {
-					r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
-				}
+				r.cancelOne(ctx, no, rep, &mu)
 			}
 		}()
 	}
@@ -493,6 +481,31 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) i
 	close(work)
 	wg.Wait()
 	return tried
+}
+
+// cancelOne cancels one expired order, bounded by OrderTimeout, and counts
+// it in rep under mu: a failure is backed off.
+func (r *Reconciler) cancelOne(ctx context.Context, no string, rep *Report, mu *sync.Mutex) {
+	octx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
+	res, err := r.c.Service.Cancel(octx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
+	done()
+	if errors.Is(err, expiry.ErrNotFound) {
+		return
+	}
+	mu.Lock()
+	switch {
+	case err != nil:
+		rep.Skipped++
+	case res.Changed:
+		rep.Expired++
+	default:
+		rep.LostRaces++
+	}
+	mu.Unlock()
+	r.settle(ctx, no, err)
+	if err == nil && res.Changed {
+		r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
+	}
 }
 
 // waiting reports whether no is backing off after a failure.
