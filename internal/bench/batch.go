@@ -60,7 +60,7 @@ func runBatch(c *common, args []string) error {
 		"(2 seats each, over %d shows), beside %d history orders, bulk-loaded (`-load %s`), claims restored into Redis, ANALYZE. "+
 		"Both drained by `reconcile.Reconciler.Round` with the default Config (Batch %d, Workers %d, MaxPerRound %d), rounds alternating between the copies until no due order is left; the rate counts round time only.\n\n"+
 		"- **batch**: the Service as it is: the expired pass cuts each page into up to Workers batches, each `cancel.Service.ExpireDue` "+
-		"(sqlstore `CancelDue`: one transaction, lock + one UPDATE … IN + claims read + claims freed; then one `redisseat.ReleaseAll` EVALSHA per show).\n"+
+		"(sqlstore `CancelDue`: one transaction, lock + one UPDATE … IN + claims read + claims freed; then one `redisseat.ReleaseAll`: one EVALSHA per show, all in one pipeline).\n"+
 		"- **one order**: the same Service without `ExpireDue` (the pass's Workers goroutines each call `Service.Cancel`, one transaction and one EVALSHA per order).\n\n",
 		loadAvg(), o.n, backlogShows, o.history, loadMode, reconcile.BatchDefault, reconcile.WorkersDefault, reconcile.MaxPerRoundDefault)
 	summary := newTable("database", "backlog", "batch: rounds", "drain time", "**orders/s**", "one order: rounds", "drain time", "**orders/s**", "**batch / one order**")
