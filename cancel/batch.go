@@ -73,13 +73,14 @@ func ValidateBatch(orderNos []string, reason Reason) error {
 // store that is a BatchCanceller each slice of up to MaxBatch orders is one
 // transaction, and the seats are then released in one seat-store round
 // trip (one atomic step per show) when the seat store is a BatchReleaser;
-// otherwise each order is one Cancel. As in Cancel, each cancelled order is observed
+// otherwise each order is one Cancel (a failing one does not stop the
+// others: their errors are joined). As in Cancel, each cancelled order is observed
 // (expiry.KindCancelled) and a failed release is logged and counted
 // (expiry.KindReleaseFailed) and left to the reconciler, never an error:
-// the orders are cancelled. An error means the slice that failed changed
-// nothing (the Results of slices before it are returned with it); the
-// caller may try its orders one by one (Cancel), so one bad order is set
-// aside alone.
+// the orders are cancelled. With a BatchCanceller, an error means the
+// slice that failed changed nothing (the Results of slices before it are
+// returned with it); the caller may try its orders one by one (Cancel), so
+// one bad order is set aside alone.
 func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reason) ([]Result, error) {
 	if reason == "" {
 		reason = ReasonReconcile
@@ -87,16 +88,21 @@ func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reaso
 	bc, ok := s.store.(BatchCanceller)
 	if !ok {
 		var out []Result
+		var errs []error
 		for _, no := range orderNos {
+			if ctx.Err() != nil {
+				errs = append(errs, ctx.Err())
+				break
+			}
 			res, err := s.Cancel(ctx, Request{OrderNo: no, Reason: reason, OnlyIfDue: true})
 			switch {
 			case err != nil && !isNotFound(err):
-				return out, err
+				errs = append(errs, err) // the order's own; the others go on
 			case res.Changed:
 				out = append(out, res)
 			}
 		}
-		return out, nil
+		return out, errors.Join(errs...)
 	}
 	var out []Result
 	for len(orderNos) > 0 {
