@@ -25,6 +25,26 @@ import (
 // expired pass then cancels order by order, as before batches.
 type oneOrder struct{ reconcile.Service }
 
+// The round clock of part 6 (roundClock) on both copies: its wrappers hide
+// the optional methods, so the batch copy's get them back.
+type batchOrders struct {
+	clockedOrders
+	bc cancel.BatchCanceller
+}
+
+func (o batchOrders) CancelDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	return o.bc.CancelDue(ctx, nos, reason)
+}
+
+type batchClocked struct {
+	clockedService
+	svc *cancel.Service
+}
+
+func (s batchClocked) ExpireDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	return s.svc.ExpireDue(ctx, nos, reason)
+}
+
 // ReleaseAll counts what the batch path's releases freed, as Release does.
 func (s *countingSeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
 	ns, err := s.Seats.ReleaseAll(ctx, holds)
@@ -100,6 +120,7 @@ func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *tabl
 	}()
 	gen := backlogRows(o.n, o.outage, time.Now())
 	recs := make([]*reconcile.Reconciler, len(sets))
+	clocks := []*roundClock{{}, {}}
 	for i, s := range sets {
 		var err error
 		if s.bd, err = c.openDB(ctx, engine, "batch_"+strings.ReplaceAll(s.label, " ", "_"), 8); err != nil {
@@ -131,11 +152,13 @@ func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *tabl
 		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Discrepancies: s.store, Runtime: rt}); err != nil {
 			return err
 		}
-		var svc reconcile.Service = s.svc
+		rc := clocks[i]
+		var orders reconcile.Orders = batchOrders{clockedOrders{s.store, rc}, s.store}
+		var svc reconcile.Service = batchClocked{clockedService{s.svc, rc, s.obs}, s.svc}
 		if i == 1 {
-			svc = oneOrder{s.svc}
+			orders, svc = clockedOrders{s.store, rc}, clockedService{oneOrder{s.svc}, rc, s.obs}
 		}
-		if recs[i], err = reconcile.New(reconcile.Config{Orders: s.store, Seats: s.seats, Service: svc, Runtime: rt}); err != nil {
+		if recs[i], err = reconcile.New(reconcile.Config{Orders: orders, Seats: clockedSeats{s.seats, rc}, Service: svc, Runtime: rt}); err != nil {
 			return err
 		}
 	}
@@ -173,6 +196,16 @@ func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *tabl
 				done[i] = true
 			}
 		}
+	}
+	for i, s := range sets {
+		var exp, rest time.Duration
+		for _, rt := range clocks[i].rounds {
+			if !rt.locks.IsZero() {
+				exp += rt.locks.Sub(rt.start)
+				rest += rt.end.Sub(rt.locks)
+			}
+		}
+		fmt.Printf("- %s: of the rounds' time, the expired pass with its cancels %v, the lock, claims and refunds passes %v\n", s.label, fmtDur(exp), fmtDur(rest))
 	}
 	fmt.Printf("- load average after the drains: %s\n\n", loadAvg())
 	rate := func(i int) float64 { return float64(o.n) / spent[i].Seconds() }
