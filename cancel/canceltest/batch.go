@@ -113,7 +113,7 @@ func runBatch(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Time), 
 	t.Run("BatchRacesPay", func(t *testing.T) {
 		h, now := setup(t)
 		b := batcher(t, h)
-		const orders = 24
+		const orders = 12
 		ps := make([]cancel.Placement, orders)
 		nos := make([]string, orders)
 		for i := range ps {
