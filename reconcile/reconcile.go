@@ -108,7 +108,11 @@ type Seats interface {
 //
 // Cancel is cancel.Service.Cancel. RetryDiscrepancies hands up to limit
 // recorded discrepancies whose refund hook failed back to the hook and
-// returns how many succeeded.
+// returns how many succeeded. When the Service also has cancel.Service's
+// ExpireDue and Config.Orders is a cancel.BatchCanceller (the store the
+// Service is wired to, as a host wires them), the expired pass cancels its
+// pages in batches through it (one transaction per batch), and a batch that
+// fails is tried again order by order with Cancel.
 type Service interface {
 	Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error)
 	RetryDiscrepancies(ctx context.Context, limit int) (int, error)
@@ -224,6 +228,10 @@ type Reconciler struct {
 	backoff map[string]backoff
 
 	soldPass soldPass // sold.go
+
+	// batches: Config.Orders is a cancel.BatchCanceller, so the Service
+	// (wired to the same store) expires pages in batches (batch.go).
+	batches bool
 }
 
 // backoff paces the retries of one order whose cancel failed, by
@@ -241,6 +249,7 @@ func New(c Config) (*Reconciler, error) {
 		return nil, err
 	}
 	r := &Reconciler{c: c, obs: c.Observer, log: c.Logger, backoff: map[string]backoff{}}
+	_, r.batches = c.Orders.(cancel.BatchCanceller)
 	return r, nil
 }
 
@@ -441,8 +450,12 @@ const skipScanFactor = 10
 // cancelAll cancels nos with up to Workers calls at once, each its own
 // transaction bounded by OrderTimeout, so the database, not this loop, is the
 // limit. A failure is counted and the order backed off; it never stops the
-// others. It returns how many it tried (those not backing off).
+// others. It returns how many it tried (those not backing off). A Service
+// that expires orders in batches (batchService, batch.go) takes them so.
 func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) int {
+	if b, ok := r.c.Service.(batchService); ok && r.batches {
+		return r.expireBatches(ctx, nos, rep, b)
+	}
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -453,26 +466,7 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) i
 		go func() {
 			defer wg.Done()
 			for no := range work {
-				octx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
-				res, err := r.c.Service.Cancel(octx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
-				done()
-				if errors.Is(err, expiry.ErrNotFound) && !errors.Is(err, cancel.ErrHook) { // a hook's own not-found is a failed cancel
-					continue
-				}
-				mu.Lock()
-				switch {
-				case err != nil:
-					rep.Skipped++
-				case res.Changed:
-					rep.Expired++
-				default:
-					rep.LostRaces++
-				}
-				mu.Unlock()
-				r.settle(ctx, no, err)
-				if err == nil && res.Changed {
-					r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
-				}
+				r.cancelOne(ctx, no, rep, &mu)
 			}
 		}()
 	}
@@ -493,6 +487,31 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) i
 	close(work)
 	wg.Wait()
 	return tried
+}
+
+// cancelOne cancels one expired order, bounded by OrderTimeout, and counts
+// it in rep under mu: a failure is backed off.
+func (r *Reconciler) cancelOne(ctx context.Context, no string, rep *Report, mu *sync.Mutex) {
+	octx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
+	res, err := r.c.Service.Cancel(octx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
+	done()
+	if errors.Is(err, expiry.ErrNotFound) && !errors.Is(err, cancel.ErrHook) { // a hook's own not-found is a failed cancel
+		return
+	}
+	mu.Lock()
+	switch {
+	case err != nil:
+		rep.Skipped++
+	case res.Changed:
+		rep.Expired++
+	default:
+		rep.LostRaces++
+	}
+	mu.Unlock()
+	r.settle(ctx, no, err)
+	if err == nil && res.Changed {
+		r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
+	}
 }
 
 // waiting reports whether no is backing off after a failure.

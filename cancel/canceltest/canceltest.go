@@ -20,8 +20,12 @@
 // the expiry warning), with the hostile-but-legal races of each: a late
 // callback repeated and raced by a second payment id, a late payment racing
 // the seat's sale to another order, an extension racing the timeout, a
-// warning redelivered after the payment. RunHooks is the suite of a store's
-// transition hook (cancel.Hook), apart from RunStore.
+// warning redelivered after the payment. Stores that implement
+// cancel.BatchCanceller run the batch cases (only the due and pending orders
+// of a batch change, a batch racing payments never leaves an order both paid
+// and released), seat stores that implement cancel.BatchReleaser the
+// ReleaseAll case. RunHooks is the suite of a store's transition hook
+// (cancel.Hook), apart from RunStore.
 package canceltest
 
 import (
@@ -151,6 +155,7 @@ func RunStore(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 	runPayments(t, setup, place)
 	runReads(t, setup, place)
 	runLifecycle(t, setup, place)
+	runBatch(t, setup, place)
 }
 
 // statusesOf drops the ages of a Statuses answer.

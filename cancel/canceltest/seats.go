@@ -81,6 +81,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		return slices.Contains(shows, show)
 	}
 
+	runBatchSeats(t, newSeats)
 	t.Run("LockAllOrNothing", func(t *testing.T) {
 		s := newSeats(t)
 		a := hold("u1", "1", "2")

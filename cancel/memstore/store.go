@@ -66,7 +66,7 @@ type Store struct {
 	// ("Order", "CancelPending", "PayPending", "Expired", "Statuses",
 	// "Claims", "Place", "RecordDiscrepancy", "ClaimDiscrepancies",
 	// "SettleDiscrepancy", "Overdue", "ReinstateCancelled", "SetDeadline",
-	// "MarkWarned"), to inject store failures.
+	// "MarkWarned", "CancelDue"), to inject store failures.
 	Fail func(op string) error
 	hook cancel.Hook // SetHook's
 }
@@ -259,6 +259,11 @@ func (s *Store) SettleDiscrepancy(_ context.Context, paymentID string) error {
 func (s *Store) transition(ctx context.Context, no, userID string, to expiry.Status, guard func(*order) bool, reason cancel.Reason, paymentID string) (cancel.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.transitionLocked(ctx, no, userID, to, guard, reason, paymentID, s.hook)
+}
+
+// transitionLocked is transition with s.mu held, running hook (nil: none).
+func (s *Store) transitionLocked(ctx context.Context, no, userID string, to expiry.Status, guard func(*order) bool, reason cancel.Reason, paymentID string, hook cancel.Hook) (cancel.Result, error) {
 	o, ok := s.orders[no]
 	if !ok {
 		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", no, expiry.ErrNotFound)
@@ -278,14 +283,14 @@ func (s *Store) transition(ctx context.Context, no, userID string, to expiry.Sta
 			return cancel.Result{Order: cur}, fmt.Errorf("memstore: pay %s: payment %s decided before: %w", no, paymentID, cancel.ErrDiscrepancy)
 		}
 	}
-	if s.hook != nil {
+	if hook != nil {
 		// What the transition will return, before anything changes: a
 		// failed hook leaves the order, its claims and the payment id as
 		// they were, as sqlstore's rollback does.
 		r := cur
 		r.Status = to
 		change := cancel.Result{Changed: true, Order: r, Seats: slices.Clone(o.seats), PaymentID: paymentID, Reason: reason, LockID: o.lockID}
-		if err := s.hook(ctx, nil, change); err != nil {
+		if err := hook(ctx, nil, change); err != nil {
 			return cancel.Result{}, fmt.Errorf("memstore: order %s: %w: %w", no, cancel.ErrHook, err)
 		}
 	}
@@ -462,4 +467,49 @@ func (s *Store) Snapshot() (restore func()) {
 		defer s.mu.Unlock()
 		s.orders, s.claims, s.disc = copyAll(orders, claims, disc)
 	}
+}
+
+// CancelDue implements cancel.BatchCanceller: each listed order still
+// pending and due by the store's clock is cancelled as CancelPending
+// cancels it (each order atomically, as in one transaction of sqlstore).
+func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	if err := cancel.ValidateBatch(orderNos, reason); err != nil {
+		return nil, fmt.Errorf("memstore: cancel due: %w", err)
+	}
+	if err := s.fail("CancelDue"); err != nil {
+		return nil, err
+	}
+	s.mu.Lock() // one lock for the batch: its transaction
+	defer s.mu.Unlock()
+	due := func(o *order) bool { return !o.o.ExpireAt.After(s.now()) }
+	var nos []string
+	seen := make(map[string]bool, len(orderNos))
+	for _, no := range orderNos {
+		if o, ok := s.orders[no]; ok && !seen[no] && o.o.Status == expiry.StatusPending && due(o) {
+			nos = append(nos, no)
+		}
+		seen[no] = true
+	}
+	if s.hook != nil {
+		// Every order's hook before any changes, as sqlstore runs them in
+		// the batch's transaction: one failure changes nothing.
+		for _, no := range nos {
+			o := s.orders[no]
+			r := o.o
+			r.ReadAt, r.Status = s.now(), expiry.StatusCancelled
+			change := cancel.Result{Changed: true, Order: r, Seats: slices.Clone(o.seats), Reason: reason, LockID: o.lockID}
+			if err := s.hook(ctx, nil, change); err != nil {
+				return nil, fmt.Errorf("memstore: cancel due: order %s: %w: %w", no, cancel.ErrHook, err)
+			}
+		}
+	}
+	var out []cancel.Result
+	for _, no := range nos {
+		res, err := s.transitionLocked(ctx, no, "", expiry.StatusCancelled, due, reason, "", nil)
+		if err != nil {
+			return nil, err // cannot happen: the orders were checked under the same lock
+		}
+		out = append(out, res)
+	}
+	return out, nil
 }

@@ -128,6 +128,51 @@ end
 return freed
 `)
 
+// releaseAllScript is releaseScript for many holds of one show in one call
+// (cancel.BatchReleaser): a batch of cancels releases per show in one round
+// trip.
+//
+// KEYS as releaseScript's.
+// ARGV is a list of holds, each as ARGV[i] order number, ARGV[i+1] a lock
+// id (” any lock of the order), ARGV[i+2] n, then its n seat ids; the
+// next hold starts after them.
+// Each hold is released exactly as releaseScript releases it (its own order
+// number and lock id guard each of its seats), in the order given, and each
+// user's counter goes down by exactly that user's seats freed, never below
+// zero. Returns the number of seats each hold freed, in the order of the
+// holds ({} for none). A malformed list is an error before anything changed.
+var releaseAllScript = redis.NewScript(lockIDLua + `
+local i, holds = 1, {}
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 2])
+  if not n or n < 0 or i + 2 + n > #ARGV then return redis.error_reply('malformed hold at ' .. i) end
+  holds[#holds + 1] = {ARGV[i], ARGV[i + 1], i + 3, i + 2 + n}
+  i = i + 3 + n
+end
+local out, per = {}, {}
+for h = 1, #holds do
+  local no, lock, from, to = holds[h][1], holds[h][2], holds[h][3], holds[h][4]
+  local mine = 'L|' .. no .. '|'
+  local freed = 0
+  for k = from, to do
+    local v = redis.call('HGET', KEYS[1], ARGV[k])
+    if v and string.sub(v, 1, #mine) == mine and (lock == '' or lockid(v) == lock) then
+      redis.call('HDEL', KEYS[1], ARGV[k])
+      redis.call('SREM', KEYS[3], ARGV[k])
+      freed = freed + 1
+      local user = string.match(string.sub(v, #mine + 1), '^[^|]+')
+      if user then per[user] = (per[user] or 0) + 1 end
+    end
+  end
+  out[h] = freed
+end
+for user, n in pairs(per) do
+  local left = tonumber(redis.call('HGET', KEYS[2], user) or '0') - n
+  if left > 0 then redis.call('HSET', KEYS[2], user, left) else redis.call('HDEL', KEYS[2], user) end
+end
+return out
+`)
+
 // sellScript marks seats sold to one order after its payment committed.
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show;

@@ -378,3 +378,7 @@ func TestMappedStoreRefusesTheLibrarysOwnTransitions(t *testing.T) {
 	_, err := s.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: "o-1", In: time.Minute})
 	require.ErrorIs(t, err, cancel.ErrUnsupported, "the window's deadline is the host's")
 }
+
+func (m mappedStore) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	return m.s.CancelDue(ctx, orderNos, reason)
+}

@@ -218,16 +218,21 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.O
 // table's ids are byte-exact (ascii_bin on MySQL), so no case variant
 // answers.
 func (s *Store) sideRows(ctx context.Context, nos []string, found func(no, lockID, seats string)) error {
+	return s.sideRowsIn(ctx, s.db, nos, found)
+}
+
+// sideRowsIn is sideRows on q (a transaction's, to read within it).
+func (s *Store) sideRowsIn(ctx context.Context, q cancel.Querier, nos []string, found func(no, lockID, seats string)) error {
 	if s.m.defaultSchema || len(nos) == 0 {
 		return nil
 	}
-	q := rebind(s.dialect, "SELECT order_no, lock_id, seats FROM oe_order_side WHERE scope = ? AND order_no IN (?"+strings.Repeat(", ?", len(nos)-1)+")")
+	text := rebind(s.dialect, "SELECT order_no, lock_id, seats FROM oe_order_side WHERE scope = ? AND order_no IN (?"+strings.Repeat(", ?", len(nos)-1)+")")
 	args := make([]any, 0, len(nos)+1)
 	args = append(args, s.m.scope)
 	for _, no := range nos {
 		args = append(args, no)
 	}
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := q.QueryContext(ctx, text, args...)
 	if err != nil {
 		return fmt.Errorf("side rows: %w", err)
 	}

@@ -57,7 +57,8 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 }
 
 // SetHook makes every later transition of the store (CancelPending,
-// PayPending) run h in its transaction, after the compare-and-set matched
+// PayPending, ReinstateCancelled, and each order of a CancelDue batch) run
+// h in its transaction, after the compare-and-set matched
 // and the claims were changed, before COMMIT (see cancel.Hook: an error
 // rolls the transition back and is returned wrapping cancel.ErrHook). tx is
 // the transition's *sql.Tx, on the store's *sql.DB. nil removes the hook.

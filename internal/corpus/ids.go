@@ -2,6 +2,7 @@ package corpus
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -310,5 +311,23 @@ func (w WithDeadline) SetDeadline(ctx context.Context, c cancel.DeadlineChange) 
 	c.OrderNo, c.UserID = w.nTo(c.OrderNo), w.uTo(c.UserID)
 	res, err := w.Deadlines.SetDeadline(ctx, c)
 	res.Order = w.order(res.Order)
+	return res, err
+}
+
+// CancelDue implements cancel.BatchCanceller when Inner does (an error
+// wrapping cancel.ErrUnsupported otherwise).
+func (t Translated) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	bc, ok := t.Inner.(cancel.BatchCanceller)
+	if !ok {
+		return nil, fmt.Errorf("corpus: %T: %w", t.Inner, cancel.ErrUnsupported)
+	}
+	nos := make([]string, len(orderNos))
+	for i, no := range orderNos {
+		nos[i] = t.nTo(no)
+	}
+	res, err := bc.CancelDue(ctx, nos, reason)
+	for i := range res {
+		res[i] = t.result(res[i])
+	}
 	return res, err
 }

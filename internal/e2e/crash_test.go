@@ -176,6 +176,17 @@ func (r *releaseCounter) Release(ctx context.Context, h cancel.Hold) (int, error
 	return n, err
 }
 
+// ReleaseAll counts a batch's release per hold, as Release.
+func (r *releaseCounter) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	ns, err := r.Seats.ReleaseAll(ctx, holds)
+	r.mu.Lock()
+	for i, n := range ns {
+		r.n[holds[i].OrderNo] += n
+	}
+	r.mu.Unlock()
+	return ns, err
+}
+
 func (r *releaseCounter) of(no string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

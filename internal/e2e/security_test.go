@@ -514,7 +514,7 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 	builderArgs := map[string]string{
 		"col": "a quoted mapped column (the callers pass r.… fields or \"alias.\"+field), or a literal column of oe_order_side (side)", "extra": "a quoted mapped column or \"\"",
 		"alias": "\"\", \"o.\", \"s.\" or \"c.\" at every call", "now": "a clock expression of nowAs", "seat": "\"NULL\" or \"rel.seat\"",
-		"pre": "the text around a placeholder of keyArg", "post": "as pre", "a": "a quoted mapped column", "c": "a quoted mapped column",
+		"pre": "the text around a placeholder of keyArg, or \"\" and \"CAST(\" (inNos)", "post": "as pre; \"\" and \" AS BINARY)\" in inNos", "a": "a quoted mapped column", "c": "a quoted mapped column",
 		"payment": "\"NULL\" or a quoted mapped column", "x": "keyArg's SQL",
 		"expr":   "a quoted mapped column after \"o.\", or r.expireMS(\"o.\")",
 		"prefix": "a table alias: \"\" or \"o.\" at every call of lock",

@@ -83,6 +83,17 @@ func (c countingReleaser) Release(ctx context.Context, h cancel.Hold) (int, erro
 	return n, err
 }
 
+// ReleaseAll records what a batch's release freed, per hold, as Release.
+func (c countingReleaser) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	ns, err := c.Seats.ReleaseAll(ctx, holds)
+	c.l.mu.Lock()
+	for i, n := range ns {
+		c.l.Released[holds[i].OrderNo] += n
+	}
+	c.l.mu.Unlock()
+	return ns, err
+}
+
 // World is the library wired on one database and one Redis.
 type World struct {
 	DB       *sql.DB

@@ -27,7 +27,10 @@
 // a lost reply, or a seat-store call that fails after a commit, leaves the
 // caller where a crash would (it logs, gives up, and the provider or the
 // reconciler repeats); a reconcile round's seat-store write may also fail
-// while the round goes on. The clock moves to the next deadline (a timeout
+// while the round goes on. A round expires a tenant's due orders in one
+// batch (cancel.BatchCanceller's CancelDue, one gated call), so a stop after
+// it and before the releases is a crash between a batch's commit and its
+// releases. The clock moves to the next deadline (a timeout
 // step moves it to its order's), or past Grace, Settle and the refund lease.
 // In the hooks scenario the order stores run a transition hook
 // (cancel.Hook) whose outbox goes down and comes back as steps: a cancel

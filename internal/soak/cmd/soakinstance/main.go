@@ -165,6 +165,17 @@ func (s seats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 	return n, err
 }
 
+// ReleaseAll records a batch's release per hold, as Release does.
+func (s seats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	ns, err := s.Seats.ReleaseAll(ctx, holds)
+	for i, n := range ns {
+		if n > 0 {
+			s.ev.put(Line{K: "release", O: holds[i].OrderNo, N: n})
+		}
+	}
+	return ns, err
+}
+
 func run(ctx context.Context, c config) error {
 	f, err := os.OpenFile(c.events, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -1,0 +1,256 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// CancelDue implements cancel.BatchCanceller, honouring the Mapping as
+// CancelPending does (its scope, statuses, id types, claims or none). One
+// transaction: the listed orders still pending and due by the database's
+// clock are locked (SELECT … FOR UPDATE; SQLite's write transaction), set
+// cancelled by one UPDATE … WHERE order IN (…), their live claims read and
+// freed by one statement each; four statements whatever the batch's size.
+// A serialization failure or a deadlock is retried as CancelPending's. On
+// PostgreSQL with the library's schema the whole batch is one statement
+// (cancelDueOne), as a single cancel is there, unless a hook is set (see
+// SetHook): then each changed order's hook runs in the batch's transaction,
+// and one that fails rolls the whole batch back (an error wrapping
+// cancel.ErrHook).
+func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	if err := cancel.ValidateBatch(orderNos, reason); err != nil {
+		return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
+	}
+	nos := slices.Clone(orderNos)
+	slices.Sort(nos)
+	nos = slices.Compact(nos)
+	if len(nos) == 0 {
+		return nil, nil
+	}
+	size := batchSize(len(nos))
+	hook := hooked{hook: s.hook.Load(), to: expiry.StatusCancelled}
+	if one := s.m.batchOne(size); one.sql != "" && hook.hook == nil {
+		return s.cancelDueOne(ctx, one, nos, size, reason)
+	}
+	var sts [4]stmt
+	var prep [4]*sql.Stmt
+	for i, build := range [...]func(*resolved, int) stmt{(*resolved).batchLock, (*resolved).batchCAS, (*resolved).batchSeats, (*resolved).batchRelease} {
+		if sts[i] = build(s.m, size); sts[i].sql == "" {
+			continue
+		}
+		st, err := s.prepared(ctx, sts[i].sql) // before the transaction: see prepared
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: cancel due: prepare: %w", err)
+		}
+		prep[i] = st
+	}
+	var out []cancel.Result
+	err := s.retry(ctx, func(tx *sql.Tx) error {
+		out = nil
+		v := vals{reason: string(reason), status: s.m.cancelStatus(reason)}
+		rows, err := tx.StmtContext(ctx, prep[0]).QueryContext(ctx, s.batchArgs(sts[0], v, nos, size)...)
+		if err != nil {
+			return err
+		}
+		want := make(map[string]bool, len(nos))
+		for _, no := range nos {
+			want[no] = true
+		}
+		byNo := map[string]int{}
+		for rows.Next() {
+			var r cancel.Result
+			var expireMS, nowMS int64
+			var lockID sql.NullString
+			if err := rows.Scan(&r.Order.No, &r.Order.UserID, &r.Order.ShowID, &expireMS, &nowMS, &lockID); err != nil {
+				rows.Close()
+				return err
+			}
+			unpad(&r.Order.No, &r.Order.UserID, &r.Order.ShowID)
+			if !want[r.Order.No] {
+				continue // a case variant a folding collation matched (I10)
+			}
+			r.Changed, r.Order.Status, r.LockID = true, expiry.StatusCancelled, lockID.String
+			r.Order.ExpireAt, r.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+			byNo[r.Order.No] = len(out)
+			out = append(out, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		mine := make([]string, len(out))
+		for i, r := range out {
+			mine[i] = r.Order.No
+		}
+		if err := s.batchExec(ctx, tx.StmtContext(ctx, prep[1]), s.batchArgs(sts[1], v, mine, size), len(mine)); err != nil {
+			return err
+		}
+		if !s.m.claims {
+			err := s.sideRowsIn(ctx, tx, mine, func(no, lockID, seats string) {
+				if i, ok := byNo[no]; ok {
+					out[i].LockID, out[i].Seats = lockID, splitSeats(seats)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			return s.batchHooks(ctx, hook, tx, out, v)
+		}
+		rows, err = tx.StmtContext(ctx, prep[2]).QueryContext(ctx, s.batchArgs(sts[2], v, mine, size)...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var no, seat string
+			if err := rows.Scan(&no, &seat); err != nil {
+				rows.Close()
+				return err
+			}
+			unpad(&no, &seat)
+			if i, ok := byNo[no]; ok {
+				out[i].Seats = append(out[i].Seats, seat)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := s.batchExec(ctx, tx.StmtContext(ctx, prep[3]), s.batchArgs(sts[3], v, mine, size), -1); err != nil {
+			return err
+		}
+		return s.batchHooks(ctx, hook, tx, out, v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
+	}
+	for i := range out {
+		slices.Sort(out[i].Seats)
+	}
+	return out, nil
+}
+
+// batchHooks runs the store's hook, if any, for each order of the batch in
+// its transaction (see runHook): one failure rolls the whole batch back,
+// and cancel.Service.ExpireDue then cancels its orders one by one, so the
+// failing order is backed off alone. A transaction that ended inside a hook
+// fails the batch too; the one-by-one cancels then find out what committed.
+func (s *Store) batchHooks(ctx context.Context, h hooked, tx *sql.Tx, out []cancel.Result, v vals) error {
+	for i := range out {
+		slices.Sort(out[i].Seats) // as the batch returns them
+		if err := s.runHook(ctx, h, tx, out[i], v); err != nil {
+			return fmt.Errorf("order %s: %w", out[i].Order.No, err)
+		}
+	}
+	return nil
+}
+
+// batchExec runs st with args; want >= 0 is the number of rows it must
+// change (else the transaction is rolled back: those rows were locked, so
+// another count means the statement and the lock disagree, and nothing is
+// committed).
+func (s *Store) batchExec(ctx context.Context, st *sql.Stmt, args []any, want int) error {
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil || want < 0 {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n != int64(want) {
+		return fmt.Errorf("the batch's compare-and-set changed %d of the %d orders it locked", n, want)
+	}
+	return nil
+}
+
+// batchSize is the length of a batch's IN lists for n orders: n rounded up
+// to a power of two (batchArgs repeats the last number), so that a store
+// prepares a few statements per kind, not one per batch size.
+func batchSize(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// batchArgs binds v to st, whose IN lists are size long: the k-th order
+// number placeholder gets nos[k mod size], the last of nos past its end.
+func (s *Store) batchArgs(st stmt, v vals, nos []string, size int) []any {
+	out := s.args(st, v)
+	k := 0
+	for i, sl := range st.slots {
+		if sl != aNo {
+			continue
+		}
+		no := nos[min(k%size, len(nos)-1)]
+		k++
+		if s.m.raw.Orders.NumericOrderNo {
+			out[i] = numNo(no)
+		} else {
+			out[i] = no
+		}
+	}
+	return out
+}
+
+// cancelDueOne is CancelDue as the one statement of batchOne: rows of
+// (order, user, show, deadline ms, clock ms, lock id, seat or NULL), one
+// per seat of each changed order. A serialization failure or a deadlock is
+// retried as transitionOne retries it.
+func (s *Store) cancelDueOne(ctx context.Context, one stmt, nos []string, size int, reason cancel.Reason) ([]cancel.Result, error) {
+	st, err := s.prepared(ctx, one.sql)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: cancel due: prepare: %w", err)
+	}
+	args := s.batchArgs(one, vals{reason: string(reason), status: s.m.cancelStatus(reason)}, nos, size)
+	for attempt := 1; ; attempt++ {
+		out, err := s.readDueOne(ctx, st, args)
+		if err == nil || !retryable(err) || ctx.Err() != nil || attempt == maxAttempts {
+			if err != nil {
+				return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
+			}
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
+		case <-time.After(time.Duration(attempt) * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) readDueOne(ctx context.Context, st *sql.Stmt, args []any) ([]cancel.Result, error) {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []cancel.Result
+	for rows.Next() {
+		var r cancel.Result
+		var expireMS, nowMS int64
+		var lockID, seat sql.NullString
+		if err := rows.Scan(&r.Order.No, &r.Order.UserID, &r.Order.ShowID, &expireMS, &nowMS, &lockID, &seat); err != nil {
+			return nil, err
+		}
+		if n := len(out); n == 0 || out[n-1].Order.No != r.Order.No {
+			r.Changed, r.Order.Status, r.LockID = true, expiry.StatusCancelled, lockID.String
+			r.Order.ExpireAt, r.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+			out = append(out, r)
+		}
+		if seat.Valid {
+			out[len(out)-1].Seats = append(out[len(out)-1].Seats, seat.String)
+		}
+	}
+	return out, rows.Err()
+}

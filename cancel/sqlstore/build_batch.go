@@ -1,0 +1,124 @@
+package sqlstore
+
+// This file builds the statements of a batch of cancels (batch.go) for n
+// order numbers, from the same pieces as build.go: every order number is a
+// placeholder of slot aNo, which batchArgs fills with the batch's numbers in
+// turn.
+
+// inNos writes "col IN (?, …)" for n order numbers and, where build.go's eq
+// compares ids a second time as bytes (MySQL over a host's columns, whose
+// collation may fold case), "AND CAST(col AS BINARY) IN (CAST(? AS BINARY),
+// …)": the first list is the index lookup, the second keeps "ALICE" from
+// matching "alice" (I10).
+func (r *resolved) inNos(b *sb, col string, n int) {
+	list := func(pre, post string) {
+		b.w("(")
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				b.w(", ")
+			}
+			b.w(pre).p(aNo).w(post)
+		}
+		b.w(")")
+	}
+	b.w(col, " IN ")
+	list("", "")
+	if r.exactIDs && !r.raw.Orders.NumericOrderNo {
+		b.w(" AND CAST(", col, " AS BINARY) IN ")
+		list("CAST(", " AS BINARY)")
+	}
+}
+
+// batchPending writes the condition of build.go's due compare-and-set for
+// n orders: listed, pending, in the mapping's scope, due by the database's
+// clock (alias "" or "o.").
+func (r *resolved) batchPending(b *sb, alias string, n int) {
+	r.inNos(b, alias+r.no, n)
+	b.w(" AND ", alias, r.status, " = ", r.pending.sql)
+	r.exactLit(b, alias+r.status, r.pending)
+	conds(b, alias, r.where)
+	b.w(" AND ")
+	r.due(b, alias, false)
+}
+
+// batchLock locks the candidates of a batch (FOR UPDATE, where the dialect
+// has it: SQLite's write transaction is the lock) and reads each one's
+// number, user, show, deadline ms, the clock ms and, on the library's
+// schema, its lock id.
+func (r *resolved) batchLock(n int) stmt {
+	b := (&sb{}).w("SELECT o.", r.no, ", o.", r.user, ", o.", r.show, ", ", r.expireMS("o."), ", ", nowMS[r.d], ", ", r.ownLock("o."),
+		" FROM ", r.o, " o WHERE ")
+	r.batchPending(b, "o.", n)
+	if r.d != SQLite {
+		b.w(" FOR UPDATE")
+	}
+	return b.done(r.d)
+}
+
+// batchCAS is the compare-and-set of a batch: the cancelled status (with
+// the reason, the updated-at and version columns as build.go's set writes
+// them) for the listed orders still pending and due.
+func (r *resolved) batchCAS(n int) stmt {
+	b := (&sb{}).w("UPDATE ", r.o)
+	r.set(b, r.reason, aReason)
+	b.w(" WHERE ")
+	r.batchPending(b, "", n)
+	return b.done(r.d)
+}
+
+// batchSeats reads the live claims of n orders (number, seat), and
+// batchRelease frees them as build.go's release does for one ("" without
+// a claims table).
+func (r *resolved) batchSeats(n int) stmt {
+	if !r.claims {
+		return stmt{}
+	}
+	b := (&sb{}).w("SELECT ", r.cNo, ", ", r.cSeat, " FROM ", r.c, " WHERE ")
+	r.inNos(b, r.cNo, n)
+	conds(b, "", r.cWhere)
+	r.lockedOnly(b, "")
+	b.w(" ORDER BY ", r.cNo, ", ", r.cSeat)
+	return b.done(r.d)
+}
+
+func (r *resolved) batchRelease(n int) stmt {
+	if !r.claims {
+		return stmt{}
+	}
+	b := &sb{}
+	if r.cReleased != nil {
+		b.w("UPDATE ", r.c, " SET ", r.cState, " = ", r.cReleased.sql, " WHERE ")
+	} else {
+		b.w("DELETE FROM ", r.c, " WHERE ")
+	}
+	r.inNos(b, r.cNo, n)
+	conds(b, "", r.cWhere)
+	if r.cReleased != nil {
+		r.lockedOnly(b, "")
+	}
+	return b.done(r.d)
+}
+
+// batchOne is a batch as one PostgreSQL statement on the library's schema
+// (a data-modifying CTE, as build.go's oneRenamed is for one order): the
+// compare-and-set of every listed order still pending and due, then the
+// claims of those it changed deleted, returning each changed order with its
+// seats (no seat: a NULL row), ordered by order and seat. "" elsewhere: a
+// host's table keeps its lock id and seats in the side table, read by
+// order number.
+func (r *resolved) batchOne(n int) stmt {
+	if r.d != Postgres || !r.defaultSchema || !r.claims || r.cReleased != nil {
+		return stmt{}
+	}
+	b := (&sb{}).w("WITH cas AS (UPDATE ", r.o)
+	r.set(b, r.reason, aReason)
+	b.w(" WHERE ")
+	r.batchPending(b, "", n)
+	b.w(" RETURNING ", r.no, " AS n, ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ", r.ownLock(""), " AS lk)",
+		", rel AS (DELETE FROM ", r.c, " c USING cas WHERE c.", r.cNo, " = cas.n")
+	conds(b, "c.", r.cWhere)
+	r.lockedOnly(b, "c.")
+	b.w(" RETURNING c.", r.cNo, " AS rn, c.", r.cSeat, " AS seat)",
+		" SELECT cas.n, cas.u, cas.sh, cas.ex, cas.nw, cas.lk, rel.seat FROM cas LEFT JOIN rel ON rel.rn = cas.n ORDER BY cas.n, rel.seat")
+	return b.done(r.d)
+}
