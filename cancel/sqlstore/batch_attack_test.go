@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -114,6 +115,7 @@ func TestBatchReleaseLateNeverFreesANewerLock(t *testing.T) {
 	for _, d := range allDialects {
 		for _, path := range []string{"batch", "one"} {
 			t.Run(string(d)+"/"+path, func(t *testing.T) {
+				t.Parallel() // most of each run waits for a deadline
 				ctx := context.Background()
 				db := openDB(t, d)
 				s := hostStore(t, db, d, shop)
@@ -190,6 +192,239 @@ func TestBatchReleaseLateNeverFreesANewerLock(t *testing.T) {
 				}
 				_, err = rs.Lock(ctx, cancel.Hold{ShowID: show, OrderNo: "Y" + testenv.Unique(), UserID: "u2", Seats: []string{"a1"}}, 0)
 				assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "I2: another buyer locks a seat of the paid order X")
+			})
+		}
+	}
+}
+
+// raceSchemas are the schemas the races run on: the library's own and a
+// host's with a tenant, string statuses and claims that keep their history.
+var raceSchemas = []string{"library", "shop"}
+
+func raceStore(t *testing.T, db *sql.DB, d sqlstore.Dialect, schema string) *sqlstore.Store {
+	if schema == "shop" {
+		return hostStore(t, db, d, shop)
+	}
+	ctx := context.Background()
+	s, err := sqlstore.New(db, d)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	require.NoError(t, s.Migrate(ctx))
+	return s
+}
+
+// decision is one call's outcome for one order.
+type decision struct {
+	who      string
+	released int
+}
+
+// TestBatchRacesEveryDecider: two hosts' batches (ExpireDue) run over the
+// same orders again and again while the buyers pay, cancel or extend them,
+// a single timeout fires for some and an operator expires some at once,
+// all at the moment the orders fall due. Judged from outcomes:
+//   - I1: every order decided by exactly one call, and ends as it decided
+//     (paid by the payment that changed it, cancelled by the cancel that
+//     changed it), never both;
+//   - I4: an order whose deadline an Extend moved later (Changed) is still
+//     pending at the end: no batch cancels it on the old deadline;
+//   - I2: the seats of each cancelled order are freed exactly once (the
+//     released counts of its one decider sum to its seats), a paid order's
+//     seats are sold to it in Redis, a pending order's still locked by it;
+//   - I8: each user's counter equals the seats of its pending and paid orders.
+func TestBatchRacesEveryDecider(t *testing.T) {
+	for _, d := range allDialects {
+		for _, schema := range raceSchemas {
+			t.Run(string(d)+"/"+schema, func(t *testing.T) {
+				t.Parallel() // most of each run waits for deadlines
+				ctx := context.Background()
+				db := openDB(t, d)
+				s := raceStore(t, db, d, schema)
+				rs := redisSeats(t, s)
+				svcA, err := cancel.New(cancel.Config{Store: s, Seats: rs})
+				require.NoError(t, err)
+				svcB, err := cancel.New(cancel.Config{Store: s, Seats: rs})
+				require.NoError(t, err)
+
+				now, err := s.Now(ctx)
+				require.NoError(t, err)
+				show := "ev" + testenv.Unique()
+				const orders = 40
+				ps := make([]cancel.Placement, orders)
+				nos := make([]string, orders)
+				var last time.Time
+				for i := range ps {
+					// Half due at once, half falling due while the race runs.
+					deadline := now.Add(-time.Second)
+					if i%2 == 1 {
+						deadline = now.Add(2 * time.Second)
+					}
+					last = deadline
+					ps[i] = cancel.Placement{OrderNo: fmt.Sprintf("R%02d%s", i, testenv.Unique()), UserID: fmt.Sprintf("u%d", i%4), ShowID: show,
+						Seats: []string{fmt.Sprintf("s%02da", i), fmt.Sprintf("s%02db", i)}, ExpireAt: deadline}
+					nos[i] = ps[i].OrderNo
+					require.NoError(t, svcA.Place(ctx, ps[i], s.Insert(db, nil)))
+				}
+				reversed := make([]string, orders)
+				for i, no := range nos {
+					reversed[orders-1-i] = no
+				}
+
+				var mu sync.Mutex
+				decided := map[string][]decision{}
+				extended := map[string]bool{}
+				note := func(no, who string, released int) {
+					mu.Lock()
+					decided[no] = append(decided[no], decision{who, released})
+					mu.Unlock()
+				}
+				var errs []error
+				fail := func(err error) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+				dbNow := func() time.Time {
+					n, err := s.Now(ctx)
+					if err != nil {
+						fail(err)
+						return last.Add(time.Hour)
+					}
+					return n
+				}
+				stop := last.Add(1500 * time.Millisecond)
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for k, run := range []struct {
+					svc  *cancel.Service
+					list []string
+				}{{svcA, nos}, {svcB, reversed}} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						for dbNow().Before(stop) {
+							res, err := run.svc.ExpireDue(ctx, run.list, "")
+							if err != nil {
+								fail(fmt.Errorf("batch %d: %w", k, err))
+							}
+							for _, r := range res {
+								note(r.Order.No, "batch", r.Released)
+							}
+							time.Sleep(5 * time.Millisecond)
+						}
+					}()
+				}
+				for i, p := range ps {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						// The odd orders' callers act around their deadline.
+						if i%2 == 1 {
+							for dbNow().Before(p.ExpireAt.Add(-time.Duration(i%5) * 150 * time.Millisecond)) {
+								time.Sleep(20 * time.Millisecond)
+							}
+						}
+						switch i % 5 {
+						case 0:
+							r, err := svcB.Pay(ctx, cancel.Payment{OrderNo: p.OrderNo, PaymentID: "P" + p.OrderNo})
+							if err != nil && !errors.Is(err, cancel.ErrDiscrepancy) {
+								fail(err)
+							}
+							if r.Changed {
+								note(p.OrderNo, "pay", 0)
+							}
+						case 1:
+							r, err := svcA.UserCancel(ctx, p.OrderNo, p.UserID)
+							if err != nil {
+								fail(err)
+							}
+							if r.Changed {
+								note(p.OrderNo, "user", r.Released)
+							}
+						case 2:
+							r, err := svcB.Cancel(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+							if err != nil {
+								fail(err)
+							}
+							if r.Changed {
+								note(p.OrderNo, "timeout", r.Released)
+							}
+						case 3:
+							r, err := svcA.Extend(ctx, p.OrderNo, p.UserID, 30*time.Minute)
+							if err != nil {
+								fail(err)
+							}
+							if r.Changed {
+								mu.Lock()
+								extended[p.OrderNo] = true
+								mu.Unlock()
+							}
+						case 4:
+							r, err := svcB.ExpireNow(ctx, p.OrderNo)
+							if err != nil {
+								fail(err)
+							}
+							if r.Changed {
+								note(p.OrderNo, "now", r.Released)
+							}
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				require.Empty(t, errs)
+
+				st, err := rs.Show(ctx, show)
+				require.NoError(t, err)
+				held := map[string]int{}
+				for i, p := range ps {
+					o, err := s.Order(ctx, p.OrderNo)
+					require.NoError(t, err)
+					ds := decided[p.OrderNo]
+					switch o.Status {
+					case expiry.StatusPending:
+						assert.Empty(t, ds, "I1: %s is pending but %v decided it", p.OrderNo, ds)
+						assert.True(t, extended[p.OrderNo], "I3: %s (caller %d) pending past its deadline without an extension", p.OrderNo, i%5)
+						held[p.UserID] += len(p.Seats)
+						for _, seat := range p.Seats {
+							assert.Equal(t, cancel.SeatLocked, st[seat].Status, "a pending order's seat %s stays locked", seat)
+							assert.Equal(t, p.OrderNo, st[seat].OrderNo)
+						}
+						continue
+					case expiry.StatusPaid:
+						require.Len(t, ds, 1, "I1: %s paid, decided by %v", p.OrderNo, ds)
+						assert.Equal(t, "pay", ds[0].who, "I1: %s paid, decided by %v", p.OrderNo, ds)
+						held[p.UserID] += len(p.Seats)
+						for _, seat := range p.Seats {
+							assert.Equal(t, cancel.SeatSold, st[seat].Status, "I2: seat %s of the paid order %s", seat, p.OrderNo)
+							assert.Equal(t, p.OrderNo, st[seat].OrderNo)
+						}
+					case expiry.StatusCancelled:
+						require.Len(t, ds, 1, "I1: %s cancelled, decided by %v", p.OrderNo, ds)
+						assert.NotEqual(t, "pay", ds[0].who, "I1: %s cancelled, decided by %v", p.OrderNo, ds)
+						assert.Equal(t, len(p.Seats), ds[0].released, "I2: %s's seats freed exactly once, by its decider %s", p.OrderNo, ds[0].who)
+						assert.False(t, extended[p.OrderNo] && ds[0].who == "batch", "I4: %s extended, then cancelled by a batch on the old deadline", p.OrderNo)
+						for _, seat := range p.Seats {
+							assert.NotContains(t, st, seat, "I2: seat %s of the cancelled order %s is free", seat, p.OrderNo)
+						}
+					}
+				}
+				by := map[string]int{}
+				for _, ds := range decided {
+					for _, d := range ds {
+						by[d.who]++
+					}
+				}
+				t.Logf("deciders %v, extended %d", by, len(extended))
+				assert.NotZero(t, by["batch"], "the batches decided some orders (else this race proves nothing)")
+				for u := 0; u < 4; u++ {
+					user := fmt.Sprintf("u%d", u)
+					n, err := rs.Held(ctx, show, user)
+					require.NoError(t, err)
+					assert.Equal(t, held[user], n, "I8: the counter of %s", user)
+				}
 			})
 		}
 	}
