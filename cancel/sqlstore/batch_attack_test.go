@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -426,6 +427,182 @@ func TestBatchRacesEveryDecider(t *testing.T) {
 					assert.Equal(t, held[user], n, "I8: the counter of %s", user)
 				}
 			})
+		}
+	}
+}
+
+// onlyOrders hides a store's CancelDue: the Service then expires order by
+// order (Cancel), the path the batch must agree with.
+type onlyOrders struct{ *sqlstore.Store }
+
+func (o onlyOrders) CancelDue() {} // not cancel.BatchCanceller's: hides it
+
+// mixedMapping is a store under attack: the library's schema, a host's,
+// or a host's without its claims table.
+type mixedMapping struct {
+	name     string
+	hs       *hostSchema // nil: the library's schema
+	noClaims bool
+}
+
+var mixedMappings = []mixedMapping{
+	{name: "library"},
+	{name: "seatflow", hs: &seatflow},
+	{name: "seatflow-noclaims", hs: &seatflow, noClaims: true},
+	{name: "shop", hs: &shop},
+	{name: "window", hs: &window},
+	{name: "numericorder", hs: &numericOrder},
+	{name: "instant", hs: &instant},
+}
+
+func (mm mixedMapping) store(t *testing.T, db *sql.DB, d sqlstore.Dialect) *sqlstore.Store {
+	ctx := context.Background()
+	if mm.hs == nil {
+		return raceStore(t, db, d, "library")
+	}
+	applyDDL(t, db, mm.hs.ddl(d))
+	m := mm.hs.mapping
+	if mm.noClaims {
+		m.Claims = nil
+	}
+	s, err := sqlstore.New(db, d, m)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Check(ctx))
+	return s
+}
+
+// TestBatchOfMixedOrders: one ExpireDue over a list that holds everything a
+// real list can: two due orders (one listed twice), one not due, one paid,
+// one cancelled by its user, a missing number, a case variant of a due
+// order's number (a non-canonical form on an integer column), and on the
+// shop schema the same numbers in another tenant. Outcomes: exactly the due
+// orders are cancelled and their seats freed in Redis, once (I2, I5); the
+// case variant matches nothing (I10); everything else keeps its state and
+// seats (I1, I4); the other tenant's orders and Redis keys are untouched
+// (I16). The same list expired order by order (Cancel) must end the same.
+func TestBatchOfMixedOrders(t *testing.T) {
+	for _, d := range allDialects {
+		for _, mm := range mixedMappings {
+			if mm.hs != nil && mm.hs.notOn == d {
+				continue
+			}
+			for _, path := range []string{"batch", "one"} {
+				t.Run(string(d)+"/"+mm.name+"/"+path, func(t *testing.T) {
+					t.Parallel()
+					ctx := context.Background()
+					db := openDB(t, d)
+					s := mm.store(t, db, d)
+					rs := redisSeats(t, s)
+					var orders cancel.OrderStore = s
+					if path == "one" {
+						orders = onlyOrders{s}
+					}
+					svc, err := cancel.New(cancel.Config{Store: orders, Seats: rs})
+					require.NoError(t, err)
+					placer, err := cancel.New(cancel.Config{Store: s, Seats: rs})
+					require.NoError(t, err)
+					var other *sqlstore.Store // tenant 8 of the shop schema
+					var otherRS *redisseat.Seats
+					var otherSvc *cancel.Service
+					if mm.name == "shop" {
+						m := shop.mapping
+						m.Orders.Where = []sqlstore.Condition{{Column: "tenant_id", Value: 8}}
+						c := *m.Claims
+						c.Where = []sqlstore.Condition{{Column: "tenant_id", Value: 8}}
+						m.Claims = &c
+						other, err = sqlstore.New(db, d, m)
+						require.NoError(t, err)
+						t.Cleanup(func() { other.Close() })
+						otherRS = redisSeats(t, other)
+						otherSvc, err = cancel.New(cancel.Config{Store: other, Seats: otherRS})
+						require.NoError(t, err)
+					}
+
+					now, err := s.Now(ctx)
+					require.NoError(t, err)
+					show := "ev" + testenv.Unique()
+					base := time.Now().UnixNano() % 1e15
+					no := func(name string, i int64) string {
+						if mm.hs != nil && mm.hs.mapping.Orders.NumericOrderNo {
+							return fmt.Sprint(base + i)
+						}
+						return name + testenv.Unique()
+					}
+					mk := func(name string, i int64, user string, deadline time.Time, seats ...string) cancel.Placement {
+						return cancel.Placement{OrderNo: no(name, i), UserID: user, ShowID: show, Seats: seats, ExpireAt: deadline}
+					}
+					past := now.Add(-2 * time.Hour)
+					dueA := mk("a", 1, "u1", past, "a1", "a2")
+					dueB := mk("b", 2, "u2", past, "b1")
+					later := mk("c", 3, "u1", now.Add(time.Hour), "c1")
+					paid := mk("d", 4, "u3", past, "d1")
+					gone := mk("e", 5, "u3", past, "e1")
+					for _, p := range []cancel.Placement{dueA, dueB, later, paid, gone} {
+						require.NoError(t, placer.Place(ctx, p, s.Insert(db, nil)))
+					}
+					if other != nil {
+						for _, p := range []cancel.Placement{dueA, dueB} {
+							require.NoError(t, otherSvc.Place(ctx, p, other.Insert(db, nil)))
+						}
+					}
+					_, err = placer.Pay(ctx, cancel.Payment{OrderNo: paid.OrderNo, PaymentID: "P" + testenv.Unique()})
+					require.NoError(t, err)
+					_, err = placer.UserCancel(ctx, gone.OrderNo, gone.UserID)
+					require.NoError(t, err)
+					variant := strings.ToUpper(dueB.OrderNo)
+					if mm.hs != nil && mm.hs.mapping.Orders.NumericOrderNo {
+						variant = "0" + dueB.OrderNo
+					}
+					list := []string{later.OrderNo, dueA.OrderNo, paid.OrderNo, no("m", 99), gone.OrderNo, variant, dueA.OrderNo, dueB.OrderNo}
+
+					res, err := svc.ExpireDue(ctx, list, "")
+					require.NoError(t, err)
+					got := map[string]cancel.Result{}
+					for _, r := range res {
+						_, twice := got[r.Order.No]
+						assert.False(t, twice, "I5: %s in the result twice", r.Order.No)
+						got[r.Order.No] = r
+					}
+					assert.ElementsMatch(t, []string{dueA.OrderNo, dueB.OrderNo}, keys(got), "exactly the due orders")
+					assert.Equal(t, 2, got[dueA.OrderNo].Released, "I2: A's two seats freed once")
+					assert.Equal(t, 1, got[dueB.OrderNo].Released, "I2: B's seat freed once")
+					status := func(st *sqlstore.Store, no string) expiry.Status {
+						o, err := st.Order(ctx, no)
+						require.NoError(t, err)
+						return o.Status
+					}
+					for no, want := range map[string]expiry.Status{dueA.OrderNo: expiry.StatusCancelled, dueB.OrderNo: expiry.StatusCancelled,
+						later.OrderNo: expiry.StatusPending, paid.OrderNo: expiry.StatusPaid, gone.OrderNo: expiry.StatusCancelled} {
+						assert.Equal(t, want, status(s, no), no)
+					}
+					st, err := rs.Show(ctx, show)
+					require.NoError(t, err)
+					holders := map[string]string{}
+					for seat, v := range st {
+						holders[seat] = v.Status.String() + ":" + v.OrderNo
+					}
+					assert.Equal(t, map[string]string{"c1": "locked:" + later.OrderNo, "d1": "sold:" + paid.OrderNo}, holders,
+						"I2: the due orders' seats freed, the others' kept")
+					for user, want := range map[string]int{"u1": 1, "u2": 0, "u3": 1} {
+						n, err := rs.Held(ctx, show, user)
+						require.NoError(t, err)
+						assert.Equal(t, want, n, "I8: the counter of %s", user)
+					}
+					if other != nil {
+						for _, p := range []cancel.Placement{dueA, dueB} {
+							assert.Equal(t, expiry.StatusPending, status(other, p.OrderNo), "I16: tenant 8's %s", p.OrderNo)
+						}
+						ost, err := otherRS.Show(ctx, show)
+						require.NoError(t, err)
+						assert.Len(t, ost, 3, "I16: tenant 8's seats stay locked in its own keys")
+					}
+					again, err := svc.ExpireDue(ctx, list, "")
+					require.NoError(t, err)
+					assert.Empty(t, again, "I5: the same list again changes nothing")
+				})
+			}
 		}
 	}
 }
