@@ -124,6 +124,9 @@ func TestBatchReleaseFailsForOneShow(t *testing.T) {
 				}
 				e := newAtkEnv(t, d, rdb)
 				shows := []string{"A" + testenv.Unique(), "B" + testenv.Unique(), "C" + testenv.Unique()}
+				if cc, ok := rdb.(*redis.ClusterClient); ok {
+					shows = showPerMaster(t, cc)
+				}
 				var nos []string
 				bySeat := map[string][]cancel.Placement{}
 				for i := 0; i < 15; i++ {
@@ -181,6 +184,35 @@ func TestBatchReleaseFailsForOneShow(t *testing.T) {
 			})
 		}
 	}
+}
+
+// showPerMaster returns three show ids whose keys (hash tag {show}) live
+// on three different masters of the cluster.
+func showPerMaster(t *testing.T, cc *redis.ClusterClient) []string {
+	ctx := context.Background()
+	slots, err := cc.ClusterSlots(ctx).Result()
+	require.NoError(t, err)
+	master := func(slot int64) string {
+		for _, r := range slots {
+			if int64(r.Start) <= slot && slot <= int64(r.End) {
+				return r.Nodes[0].Addr
+			}
+		}
+		return ""
+	}
+	seen := map[string]bool{}
+	var out []string
+	for i := 0; len(out) < 3 && i < 1000; i++ {
+		show := fmt.Sprintf("%c%s", 'A'+len(out), testenv.Unique())
+		slot, err := cc.ClusterKeySlot(ctx, "{"+show+"}").Result()
+		require.NoError(t, err)
+		if m := master(slot); m != "" && !seen[m] {
+			seen[m] = true
+			out = append(out, show)
+		}
+	}
+	require.Len(t, out, 3, "the cluster has three masters")
+	return out
 }
 
 // scanThen is the order store whose expired scan runs then once, after it
