@@ -417,3 +417,72 @@ func TestBatchPageWithUnreadableRows(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchPageWithAStuckRow: one due order's row is held by a host
+// transaction that neither commits nor rolls back (FOR UPDATE, a stuck
+// request) while the expired pass meets it in a page with thirty other due
+// orders. I12: the others are cancelled and their seats freed in that same
+// round; the stuck one is counted Skipped (and backed off), never
+// cancelled behind its holder's back.
+//
+// Seen on MariaDB with the batches: the batch's SELECT … FOR UPDATE locks
+// the orders before the stuck one (in index order), then waits on it; at
+// OrderTimeout the client gives up and closes its connection, but the
+// server keeps the statement waiting, and the locks it took, until
+// innodb_lock_wait_timeout (50 s by default). The fallback's single
+// cancels of those orders then wait on the abandoned batch, time out and
+// are skipped and backed off with the stuck one: one stuck row holds back
+// every order of its batch that sorts before it (3 here; up to a whole
+// batch), for a lock wait timeout and their backoff. PostgreSQL (which
+// cancels the statement) and the one-by-one path hold.
+func TestBatchPageWithAStuckRow(t *testing.T) {
+	for _, d := range []sqlstore.Dialect{sqlstore.MySQL, sqlstore.Postgres} { // SQLite: a held write transaction locks the whole file
+		for _, path := range []string{"batch", "one"} {
+			t.Run(string(d)+"/"+path, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				e := newAtkEnv(t, d, testenv.Redis(t))
+				show := "ev" + testenv.Unique()
+				var ps []cancel.Placement
+				for i := 0; i < 31; i++ {
+					ps = append(ps, e.place(t, fmt.Sprintf("o%02d%s", i, testenv.Unique()), "u1", show, e.now.Add(-time.Minute), fmt.Sprintf("s%02d", i)))
+				}
+				stuck := ps[3]
+				tx, err := e.db.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = tx.Rollback() })
+				q := "SELECT status FROM oe_order WHERE order_no = ? FOR UPDATE"
+				if d == sqlstore.Postgres {
+					q = "SELECT status FROM oe_order WHERE order_no = $1 FOR UPDATE"
+				}
+				var st any
+				require.NoError(t, tx.QueryRowContext(ctx, q, stuck.OrderNo).Scan(&st))
+
+				var svc reconcile.Service = e.svc
+				if path == "one" {
+					svc = oneByOne{e.svc}
+				}
+				r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: svc, Batch: 100, Workers: 2,
+					OrderTimeout: 500 * time.Millisecond})
+				require.NoError(t, err)
+				began := time.Now()
+				rep, err := r.Round(ctx)
+				require.NoError(t, err)
+				t.Logf("round took %v: %+v", time.Since(began), rep)
+				for _, p := range ps {
+					want := expiry.StatusCancelled
+					if p.OrderNo == stuck.OrderNo {
+						want = expiry.StatusPending
+					}
+					assert.Equal(t, want, e.status(t, p.OrderNo), p.OrderNo)
+				}
+				assert.Equal(t, 30, rep.Expired, "I12: the others expire in the same round")
+				assert.Equal(t, 1, rep.Skipped, "the stuck order is skipped")
+				seats, err := e.seats.Show(ctx, show)
+				require.NoError(t, err)
+				assert.Len(t, seats, 1, "I12: only the stuck order's seat is still locked")
+				require.NoError(t, tx.Rollback())
+			})
+		}
+	}
+}
