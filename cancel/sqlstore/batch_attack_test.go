@@ -606,3 +606,72 @@ func TestBatchOfMixedOrders(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchAtItsLimits: MaxBatch+1 due orders of one show with five seats
+// each (2505 seats: more than one seat-store script takes), on every
+// dialect. CancelDue refuses MaxBatch+1 numbers and changes nothing; it
+// takes exactly MaxBatch; an empty list is no error and changes nothing;
+// ExpireDue cuts MaxBatch+1 into two transactions and cancels every order,
+// frees every seat once (the released counts sum to the seats) and leaves
+// every counter at zero (I2, I8).
+func TestBatchAtItsLimits(t *testing.T) {
+	for _, d := range allDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := openDB(t, d)
+			s := raceStore(t, db, d, "library")
+			rs := redisSeats(t, s)
+			svc, err := cancel.New(cancel.Config{Store: s, Seats: rs})
+			require.NoError(t, err)
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			show := "ev" + testenv.Unique()
+			nos := make([]string, cancel.MaxBatch+1)
+			for i := range nos {
+				seats := make([]string, 5)
+				for k := range seats {
+					seats[k] = fmt.Sprintf("s%03d-%d", i, k)
+				}
+				p := cancel.Placement{OrderNo: fmt.Sprintf("L%03d%s", i, testenv.Unique()), UserID: fmt.Sprintf("u%d", i%7), ShowID: show, Seats: seats, ExpireAt: now.Add(-time.Minute)}
+				require.NoError(t, svc.Place(ctx, p, s.Insert(db, nil)))
+				nos[i] = p.OrderNo
+			}
+			_, err = s.CancelDue(ctx, nos, cancel.ReasonReconcile)
+			require.ErrorIs(t, err, expiry.ErrInvalidID, "MaxBatch+1 numbers")
+			res, err := s.CancelDue(ctx, nil, cancel.ReasonReconcile)
+			require.NoError(t, err)
+			assert.Empty(t, res)
+			res, err = svc.ExpireDue(ctx, []string{}, "")
+			require.NoError(t, err)
+			assert.Empty(t, res)
+			for _, no := range nos {
+				o, err := s.Order(ctx, no)
+				require.NoError(t, err)
+				require.Equal(t, expiry.StatusPending, o.Status, "the refused batch changed nothing")
+			}
+
+			res, err = svc.ExpireDue(ctx, nos, "")
+			require.NoError(t, err)
+			assert.Len(t, res, len(nos))
+			released := 0
+			for _, r := range res {
+				released += r.Released
+			}
+			assert.Equal(t, 5*len(nos), released, "I2: every seat freed once")
+			st, err := rs.Show(ctx, show)
+			require.NoError(t, err)
+			assert.Empty(t, st, "I2: every seat free in Redis")
+			for u := 0; u < 7; u++ {
+				n, err := rs.Held(ctx, show, fmt.Sprintf("u%d", u))
+				require.NoError(t, err)
+				assert.Zero(t, n, "I8")
+			}
+			for _, no := range []string{nos[0], nos[cancel.MaxBatch-1], nos[cancel.MaxBatch]} {
+				o, err := s.Order(ctx, no)
+				require.NoError(t, err)
+				assert.Equal(t, expiry.StatusCancelled, o.Status, no)
+			}
+		})
+	}
+}
