@@ -98,7 +98,7 @@ func untilDue(t *testing.T, s *sqlstore.Store, deadline time.Time) {
 // doc of Service.Cancel), never on the newer lock a late payment took for
 // the same order number.
 //
-// The story, on a host's tables with a claims table (shop): order X is due;
+// The story (fails on a host's tables with a claims table, shop): order X is due;
 // the expiry cancels it, and its release is slow (held at a gate). Meanwhile
 // the reconciler frees X's lock (a cancelled order's lock), the buyer's late
 // payment reinstates X (AcceptLatePayments: a new lock, then paid), and its
@@ -111,89 +111,99 @@ func untilDue(t *testing.T, s *sqlstore.Store, deadline time.Time) {
 // Result carries no LockID on a host's table with claims (the batch reads
 // the lock id from oe_order.lock_id only, NULL for a host's table), so the
 // release names "any lock of X" and frees the paid order's seats; another
-// buyer then locks them (a seat sold twice: I2, I15).
+// buyer then locks them (a seat sold twice: I2, I15). The library's schema
+// and a host's table without claims (whose lock id the batch reads from
+// the side table) hold, on both paths.
 func TestBatchReleaseLateNeverFreesANewerLock(t *testing.T) {
 	for _, d := range allDialects {
-		for _, path := range []string{"batch", "one"} {
-			t.Run(string(d)+"/"+path, func(t *testing.T) {
-				t.Parallel() // most of each run waits for a deadline
-				ctx := context.Background()
-				db := openDB(t, d)
-				s := hostStore(t, db, d, shop)
-				rs := redisSeats(t, s)
-				slow := &attackSeats{Seats: rs, gate: make(chan struct{}), entered: make(chan struct{})}
-				late := &attackSeats{Seats: rs, failSell: true}
-				expirer, err := cancel.New(cancel.Config{Store: s, Seats: slow})
-				require.NoError(t, err)
-				refunds := &bfRefunds{}
-				buyer, err := cancel.New(cancel.Config{Store: s, Seats: late, AcceptLatePayments: true, Discrepancies: s, OnDiscrepancy: refunds.hook})
-				require.NoError(t, err)
-
-				now, err := s.Now(ctx)
-				require.NoError(t, err)
-				show := "ev" + testenv.Unique()
-				p := cancel.Placement{OrderNo: "X" + testenv.Unique(), UserID: "u1", ShowID: show, Seats: []string{"a1", "a2"}, ExpireAt: now}
-				bfPlace(t, db, s, buyer, p)
-				st, err := rs.Show(ctx, show)
-				require.NoError(t, err)
-				first := st["a1"].LockID
-				require.NotEmpty(t, first)
-				untilDue(t, s, p.ExpireAt)
-
-				done := make(chan error, 1)
-				go func() {
-					var err error
-					if path == "batch" {
-						var res []cancel.Result
-						res, err = expirer.ExpireDue(ctx, []string{p.OrderNo}, cancel.ReasonTimeout)
-						if err == nil && len(res) != 1 {
-							err = fmt.Errorf("the expiry cancelled %d orders, want 1", len(res))
-						}
-					} else {
-						var res cancel.Result
-						res, err = expirer.Cancel(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
-						if err == nil && !res.Changed {
-							err = errors.New("the expiry did not cancel X")
-						}
+		for _, schema := range []string{"shop", "shop-noclaims", "library"} {
+			for _, path := range []string{"batch", "one"} {
+				t.Run(string(d)+"/"+schema+"/"+path, func(t *testing.T) {
+					t.Parallel() // most of each run waits for a deadline
+					ctx := context.Background()
+					db := openDB(t, d)
+					var s *sqlstore.Store
+					switch schema {
+					case "shop-noclaims":
+						s = (mixedMapping{hs: &shop, noClaims: true}).store(t, db, d)
+					default:
+						s = raceStore(t, db, d, schema)
 					}
-					done <- err
-				}()
-				select {
-				case <-slow.entered:
-				case err := <-done:
-					t.Fatalf("the expiry returned before its release: %v", err)
-				case <-time.After(20 * time.Second):
-					t.Fatal("the expiry never reached its release")
-				}
-				// The cancel committed; its release is held. The reconciler's
-				// lock pass frees the lock of the cancelled order, by its id.
-				n, err := rs.Release(ctx, cancel.Hold{ShowID: show, OrderNo: p.OrderNo, UserID: "u1", Seats: p.Seats, LockID: first})
-				require.NoError(t, err)
-				require.Equal(t, 2, n)
-				// The late payment reinstates X under a new lock; its sale to
-				// Redis fails and is left to the reconciler.
-				res, err := buyer.Pay(ctx, cancel.Payment{OrderNo: p.OrderNo, PaymentID: "P" + testenv.Unique()})
-				require.NoError(t, err)
-				require.True(t, res.Changed, "the late payment reinstated X")
-				o, err := s.Order(ctx, p.OrderNo)
-				require.NoError(t, err)
-				require.Equal(t, expiry.StatusPaid, o.Status)
-				st, err = rs.Show(ctx, show)
-				require.NoError(t, err)
-				require.Equal(t, p.OrderNo, st["a1"].OrderNo, "X holds its seats again")
-				require.NotEqual(t, first, st["a1"].LockID, "under a new lock")
+					rs := redisSeats(t, s)
+					slow := &attackSeats{Seats: rs, gate: make(chan struct{}), entered: make(chan struct{})}
+					late := &attackSeats{Seats: rs, failSell: true}
+					expirer, err := cancel.New(cancel.Config{Store: s, Seats: slow})
+					require.NoError(t, err)
+					refunds := &bfRefunds{}
+					buyer, err := cancel.New(cancel.Config{Store: s, Seats: late, AcceptLatePayments: true, Discrepancies: s, OnDiscrepancy: refunds.hook})
+					require.NoError(t, err)
 
-				close(slow.gate) // the slow release runs now
-				require.NoError(t, <-done)
+					now, err := s.Now(ctx)
+					require.NoError(t, err)
+					show := "ev" + testenv.Unique()
+					p := cancel.Placement{OrderNo: "X" + testenv.Unique(), UserID: "u1", ShowID: show, Seats: []string{"a1", "a2"}, ExpireAt: now}
+					bfPlace(t, db, s, buyer, p)
+					st, err := rs.Show(ctx, show)
+					require.NoError(t, err)
+					first := st["a1"].LockID
+					require.NotEmpty(t, first)
+					untilDue(t, s, p.ExpireAt)
 
-				st, err = rs.Show(ctx, show)
-				require.NoError(t, err)
-				for _, seat := range p.Seats {
-					assert.Equal(t, p.OrderNo, st[seat].OrderNo, "I15: seat %s of the paid order X was freed by a release that named an older lock", seat)
-				}
-				_, err = rs.Lock(ctx, cancel.Hold{ShowID: show, OrderNo: "Y" + testenv.Unique(), UserID: "u2", Seats: []string{"a1"}}, 0)
-				assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "I2: another buyer locks a seat of the paid order X")
-			})
+					done := make(chan error, 1)
+					go func() {
+						var err error
+						if path == "batch" {
+							var res []cancel.Result
+							res, err = expirer.ExpireDue(ctx, []string{p.OrderNo}, cancel.ReasonTimeout)
+							if err == nil && len(res) != 1 {
+								err = fmt.Errorf("the expiry cancelled %d orders, want 1", len(res))
+							}
+						} else {
+							var res cancel.Result
+							res, err = expirer.Cancel(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+							if err == nil && !res.Changed {
+								err = errors.New("the expiry did not cancel X")
+							}
+						}
+						done <- err
+					}()
+					select {
+					case <-slow.entered:
+					case err := <-done:
+						t.Fatalf("the expiry returned before its release: %v", err)
+					case <-time.After(20 * time.Second):
+						t.Fatal("the expiry never reached its release")
+					}
+					// The cancel committed; its release is held. The reconciler's
+					// lock pass frees the lock of the cancelled order, by its id.
+					n, err := rs.Release(ctx, cancel.Hold{ShowID: show, OrderNo: p.OrderNo, UserID: "u1", Seats: p.Seats, LockID: first})
+					require.NoError(t, err)
+					require.Equal(t, 2, n)
+					// The late payment reinstates X under a new lock; its sale to
+					// Redis fails and is left to the reconciler.
+					res, err := buyer.Pay(ctx, cancel.Payment{OrderNo: p.OrderNo, PaymentID: "P" + testenv.Unique()})
+					require.NoError(t, err)
+					require.True(t, res.Changed, "the late payment reinstated X")
+					o, err := s.Order(ctx, p.OrderNo)
+					require.NoError(t, err)
+					require.Equal(t, expiry.StatusPaid, o.Status)
+					st, err = rs.Show(ctx, show)
+					require.NoError(t, err)
+					require.Equal(t, p.OrderNo, st["a1"].OrderNo, "X holds its seats again")
+					require.NotEqual(t, first, st["a1"].LockID, "under a new lock")
+
+					close(slow.gate) // the slow release runs now
+					require.NoError(t, <-done)
+
+					st, err = rs.Show(ctx, show)
+					require.NoError(t, err)
+					for _, seat := range p.Seats {
+						assert.Equal(t, p.OrderNo, st[seat].OrderNo, "I15: seat %s of the paid order X was freed by a release that named an older lock", seat)
+					}
+					_, err = rs.Lock(ctx, cancel.Hold{ShowID: show, OrderNo: "Y" + testenv.Unique(), UserID: "u2", Seats: []string{"a1"}}, 0)
+					assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "I2: another buyer locks a seat of the paid order X")
+				})
+			}
 		}
 	}
 }
