@@ -463,6 +463,25 @@ var mixedMappings = []mixedMapping{
 	{name: "window", hs: &window},
 	{name: "numericorder", hs: &numericOrder},
 	{name: "instant", hs: &instant},
+	{name: "numericorder-noclaims", hs: &numericOrder, noClaims: true},
+	{name: "charids", hs: &charIDs},
+	{name: "charids-noclaims", hs: &charIDs, noClaims: true},
+}
+
+// charIDs is SeatFlow's schema with CHAR(n) ids: PostgreSQL pads them with
+// spaces on the way out, MySQL strips the padding, SQLite keeps the text.
+var charIDs = hostSchema{
+	name:    "charids",
+	mapping: seatflow.mapping,
+	ddl: func(d sqlstore.Dialect) []string {
+		var out []string
+		for _, q := range seatflow.ddl(d) {
+			out = append(out, strings.ReplaceAll(q, "VARCHAR(64)", "CHAR(24)"))
+		}
+		return out
+	},
+	caseFolding: true,
+	resolution:  time.Second,
 }
 
 func (mm mixedMapping) store(t *testing.T, db *sql.DB, d sqlstore.Dialect) *sqlstore.Store {
