@@ -35,13 +35,15 @@ type BatchCanceller interface {
 	CancelDue(ctx context.Context, orderNos []string, reason Reason) ([]Result, error)
 }
 
-// BatchReleaser is a SeatReleaser that releases the holds of one show in
-// one round trip. cancel/redisseat implements it.
+// BatchReleaser is a SeatReleaser that releases many holds in one round
+// trip. cancel/redisseat implements it.
 //
-// ReleaseAll is Release for each of holds, which must all be of one show
-// (an error otherwise, nothing changed), in one atomic step: it returns how
-// many seats each hold freed, in the order of holds. Each hold is guarded by
-// its own order number and LockID exactly as Release guards one.
+// ReleaseAll is Release for each of holds (of any shows), the holds of one
+// show in one atomic step: it returns how many seats each hold freed, in the
+// order of holds. Each hold is guarded by its own order number and LockID
+// exactly as Release guards one. On an error some shows' holds may have
+// been released (each show's step is atomic; a release is idempotent, so
+// the reconciler's repair releases the rest).
 type BatchReleaser interface {
 	ReleaseAll(ctx context.Context, holds []Hold) ([]int, error)
 }
@@ -69,15 +71,16 @@ func ValidateBatch(orderNos []string, reason Reason) error {
 // Request.OnlyIfDue does for one, and returns one Result per order it
 // cancelled (orders not pending, not due or missing are absent). With a
 // store that is a BatchCanceller each slice of up to MaxBatch orders is one
-// transaction, and the seats are then released per show in one seat-store
-// round trip when the seat store is a BatchReleaser; otherwise each order
-// is one Cancel. As in Cancel, each cancelled order is observed
+// transaction, and the seats are then released in one seat-store round
+// trip (one atomic step per show) when the seat store is a BatchReleaser;
+// otherwise each order is one Cancel (a failing one does not stop the
+// others: their errors are joined). As in Cancel, each cancelled order is observed
 // (expiry.KindCancelled) and a failed release is logged and counted
 // (expiry.KindReleaseFailed) and left to the reconciler, never an error:
-// the orders are cancelled. An error means the slice that failed changed
-// nothing (the Results of slices before it are returned with it); the
-// caller may try its orders one by one (Cancel), so one bad order is set
-// aside alone.
+// the orders are cancelled. With a BatchCanceller, an error means the
+// slice that failed changed nothing (the Results of slices before it are
+// returned with it); the caller may try its orders one by one (Cancel), so
+// one bad order is set aside alone.
 func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reason) ([]Result, error) {
 	if reason == "" {
 		reason = ReasonReconcile
@@ -85,16 +88,21 @@ func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reaso
 	bc, ok := s.store.(BatchCanceller)
 	if !ok {
 		var out []Result
+		var errs []error
 		for _, no := range orderNos {
+			if ctx.Err() != nil {
+				errs = append(errs, ctx.Err())
+				break
+			}
 			res, err := s.Cancel(ctx, Request{OrderNo: no, Reason: reason, OnlyIfDue: true})
 			switch {
 			case err != nil && !isNotFound(err):
-				return out, err
+				errs = append(errs, err) // the order's own; the others go on
 			case res.Changed:
 				out = append(out, res)
 			}
 		}
-		return out, nil
+		return out, errors.Join(errs...)
 	}
 	var out []Result
 	for len(orderNos) > 0 {
@@ -118,7 +126,8 @@ func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reaso
 }
 
 // releaseAll releases the seats of cancelled orders (res, Released set in
-// place), one seat-store call per show when the seat store can.
+// place): in one seat-store call (one round trip, one atomic step per show)
+// when the seat store is a BatchReleaser, else one Release per order.
 func (s *Service) releaseAll(ctx context.Context, res []Result) {
 	byShow := map[string][]int{}
 	var shows []string
@@ -141,10 +150,9 @@ func (s *Service) releaseAll(ctx context.Context, res []Result) {
 		s.log.ErrorContext(ctx, "seat release failed after cancel; the reconciler will release them",
 			"order", r.Order.No, "show", r.Order.ShowID, "seats", len(r.Seats), "err", err)
 	}
-	for _, show := range shows {
-		idx := byShow[show]
-		if !batch || len(idx) == 1 {
-			for _, i := range idx {
+	if !batch {
+		for _, show := range shows {
+			for _, i := range byShow[show] {
 				n, err := s.seats.Release(ctx, hold(res[i]))
 				if err != nil {
 					failed(res[i], err)
@@ -152,23 +160,30 @@ func (s *Service) releaseAll(ctx context.Context, res []Result) {
 				}
 				res[i].Released = n
 			}
+		}
+		return
+	}
+	var idx []int
+	var holds []Hold
+	for _, show := range shows {
+		for _, i := range byShow[show] {
+			idx = append(idx, i)
+			holds = append(holds, hold(res[i]))
+		}
+	}
+	if len(holds) == 0 {
+		return
+	}
+	ns, err := br.ReleaseAll(ctx, holds)
+	if err == nil && len(ns) != len(idx) {
+		err = fmt.Errorf("cancel: the seat store answered %d counts for %d holds", len(ns), len(idx))
+	}
+	for k, i := range idx {
+		if err != nil {
+			failed(res[i], err)
 			continue
 		}
-		holds := make([]Hold, len(idx))
-		for k, i := range idx {
-			holds[k] = hold(res[i])
-		}
-		ns, err := br.ReleaseAll(ctx, holds)
-		if err == nil && len(ns) != len(idx) {
-			err = fmt.Errorf("cancel: the seat store answered %d counts for %d holds", len(ns), len(idx))
-		}
-		for k, i := range idx {
-			if err != nil {
-				failed(res[i], err)
-				continue
-			}
-			res[i].Released = ns[k]
-		}
+		res[i].Released = ns[k]
 	}
 }
 

@@ -109,9 +109,10 @@ type Seats interface {
 // Cancel is cancel.Service.Cancel. RetryDiscrepancies hands up to limit
 // recorded discrepancies whose refund hook failed back to the hook and
 // returns how many succeeded. When the Service also has cancel.Service's
-// ExpireDue, the expired pass cancels its pages in batches through it (one
-// transaction per batch with a cancel.BatchCanceller store), and a batch
-// that fails is tried again order by order with Cancel.
+// ExpireDue and Config.Orders is a cancel.BatchCanceller (the store the
+// Service is wired to, as a host wires them), the expired pass cancels its
+// pages in batches through it (one transaction per batch), and a batch that
+// fails is tried again order by order with Cancel.
 type Service interface {
 	Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error)
 	RetryDiscrepancies(ctx context.Context, limit int) (int, error)
@@ -227,6 +228,10 @@ type Reconciler struct {
 	backoff map[string]backoff
 
 	soldPass soldPass // sold.go
+
+	// batches: Config.Orders is a cancel.BatchCanceller, so the Service
+	// (wired to the same store) expires pages in batches (batch.go).
+	batches bool
 }
 
 // backoff paces the retries of one order whose cancel failed, by
@@ -244,6 +249,7 @@ func New(c Config) (*Reconciler, error) {
 		return nil, err
 	}
 	r := &Reconciler{c: c, obs: c.Observer, log: c.Logger, backoff: map[string]backoff{}}
+	_, r.batches = c.Orders.(cancel.BatchCanceller)
 	return r, nil
 }
 
@@ -447,7 +453,7 @@ const skipScanFactor = 10
 // others. It returns how many it tried (those not backing off). A Service
 // that expires orders in batches (batchService, batch.go) takes them so.
 func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) int {
-	if b, ok := r.c.Service.(batchService); ok {
+	if b, ok := r.c.Service.(batchService); ok && r.batches {
 		return r.expireBatches(ctx, nos, rep, b)
 	}
 	var (

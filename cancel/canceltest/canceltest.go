@@ -20,7 +20,11 @@
 // the expiry warning), with the hostile-but-legal races of each: a late
 // callback repeated and raced by a second payment id, a late payment racing
 // the seat's sale to another order, an extension racing the timeout, a
-// warning redelivered after the payment.
+// warning redelivered after the payment. Stores that implement
+// cancel.BatchCanceller run the batch cases (only the due and pending orders
+// of a batch change, a batch racing payments never leaves an order both paid
+// and released), seat stores that implement cancel.BatchReleaser the
+// ReleaseAll case.
 package canceltest
 
 import (

@@ -329,3 +329,29 @@ func TestLockAfterScriptFlush(t *testing.T) {
 	_, err = s.Lock(ctx, h, 0)
 	assert.ErrorIs(t, err, cancel.ErrSeatUnavailable, "the seats are taken")
 }
+
+// ReleaseAll's pipeline of EVALSHAs, one per show, when the server lost its
+// scripts: each call falls back to loading the script and still releases.
+func TestReleaseAllAfterScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := redisseat.New(rdb, "oe")
+	require.NoError(t, err)
+	a := cancel.Hold{ShowID: "s1", OrderNo: "o1", UserID: "u1", Seats: []string{"a1", "a2"}}
+	b := cancel.Hold{ShowID: "s2", OrderNo: "o2", UserID: "u1", Seats: []string{"b1"}}
+	for _, h := range []cancel.Hold{a, b} {
+		_, err := s.Lock(ctx, h, 0)
+		require.NoError(t, err)
+	}
+	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	ns, err := s.ReleaseAll(ctx, []cancel.Hold{a, b})
+	require.NoError(t, err)
+	assert.Equal(t, []int{2, 1}, ns)
+	for _, show := range []string{"s1", "s2"} {
+		st, err := s.Show(ctx, show)
+		require.NoError(t, err)
+		assert.Empty(t, st)
+	}
+}

@@ -91,3 +91,45 @@ func TestTenantReconcilerLeavesOtherTenantsSeats(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, st, "the unscoped store sees no tenant's seats")
 }
+
+// A batch through one tenant's store changes only that tenant's orders,
+// even under numbers another tenant's due orders share (I16).
+func TestCancelDueStaysInItsScope(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range allDialects {
+		t.Run(string(d), func(t *testing.T) {
+			db := openDB(t, d)
+			applyDDL(t, db, shop.ddl(d))
+			stores := map[int]*sqlstore.Store{}
+			for _, id := range []int{7, 8} {
+				s, err := sqlstore.New(db, d, tenant(id))
+				require.NoError(t, err)
+				t.Cleanup(func() { s.Close() })
+				require.NoError(t, s.Migrate(ctx))
+				stores[id] = s
+			}
+			now, err := stores[7].Now(ctx)
+			require.NoError(t, err)
+			place := func(id int, no string) {
+				p := cancel.Placement{OrderNo: no, UserID: "u", ShowID: "ev", Seats: []string{no + "-x"}, ExpireAt: now.Add(-2 * time.Second)}
+				require.NoError(t, stores[id].Insert(db, nil)(ctx, p))
+			}
+			place(7, "d1")
+			place(8, "d1")
+			place(8, "d2")
+			res, err := stores[7].CancelDue(ctx, []string{"d1", "d2"}, cancel.ReasonReconcile)
+			require.NoError(t, err)
+			require.Len(t, res, 1)
+			assert.Equal(t, "d1", res[0].Order.No)
+			assert.Equal(t, []string{"d1-x"}, res[0].Seats)
+			for _, no := range []string{"d1", "d2"} {
+				o, err := stores[8].Order(ctx, no)
+				require.NoError(t, err)
+				assert.Equal(t, expiry.StatusPending, o.Status, "I16: tenant 8's %s is untouched", no)
+			}
+			claims, _, err := stores[8].Claims(ctx, "", 10)
+			require.NoError(t, err)
+			assert.Len(t, claims, 2, "tenant 8's claims are kept")
+		})
+	}
+}

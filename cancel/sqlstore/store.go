@@ -10,6 +10,8 @@
 //     SettleDiscrepancy),
 //   - cancel.Reinstater (ReinstateCancelled), cancel.DeadlineStore
 //     (SetDeadline) and cancel.WarnStore (MarkWarned), in late.go,
+//   - cancel.BatchCanceller (CancelDue: many due orders in one
+//     transaction), in batch.go,
 //   - reconcile.Orders (Expired, Statuses, Claims).
 //
 // The schema (schema/*.sql, also returned by Schema) has three tables:

@@ -16,7 +16,8 @@ import (
 
 // orderStore is what a world needs of a tenant's order store: every
 // interface the library uses or type-asserts on it (memstore.Store and
-// sqlstore.Store implement them all), and the store's clock for the host
+// sqlstore.Store implement them all; with cancel.BatchCanceller a
+// reconcile round expires a tenant's due orders in one batch), and the store's clock for the host
 // (a placement's deadline is the store's now plus the window).
 type orderStore interface {
 	cancel.OrderStore
@@ -24,6 +25,7 @@ type orderStore interface {
 	cancel.Reinstater
 	cancel.DeadlineStore
 	cancel.WarnStore
+	cancel.BatchCanceller
 	reconcile.Orders
 	Now(ctx context.Context) (time.Time, error)
 }

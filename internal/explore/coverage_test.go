@@ -25,7 +25,7 @@ func TestGatesCoverEveryMethod(t *testing.T) {
 			typ: reflect.TypeOf(&memstore.Store{}),
 			// ReinstateCancelled is gated as one call, its claim's lock
 			// inside it (gatedStore.ReinstateCancelled).
-			gated: []string{"CancelPending", "PayPending", "RecordDiscrepancy", "ReinstateCancelled", "SetDeadline", "MarkWarned"},
+			gated: []string{"CancelPending", "CancelDue", "PayPending", "RecordDiscrepancy", "ReinstateCancelled", "SetDeadline", "MarkWarned"},
 			// Reads; the refund lease's claim and the settle of a refund
 			// follow the gated call before them; Place is the host's insert
 			// (gated as such), Now, Overdue and Scope are the host's

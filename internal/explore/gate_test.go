@@ -198,6 +198,7 @@ var (
 	_ cancel.Reinstater       = (*gatedStore)(nil)
 	_ cancel.DeadlineStore    = (*gatedStore)(nil)
 	_ cancel.WarnStore        = (*gatedStore)(nil)
+	_ cancel.BatchCanceller   = (*gatedStore)(nil)
 	_ reconcile.Orders        = (*gatedStore)(nil)
 )
 
@@ -220,6 +221,24 @@ func (g *gatedStore) CancelPending(ctx context.Context, req cancel.Request) (can
 			g.w.cancelled(g.t, req.OrderNo, req.Reason)
 		}
 		return resultSummary(res), err
+	})
+	return res, err
+}
+
+// CancelDue is one gated call: a batch commits every order it expires at
+// once, and a stop after it, before the releases the Service runs next, is
+// a crash between a batch's commit and its releases.
+func (g *gatedStore) CancelDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	var res []cancel.Result
+	err := g.w.do(ctx, "CancelDue", strings.Join(nos, ",")+" "+string(reason), true, func() (string, error) {
+		var err error
+		res, err = g.orderStore.CancelDue(ctx, nos, reason)
+		var out []string
+		for _, r := range res {
+			g.w.cancelled(g.t, r.Order.No, reason)
+			out = append(out, r.Order.No+" "+resultSummary(r))
+		}
+		return strings.Join(out, "; "), err
 	})
 	return res, err
 }

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/sqlstore"
+	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/reconcile"
+)
+
+// Part 10: cancels in batches. The same backlog as part 6 in two copies,
+// drained by reconcile.Reconciler.Round with the default Config: one copy
+// through the batch path (cancel.Service.ExpireDue: sqlstore's CancelDue,
+// one transaction per batch, then redisseat's ReleaseAll per show), the
+// other through the one-order path (the Service seen without ExpireDue:
+// one Service.Cancel per order), rounds alternating between them.
+
+// oneOrder hides cancel.Service's ExpireDue from the reconciler: its
+// expired pass then cancels order by order, as before batches.
+type oneOrder struct{ reconcile.Service }
+
+// ReleaseAll counts what the batch path's releases freed, as Release does.
+func (s *countingSeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	ns, err := s.Seats.ReleaseAll(ctx, holds)
+	if err == nil {
+		s.mu.Lock()
+		for i, h := range holds {
+			s.freed[h.OrderNo] += ns[i]
+		}
+		s.mu.Unlock()
+	}
+	return ns, err
+}
+
+func runBatch(c *common, args []string) error {
+	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
+	dbs := fs.String("db", "mysql,postgres", "databases")
+	var o backlogOpts
+	fs.IntVar(&o.n, "n", 100_000, "backlog: pending orders past expire_at (2 seats each, locked in Redis), in each of the two copies")
+	fs.IntVar(&o.history, "history", 20_000, "history orders beside the backlog in each copy (5 % pending not yet due, 60 % paid, 35 % cancelled)")
+	fs.DurationVar(&o.outage, "outage", 30*time.Minute, "the backlog's expire_at values are spread over this span before the run")
+	fs.DurationVar(&o.cap, "cap", 10*time.Minute, "give up on a drain still incomplete after this much round time")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	engines, err := parseEngines(*dbs)
+	if err != nil {
+		return err
+	}
+	if o.n <= 0 || o.history < 0 {
+		return fmt.Errorf("batch: -n must be positive, -history not negative")
+	}
+	fmt.Printf("Load average at start: %s. Two equal copies per database (each its own database/schema and Redis logical database): %d pending orders past `expire_at` "+
+		"(2 seats each, over %d shows), beside %d history orders, bulk-loaded (`-load %s`), claims restored into Redis, ANALYZE. "+
+		"Both drained by `reconcile.Reconciler.Round` with the default Config (Batch %d, Workers %d, MaxPerRound %d), rounds alternating between the copies until no due order is left; the rate counts round time only.\n\n"+
+		"- **batch**: the Service as it is: the expired pass cuts each page into up to Workers batches, each `cancel.Service.ExpireDue` "+
+		"(sqlstore `CancelDue`: one transaction, lock + one UPDATE … IN + claims read + claims freed; then one `redisseat.ReleaseAll`: one EVALSHA per show, all in one pipeline).\n"+
+		"- **one order**: the same Service without `ExpireDue` (the pass's Workers goroutines each call `Service.Cancel`, one transaction and one EVALSHA per order).\n\n",
+		loadAvg(), o.n, backlogShows, o.history, loadMode, reconcile.BatchDefault, reconcile.WorkersDefault, reconcile.MaxPerRoundDefault)
+	summary := newTable("database", "backlog", "batch: rounds", "drain time", "**orders/s**", "one order: rounds", "drain time", "**orders/s**", "**batch / one order**")
+	checks := newTable("database", "copy", "cancelled rows (reason reconcile) / backlog", "KindCancelled per order: once / twice+ / never", "seats freed (2 per order)",
+		"backlog seats held in Redis", "Redis seats = SQL claims", "backlog users' counters ≠ 0", "counters = SQL seats per user", "history unchanged", "skipped / release failed")
+	var failed []string
+	for _, e := range engines {
+		if err := c.batchEngine(e, o, summary, checks, &failed); err != nil {
+			return fmt.Errorf("%s: %w", engineName(e), err)
+		}
+	}
+	fmt.Printf("\n### Batch summary\n\n")
+	summary.print(os.Stdout)
+	fmt.Printf("\nGoal: batch / one order ≥ 3× on both databases.\n\n### Correctness\n\n")
+	checks.print(os.Stdout)
+	if len(failed) > 0 {
+		return fmt.Errorf("checks failed: %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *table, failed *[]string) error {
+	ctx := context.Background()
+	sets := []*backlogSet{{label: "batch"}, {label: "one order"}}
+	defer func() {
+		for _, s := range sets {
+			if s.store != nil {
+				s.store.Close()
+			}
+			if s.bd != nil {
+				s.bd.drop()
+			}
+			if s.rclose != nil {
+				s.rclose()
+			}
+		}
+	}()
+	gen := backlogRows(o.n, o.outage, time.Now())
+	recs := make([]*reconcile.Reconciler, len(sets))
+	for i, s := range sets {
+		var err error
+		if s.bd, err = c.openDB(ctx, engine, "batch_"+strings.ReplaceAll(s.label, " ", "_"), 8); err != nil {
+			return err
+		}
+		if s.rdb, s.rclose, err = c.redisClient(ctx, i, 16); err != nil {
+			return err
+		}
+		if s.store, err = sqlstore.New(s.bd.DB, s.bd.dialect); err != nil {
+			return err
+		}
+		if err := s.store.Migrate(ctx); err != nil {
+			return err
+		}
+		s.seats = &countingSeats{Seats: newSeats(s.rdb), freed: make(map[string]int, o.n)}
+		t0 := time.Now()
+		if err := bulkLoad(ctx, s.bd, o.n+o.history, gen); err != nil {
+			return err
+		}
+		if s.claims, err = restoreClaims(ctx, s.store, s.seats.Seats); err != nil {
+			return err
+		}
+		if err := analyze(ctx, s.bd); err != nil {
+			return err
+		}
+		s.load = time.Since(t0)
+		s.obs = newCancelCounter(o.n)
+		rt := expiry.Runtime{Observer: s.obs, Logger: c.log}
+		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Discrepancies: s.store, Runtime: rt}); err != nil {
+			return err
+		}
+		var svc reconcile.Service = s.svc
+		if i == 1 {
+			svc = oneOrder{s.svc}
+		}
+		if recs[i], err = reconcile.New(reconcile.Config{Orders: s.store, Seats: s.seats, Service: svc, Runtime: rt}); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("### %s\n\n", engineName(engine))
+	fmt.Printf("- load average after loading: %s\n", loadAvg())
+	for _, s := range sets {
+		fmt.Printf("- %s copy: %d orders, %d seat claims restored into Redis, loaded in %v\n", s.label, o.n+o.history, s.claims, s.load.Round(100*time.Millisecond))
+	}
+	spent := make([]time.Duration, len(sets))
+	rounds := make([]int, len(sets))
+	done := make([]bool, len(sets))
+	for !(done[0] && done[1]) {
+		for i, s := range sets {
+			if done[i] {
+				continue
+			}
+			t0 := time.Now()
+			rep, err := recs[i].Round(ctx)
+			spent[i] += time.Since(t0)
+			rounds[i]++
+			if err != nil {
+				return fmt.Errorf("%s: round: %w", s.label, err)
+			}
+			if rep.Skipped > 0 {
+				c.log.Warn("batch bench: skipped orders", "copy", s.label, "skipped", rep.Skipped)
+			}
+			left, _, err := s.store.Expired(ctx, "", 1)
+			if err != nil {
+				return err
+			}
+			if len(left) == 0 {
+				done[i] = true
+			} else if spent[i] > o.cap {
+				*failed = append(*failed, fmt.Sprintf("%s %s: not drained after %v of rounds", engineName(engine), s.label, o.cap))
+				done[i] = true
+			}
+		}
+	}
+	fmt.Printf("- load average after the drains: %s\n\n", loadAvg())
+	rate := func(i int) float64 { return float64(o.n) / spent[i].Seconds() }
+	summary.add(engineName(engine), o.n, rounds[0], fmtDur(spent[0]), fmt.Sprintf("%.0f", rate(0)), rounds[1], fmtDur(spent[1]), fmt.Sprintf("%.0f", rate(1)), ratio(rate(0), rate(1)))
+	for _, s := range sets {
+		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen)
+		if err != nil {
+			return fmt.Errorf("check %s: %w", s.label, err)
+		}
+		checks.add(append([]any{engineName(engine), s.label}, row...)...)
+		for _, b := range bad {
+			*failed = append(*failed, engineName(engine)+" "+s.label+": "+b)
+		}
+	}
+	return nil
+}
