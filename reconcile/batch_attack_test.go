@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -482,5 +483,57 @@ func TestBatchPageWithAStuckRow(t *testing.T) {
 				require.NoError(t, tx.Rollback())
 			})
 		}
+	}
+}
+
+// TestBatchTwoReconcilersRace: two hosts' reconcilers run their rounds at
+// once over the same 300 due orders (the design's "safe on several hosts at
+// once"). Outcomes: every order cancelled, every seat freed, every counter
+// at zero (I2, I8); and the two reports together cancel each order once:
+// their Expired sum to 300, neither reports a negative or more than it
+// listed, nothing is skipped.
+func TestBatchTwoReconcilersRace(t *testing.T) {
+	for _, d := range atkDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newAtkEnv(t, d, testenv.Redis(t))
+			show := "ev" + testenv.Unique()
+			const orders = 300
+			for i := 0; i < orders; i++ {
+				e.place(t, fmt.Sprintf("o%03d%s", i, testenv.Unique()), fmt.Sprintf("u%d", i%5), show, e.now.Add(-time.Minute), fmt.Sprintf("s%03d", i))
+			}
+			var reps [2]reconcile.Report
+			var errs [2]error
+			var wg sync.WaitGroup
+			for k := range reps {
+				svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats})
+				require.NoError(t, err)
+				r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: svc, Batch: 100, Workers: 3})
+				require.NoError(t, err)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					reps[k], errs[k] = r.Round(ctx)
+				}()
+			}
+			wg.Wait()
+			require.NoError(t, errors.Join(errs[:]...))
+			t.Logf("reports %+v", reps)
+			assert.Equal(t, orders, reps[0].Expired+reps[1].Expired, "each order expired once, by one of the two")
+			for k, rep := range reps {
+				assert.GreaterOrEqual(t, rep.LostRaces, 0, "host %d", k)
+				assert.LessOrEqual(t, rep.Expired+rep.LostRaces, orders, "host %d counts more orders than there are", k)
+				assert.Zero(t, rep.Skipped, "host %d", k)
+			}
+			st, err := e.seats.Show(ctx, show)
+			require.NoError(t, err)
+			assert.Empty(t, st, "I2: every seat freed")
+			for u := 0; u < 5; u++ {
+				n, err := e.seats.Held(ctx, show, fmt.Sprintf("u%d", u))
+				require.NoError(t, err)
+				assert.Zero(t, n, "I8")
+			}
+		})
 	}
 }
