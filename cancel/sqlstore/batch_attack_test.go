@@ -141,7 +141,7 @@ func TestBatchReleaseLateNeverFreesANewerLock(t *testing.T) {
 					now, err := s.Now(ctx)
 					require.NoError(t, err)
 					show := "ev" + testenv.Unique()
-					p := cancel.Placement{OrderNo: "X" + testenv.Unique(), UserID: "u1", ShowID: show, Seats: []string{"a1", "a2"}, ExpireAt: now}
+					p := cancel.Placement{OrderNo: "X" + testenv.Unique(), UserID: "u1", ShowID: show, Seats: []string{"a1", "a2"}, ExpireAt: now.Add(-2 * time.Second)}
 					bfPlace(t, db, s, buyer, p)
 					st, err := rs.Show(ctx, show)
 					require.NoError(t, err)
@@ -268,7 +268,7 @@ func TestBatchRacesEveryDecider(t *testing.T) {
 					// Half due at once, half falling due while the race runs.
 					deadline := now.Add(-time.Second)
 					if i%2 == 1 {
-						deadline = now.Add(2 * time.Second)
+						deadline = now.Add(time.Second)
 					}
 					last = deadline
 					ps[i] = cancel.Placement{OrderNo: fmt.Sprintf("R%02d%s", i, testenv.Unique()), UserID: fmt.Sprintf("u%d", i%4), ShowID: show,
@@ -303,7 +303,7 @@ func TestBatchRacesEveryDecider(t *testing.T) {
 					}
 					return n
 				}
-				stop := last.Add(1500 * time.Millisecond)
+				stop := last.Add(1100 * time.Millisecond)
 				var wg sync.WaitGroup
 				start := make(chan struct{})
 				for k, run := range []struct {
