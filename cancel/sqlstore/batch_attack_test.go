@@ -466,6 +466,8 @@ var mixedMappings = []mixedMapping{
 	{name: "numericorder-noclaims", hs: &numericOrder, noClaims: true},
 	{name: "charids", hs: &charIDs},
 	{name: "charids-noclaims", hs: &charIDs, noClaims: true},
+	{name: "softdelete", hs: &softDelete},
+	{name: "setting", hs: &setting},
 }
 
 // charIDs is SeatFlow's schema with CHAR(n) ids: PostgreSQL pads them with
@@ -701,6 +703,48 @@ func TestBatchAtItsLimits(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, expiry.StatusCancelled, o.Status, no)
 			}
+		})
+	}
+}
+
+// TestBatchFollowsTheWindowSetting: the window is a setting row the shop
+// edits (setting schema). An order placed with a deadline a minute ago is
+// due; the shop then lengthens its window from 120 to 240 minutes, which
+// moves every pending order's deadline two hours later. I4: a batch right
+// after the change cancels nothing (by the database's clock and the
+// setting it reads now); shortened again, the batch cancels it.
+func TestBatchFollowsTheWindowSetting(t *testing.T) {
+	for _, d := range allDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := openDB(t, d)
+			s := hostStore(t, db, d, setting)
+			rs := redisSeats(t, s)
+			svc, err := cancel.New(cancel.Config{Store: s, Seats: rs})
+			require.NoError(t, err)
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			p := cancel.Placement{OrderNo: "w" + testenv.Unique(), UserID: "u1", ShowID: "ev" + testenv.Unique(), Seats: []string{"a1"}, ExpireAt: now.Add(-time.Minute)}
+			require.NoError(t, svc.Place(ctx, p, s.Insert(db, nil)))
+			_, err = db.ExecContext(ctx, "UPDATE shop_setting SET unpaid_minutes = 240 WHERE id = 1")
+			require.NoError(t, err)
+			res, err := svc.ExpireDue(ctx, []string{p.OrderNo}, "")
+			require.NoError(t, err)
+			assert.Empty(t, res, "I4: not due under the lengthened window")
+			o, err := s.Order(ctx, p.OrderNo)
+			require.NoError(t, err)
+			assert.Equal(t, expiry.StatusPending, o.Status, "I4")
+			st, err := rs.Show(ctx, p.ShowID)
+			require.NoError(t, err)
+			assert.Equal(t, p.OrderNo, st["a1"].OrderNo, "its seat stays locked")
+
+			_, err = db.ExecContext(ctx, "UPDATE shop_setting SET unpaid_minutes = 120 WHERE id = 1")
+			require.NoError(t, err)
+			res, err = svc.ExpireDue(ctx, []string{p.OrderNo}, "")
+			require.NoError(t, err)
+			require.Len(t, res, 1, "due again under the old window")
+			assert.Equal(t, 1, res[0].Released)
 		})
 	}
 }
