@@ -43,7 +43,8 @@ type BatchCanceller interface {
 // order of holds. Each hold is guarded by its own order number and LockID
 // exactly as Release guards one. On an error some shows' holds may have
 // been released (each show's step is atomic; a release is idempotent, so
-// the reconciler's repair releases the rest).
+// the reconciler's repair releases the rest): the counts then say which,
+// -1 for each hold whose step failed.
 type BatchReleaser interface {
 	ReleaseAll(ctx context.Context, holds []Hold) ([]int, error)
 }
@@ -175,11 +176,14 @@ func (s *Service) releaseAll(ctx context.Context, res []Result) {
 		return
 	}
 	ns, err := br.ReleaseAll(ctx, holds)
-	if err == nil && len(ns) != len(idx) {
-		err = fmt.Errorf("cancel: the seat store answered %d counts for %d holds", len(ns), len(idx))
+	if len(ns) != len(idx) {
+		if err == nil {
+			err = fmt.Errorf("cancel: the seat store answered %d counts for %d holds", len(ns), len(idx))
+		}
+		ns = nil // no count says which: every hold is reported
 	}
 	for k, i := range idx {
-		if err != nil {
+		if ns == nil || ns[k] < 0 {
 			failed(res[i], err)
 			continue
 		}
@@ -187,4 +191,8 @@ func (s *Service) releaseAll(ctx context.Context, res []Result) {
 	}
 }
 
-func isNotFound(err error) bool { return errors.Is(err, expiry.ErrNotFound) }
+// isNotFound reports an order that is gone, not a hook's own not-found
+// (a failed cancel, ErrHook).
+func isNotFound(err error) bool {
+	return errors.Is(err, expiry.ErrNotFound) && !errors.Is(err, ErrHook)
+}

@@ -61,11 +61,25 @@ func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Repor
 				changed[c.Order.No] = true
 				r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: c.Order.No, Reason: "expired", Seats: len(c.Seats)})
 			}
+			lost := 0
+			if err == nil && len(res) < len(chunk) {
+				// Those the batch left: a lost race if the order is still
+				// there (decided, or no longer due), nothing if it is gone,
+				// as cancelOne counts them.
+				var left []string
+				for _, no := range chunk {
+					if !changed[no] {
+						left = append(left, no)
+					}
+				}
+				lost = len(left)
+				if st, serr := r.c.Orders.Statuses(ctx, left); serr == nil {
+					lost = len(st)
+				}
+			}
 			mu.Lock()
 			rep.Expired += len(res)
-			if err == nil {
-				rep.LostRaces += len(chunk) - len(res)
-			}
+			rep.LostRaces += lost
 			mu.Unlock()
 			if err == nil {
 				return

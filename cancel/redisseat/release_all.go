@@ -28,9 +28,9 @@ type releaseCall struct {
 // one releaseAllScript call per show (a show's list of more than about
 // 2000 seats in a few), all of them sent in one pipeline (one round trip;
 // on Redis Cluster one per node). It returns how many seats each hold
-// freed. Each call is atomic; on an error the calls that succeeded stay
-// done (a release is idempotent: the reconciler's repair releases the
-// rest).
+// freed, -1 for each hold of a call that failed. Each call is atomic; on an
+// error the calls that succeeded stay done (a release is idempotent: the
+// reconciler's repair releases the rest).
 func (s *Seats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
 	var calls []*releaseCall
 	open := map[string]*releaseCall{}
@@ -77,6 +77,9 @@ func (s *Seats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, err
 		}
 		if err = s.seen(err); err != nil {
 			errs = append(errs, fmt.Errorf("redisseat: release all in show %s: %w", c.show, err))
+			for _, i := range c.idx {
+				out[i] = -1
+			}
 			continue
 		}
 		for k, i := range c.idx {

@@ -52,7 +52,18 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		prep[i] = st
 	}
 	var out []cancel.Result
-	err := s.retry(ctx, func(tx *sql.Tx) error {
+	var opts *sql.TxOptions
+	if s.dialect == MySQL {
+		// READ COMMITTED: InnoDB's UPDATE then reads a row another
+		// transaction holds at its last committed version and passes it by
+		// when it is not one of the batch's, where REPEATABLE READ waits on
+		// every row its scan meets (a scan of the whole table, when the
+		// batch lists most of it). The batch's own rows are locked by
+		// batchLock's locking read, which reads the latest committed rows
+		// at any isolation level.
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	err := s.retryTx(ctx, opts, func(tx *sql.Tx) error {
 		out = nil
 		v := vals{reason: string(reason), status: s.m.cancelStatus(reason)}
 		rows, err := tx.StmtContext(ctx, prep[0]).QueryContext(ctx, s.batchArgs(sts[0], v, nos, size)...)
@@ -105,6 +116,18 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 				return err
 			}
 			return s.batchHooks(ctx, hook, tx, out, v)
+		}
+		// A host's table with claims keeps an order's lock id in the side
+		// table (the lock a late payment's reinstatement took): the batch's
+		// release must name it, or a release that runs late would free a
+		// newer lock of the same order number (Cancel reads it the same way).
+		err = s.sideRowsIn(ctx, tx, mine, func(no, lockID, _ string) {
+			if i, ok := byNo[no]; ok {
+				out[i].LockID = lockID
+			}
+		})
+		if err != nil {
+			return err
 		}
 		rows, err = tx.StmtContext(ctx, prep[2]).QueryContext(ctx, s.batchArgs(sts[2], v, mine, size)...)
 		if err != nil {

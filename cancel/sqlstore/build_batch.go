@@ -50,7 +50,15 @@ func (r *resolved) batchLock(n int) stmt {
 		" FROM ", r.o, " o WHERE ")
 	r.batchPending(b, "o.", n)
 	if r.d != SQLite {
-		b.w(" FOR UPDATE")
+		// SKIP LOCKED (MariaDB 10.6, MySQL 8.0, PostgreSQL 9.5): an order
+		// another transaction holds (a payment deciding it, a host's own
+		// lock) is left to that transaction and to a later round. Waiting
+		// for it would hold the locks this statement already took on the
+		// orders before it, and MariaDB keeps a statement its client gave
+		// up on running (and its locks held) until innodb_lock_wait_timeout,
+		// so one stuck row would hold back its whole batch and then their
+		// one-by-one retries.
+		b.w(" FOR UPDATE SKIP LOCKED")
 	}
 	return b.done(r.d)
 }
@@ -62,6 +70,17 @@ func (r *resolved) batchCAS(n int) stmt {
 	b := (&sb{}).w("UPDATE ", r.o)
 	r.set(b, r.reason, aReason)
 	b.w(" WHERE ")
+	if r.d == MySQL {
+		// The rows are the ones batchLock locked (still pending and due
+		// under that lock): by their numbers alone, so that InnoDB reaches
+		// them through the number's index. With the pending and due guards
+		// it may range-scan the status index instead and wait on every
+		// pending row it passes, another transaction's too (REPEATABLE
+		// READ keeps the lock of each row an UPDATE examines).
+		r.inNos(b, r.no, n)
+		conds(b, "", r.where)
+		return b.done(r.d)
+	}
 	r.batchPending(b, "", n)
 	return b.done(r.d)
 }

@@ -543,10 +543,11 @@ func TestHookAttackReconcilerSkipsOnlyTheFailing(t *testing.T) {
 			w.assertAgrees(t, o.OrderNo, o.Seats...)
 		}
 		assert.Equal(t, expiry.StatusPending, w.status(t, stuck.OrderNo))
+		tried := g.count(stuck.OrderNo) // in the round's batch (rolled back whole), then alone
 		rep, err = r.Round(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, rep.Skipped, "the stuck order waits out its backoff")
-		assert.Equal(t, 1, g.count(stuck.OrderNo), "backed off: not tried again at once")
+		assert.Equal(t, tried, g.count(stuck.OrderNo), "backed off: not tried again at once")
 		g.set(false, stuck.OrderNo)
 		res, err := w.svc.Cancel(ctx, cancel.Request{OrderNo: stuck.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
 		require.NoError(t, err)

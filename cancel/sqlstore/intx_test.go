@@ -34,7 +34,7 @@ func TestInTxNamesTheContext(t *testing.T) {
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			err = s.inTx(ctx, func(tx *sql.Tx) error {
+			err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
 				if _, err := tx.Exec("INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) VALUES ('o1', 'u', 's', 0, 0, 0, 0)"); err != nil {
 					return err
 				}

@@ -394,9 +394,14 @@ const maxAttempts = 4
 // retry runs fn in a transaction, again when the database reports a
 // serialization failure or a deadlock.
 func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error) error {
+	return s.retryTx(ctx, nil, fn)
+}
+
+// retryTx is retry with transactions begun with opts.
+func (s *Store) retryTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	var err error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		err = s.inTx(ctx, fn)
+		err = s.inTx(ctx, opts, fn)
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
@@ -409,8 +414,8 @@ func (s *Store) retry(ctx context.Context, fn func(*sql.Tx) error) error {
 	return err
 }
 
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}

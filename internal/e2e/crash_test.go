@@ -181,7 +181,7 @@ func (r *releaseCounter) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([
 	ns, err := r.Seats.ReleaseAll(ctx, holds)
 	r.mu.Lock()
 	for i, n := range ns {
-		r.n[holds[i].OrderNo] += n
+		r.n[holds[i].OrderNo] += max(n, 0) // -1: its show's step failed
 	}
 	r.mu.Unlock()
 	return ns, err

@@ -88,7 +88,7 @@ func (c countingReleaser) ReleaseAll(ctx context.Context, holds []cancel.Hold) (
 	ns, err := c.Seats.ReleaseAll(ctx, holds)
 	c.l.mu.Lock()
 	for i, n := range ns {
-		c.l.Released[holds[i].OrderNo] += n
+		c.l.Released[holds[i].OrderNo] += max(n, 0) // -1: its show's step failed
 	}
 	c.l.mu.Unlock()
 	return ns, err
