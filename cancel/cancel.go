@@ -29,6 +29,29 @@
 // payment id is never both honoured and refunded; what cannot be repaired
 // is reported as expiry.KindDiverged (backintime.go: SeatReader,
 // RefundLedger, and the reconciler's sold pass).
+//
+// Interfaces. The library keeps 32 across its packages, above the 20 it
+// aims at; this package declares 15 of them, each one small and each kept
+// for one reason:
+//   - OrderStore, SeatStore: the two stores a Service needs;
+//   - SeatLocker, SeatReleaser, SeatSeller: SeatStore's three parts, so a
+//     host wraps or fakes one side alone (a releaser that counts);
+//   - DiscrepancyStore: the once-per-payment-id record the refund hook
+//     needs; optional, as a store may have none;
+//   - Reinstater, DeadlineStore, WarnStore: the three optional transitions,
+//     each a store may lack (a mapped table without a deadline column has
+//     no DeadlineStore), so none is forced on every store;
+//   - BatchCanceller, BatchReleaser: the optional batch paths; without them
+//     everything works one order at a time;
+//   - RefundLedger, SeatReader: what a seat store offers when SQL goes back
+//     in time; optional;
+//   - Scoped: lets New refuse a store and a seat store of different tenants
+//     whatever their types;
+//   - Querier: the host's transaction as a Hook and Place take it, which
+//     *sql.Tx, sqlx, gorm, ent and pgx hosts all satisfy.
+//
+// The optional ones are found by type assertion on the stores given to
+// Config, as database/sql finds a driver's optional interfaces.
 package cancel
 
 import (

@@ -87,4 +87,11 @@
 // The state machine is the idempotency: a duplicate, late or early message
 // finds the order no longer pending (ignore) or not yet due (re-arm). There
 // is no dedupe table.
+//
+// Interfaces (8, each one to three methods): DelaySender (a transport's
+// send), Processor (a transport's consumer side), Canceller and Warner
+// (what a Handler calls, implemented by cancel.Service), Observer and
+// Tracer (the host's metrics and traces), Clock and its Timer (so tests
+// and the store-clock rule can replace time). Each has implementations in
+// more than one package, which is why it is an interface.
 package expiry

@@ -38,6 +38,11 @@
 // the seat is still locked by that order, so several hosts may run rounds at
 // once: they waste a little work, never correctness. Rounds stop when the
 // context is done.
+//
+// Interfaces (4): Orders and Seats, the read side of the two stores the
+// passes walk; Service, the cancel path the expired pass calls
+// (cancel.Service, or a host's wrapper of it); SoldScanner, optional, the
+// seat store's sold seats for the sold pass.
 package reconcile
 
 import (

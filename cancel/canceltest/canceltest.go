@@ -26,6 +26,10 @@
 // and released), seat stores that implement cancel.BatchReleaser the
 // ReleaseAll case. RunHooks is the suite of a store's transition hook
 // (cancel.Hook), apart from RunStore.
+//
+// Interfaces (4): Store and SeatStore, what the suites call (the stores'
+// interfaces and the reads they check with); Clock and Wiper, optional,
+// which turn on the suites' clock and data-loss cases for a store that can.
 package canceltest
 
 import (
