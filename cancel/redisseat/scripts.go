@@ -1,6 +1,10 @@
 package redisseat
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seatflow/orderexpiry/internal/seatlua"
+)
 
 // Seat values in the show's hash (field = seat id):
 //
@@ -42,14 +46,7 @@ end
 `
 
 // lockIDLua reads the id of a lock value (empty for anything but a lock).
-const lockIDLua = `
-local function lockid(v)
-  local ms, gen = string.match(v, '^L|[^|]*|[^|]*|(%d+)|?(%d*)$')
-  if not ms then return '' end
-  if gen == '' then return ms end
-  return ms .. '.' .. gen
-end
-`
+const lockIDLua = seatlua.LockID
 
 // lockScript claims seats for an order, all or nothing, at the server's time.
 //
@@ -94,7 +91,8 @@ redis.call('HINCRBY', KEYS[2], ARGV[2], n)
 return {1, first, ms .. '.' .. gen}
 `)
 
-// releaseScript frees the seats still locked by one order.
+// releaseScript frees the seats still locked by one order. Its text is in
+// internal/seatlua, so that the bench's raw baseline runs this very script.
 //
 // KEYS[1] seats hash of the show; KEYS[2] purchase-limit hash of the show;
 // KEYS[3] lock index of the show.
@@ -108,25 +106,7 @@ return {1, first, ms .. '.' .. gen}
 // the number of that user's seats freed, never below zero (the field is
 // deleted at zero). A seat listed twice is freed once.
 // Returns the number of seats freed.
-var releaseScript = redis.NewScript(lockIDLua + `
-local mine = 'L|' .. ARGV[1] .. '|'
-local freed, per = 0, {}
-for i = 3, #ARGV do
-  local v = redis.call('HGET', KEYS[1], ARGV[i])
-  if v and string.sub(v, 1, #mine) == mine and (ARGV[2] == '' or lockid(v) == ARGV[2]) then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('SREM', KEYS[3], ARGV[i])
-    freed = freed + 1
-    local user = string.match(string.sub(v, #mine + 1), '^[^|]+')
-    if user then per[user] = (per[user] or 0) + 1 end
-  end
-end
-for user, n in pairs(per) do
-  local left = tonumber(redis.call('HGET', KEYS[2], user) or '0') - n
-  if left > 0 then redis.call('HSET', KEYS[2], user, left) else redis.call('HDEL', KEYS[2], user) end
-end
-return freed
-`)
+var releaseScript = redis.NewScript(lockIDLua + seatlua.Release)
 
 // releaseAllScript is releaseScript for many holds of one show in one call
 // (cancel.BatchReleaser): a batch of cancels releases per show in one round

@@ -20,6 +20,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/internal/seatlua"
 )
 
 // orderRow is one order to bulk-load.
@@ -177,27 +178,9 @@ func runWorkers(conc, n int, fn func(i int) error) (time.Duration, int, error) {
 
 func token() string { return strconv.FormatInt(time.Now().UnixNano()%(36*36*36*36*36), 36) }
 
-// releaseLua is cancel/redisseat's release script, verbatim (it is
-// unexported there); the raw baseline runs it with EVALSHA directly.
-const releaseLua = `
-local mine = 'L|' .. ARGV[1] .. '|'
-local freed, per = 0, {}
-for i = 2, #ARGV do
-  local v = redis.call('HGET', KEYS[1], ARGV[i])
-  if v and string.sub(v, 1, #mine) == mine then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('SREM', KEYS[3], ARGV[i])
-    freed = freed + 1
-    local user = string.match(string.sub(v, #mine + 1), '^[^|]+')
-    if user then per[user] = (per[user] or 0) + 1 end
-  end
-end
-for user, n in pairs(per) do
-  local left = tonumber(redis.call('HGET', KEYS[2], user) or '0') - n
-  if left > 0 then redis.call('HSET', KEYS[2], user, left) else redis.call('HDEL', KEYS[2], user) end
-end
-return freed
-`
+// releaseLua is cancel/redisseat's release script, its very text
+// (internal/seatlua); the raw baseline runs it with EVALSHA directly.
+const releaseLua = seatlua.LockID + seatlua.Release
 
 // rawSQL are the statements of the raw baseline, per dialect: the library's
 // own SQL text (cancel/sqlstore), issued directly.
@@ -240,8 +223,8 @@ func newSeats(rdb redis.UniversalClient) *redisseat.Seats {
 
 // rawRelease runs the release script with EVALSHA.
 func rawRelease(ctx context.Context, rdb *redis.Client, sha string, h cancel.Hold) (int64, error) {
-	args := make([]any, 0, 1+len(h.Seats))
-	args = append(args, h.OrderNo)
+	args := make([]any, 0, 2+len(h.Seats))
+	args = append(args, h.OrderNo, h.LockID) // "": any lock of the order
 	for _, s := range h.Seats {
 		args = append(args, s)
 	}
