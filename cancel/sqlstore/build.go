@@ -302,6 +302,12 @@ func (r *resolved) lockedOnly(b *sb, alias string) {
 // release writes what a cancel does to the order's claims ("" when there
 // is nothing to do): delete them, or set the released state.
 func (r *resolved) release() stmt {
+	return r.releaseOf(func(b *sb) { r.eq(b, r.cNo, aNo) })
+}
+
+// releaseOf is release for the claims whose order number condition which
+// writes (one order's, or a batch's IN list).
+func (r *resolved) releaseOf(which func(b *sb)) stmt {
 	if !r.claims {
 		return stmt{}
 	}
@@ -311,7 +317,7 @@ func (r *resolved) release() stmt {
 	} else {
 		b.w("DELETE FROM ", r.c, " WHERE ")
 	}
-	r.eq(b, r.cNo, aNo)
+	which(b)
 	conds(b, "", r.cWhere)
 	if r.cReleased != nil {
 		r.lockedOnly(b, "")

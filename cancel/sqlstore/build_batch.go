@@ -101,21 +101,7 @@ func (r *resolved) batchSeats(n int) stmt {
 }
 
 func (r *resolved) batchRelease(n int) stmt {
-	if !r.claims {
-		return stmt{}
-	}
-	b := &sb{}
-	if r.cReleased != nil {
-		b.w("UPDATE ", r.c, " SET ", r.cState, " = ", r.cReleased.sql, " WHERE ")
-	} else {
-		b.w("DELETE FROM ", r.c, " WHERE ")
-	}
-	r.inNos(b, r.cNo, n)
-	conds(b, "", r.cWhere)
-	if r.cReleased != nil {
-		r.lockedOnly(b, "")
-	}
-	return b.done(r.d)
+	return r.releaseOf(func(b *sb) { r.inNos(b, r.cNo, n) })
 }
 
 // batchOne is a batch as one PostgreSQL statement on the library's schema
