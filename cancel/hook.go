@@ -43,9 +43,11 @@ import (
 // Service: the transaction holds the order's row (and an in-memory store its
 // lock). Nor may it end the transaction (COMMIT, ROLLBACK, or DDL, which
 // MySQL and MariaDB commit on their own): cancel/sqlstore runs it inside a
-// savepoint and, when the transaction ended in it, reads the order to
-// report what committed (a transition the hook committed is reported as
-// made, even after its error; one lost with the transaction is ErrHook).
+// savepoint: when the transaction ended in a hook that then failed, the
+// order is read to report what committed (a transition the hook committed
+// is reported as made); when it ended in a hook that returned nil (also a
+// Galera abort the hook never saw), the transition is tried again, as after
+// a deadlock.
 type Hook func(ctx context.Context, tx Querier, r Result) error
 
 // ErrHook reports that a Hook failed: the transition was rolled back. The

@@ -173,13 +173,20 @@ func (s *Store) runHook(ctx context.Context, h hooked, tx *sql.Tx, res cancel.Re
 	herr := (*h.hook)(ctx, tx, h.changed(res, v))
 	_, serr := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_hook")
 	switch {
+	case serr != nil && ctx.Err() == nil && savepointGone(serr) && herr != nil:
+		// The transaction ended inside a hook that then failed: a COMMIT
+		// of its own before its error is the one way the change may have
+		// committed, and transition reads the order to say. The hook's
+		// error stays in the chain.
+		return fmt.Errorf("%w: %w (the savepoint: %v): %w", cancel.ErrHook, errHookEndedTx, serr, herr)
 	case serr != nil && ctx.Err() == nil && savepointGone(serr):
-		// The transaction ended without an abort: a COMMIT or ROLLBACK
-		// of the hook's. The hook's error, if any, stays in the chain.
-		if herr != nil {
-			return fmt.Errorf("%w: %w (the savepoint: %v): %w", cancel.ErrHook, errHookEndedTx, serr, herr)
-		}
-		return fmt.Errorf("%w: %w (the savepoint: %v)", cancel.ErrHook, errHookEndedTx, serr)
+		// The transaction ended inside a hook that says it succeeded: a
+		// ROLLBACK or COMMIT of its own, or an abort it never saw (Galera
+		// aborts a transaction for another node's commit, and MariaDB may
+		// run the hook's next statement on its own, outside it). Which one
+		// cannot be told, and the transition may be tried again whatever
+		// it was: a COMMIT's change is then found decided.
+		return fmt.Errorf("%w: %w (the savepoint: %v)", cancel.ErrHook, errTxLostInHook, serr)
 	case serr != nil && ctx.Err() == nil && herr == nil && retryable(serr):
 		// The database aborted the transaction while the hook ran (a
 		// deadlock, a Galera certification conflict): nothing committed,
@@ -213,8 +220,13 @@ func savepointGone(err error) bool {
 	return strings.Contains(err.Error(), "no such savepoint")
 }
 
-// errHookEndedTx is a transaction that ended inside its hook (see runHook).
+// errHookEndedTx is a transaction that ended inside its hook, which then
+// failed (see runHook).
 var errHookEndedTx = errors.New("sqlstore: the transaction ended inside the hook")
+
+// errTxLostInHook is a transaction that ended inside a hook that returned
+// nil (see runHook): retried, as a deadlock is.
+var errTxLostInHook = errors.New("sqlstore: the transaction ended inside the hook, which did not know it")
 
 // transitionTx is a transition as a transaction of three statements (and
 // the hook's, after them).
@@ -448,8 +460,12 @@ func ctxCause(ctx context.Context, err error) error {
 	return err
 }
 
-// retryable reports serialization failures and deadlocks.
+// retryable reports serialization failures and deadlocks, and a
+// transaction lost inside a hook that did not know it.
 func retryable(err error) bool {
+	if errors.Is(err, errTxLostInHook) {
+		return true
+	}
 	if n, ok := mysqlErrorNumber(err); ok {
 		return n == myErrCheckRead || n == myErrLockDeadlock || n == myErrLockWaitTimeout
 	}
