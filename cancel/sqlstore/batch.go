@@ -103,6 +103,9 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		for i, r := range out {
 			mine[i] = r.Order.No
 		}
+		if err := s.proveTx(ctx, tx, true); err != nil {
+			return err
+		}
 		if err := s.batchExec(ctx, tx.StmtContext(ctx, prep[1]), s.batchArgs(sts[1], v, mine, size), len(mine)); err != nil {
 			return err
 		}
@@ -146,6 +149,9 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := s.proveTx(ctx, tx, true); err != nil {
 			return err
 		}
 		if err := s.batchExec(ctx, tx.StmtContext(ctx, prep[3]), s.batchArgs(sts[3], v, mine, size), -1); err != nil {

@@ -172,6 +172,9 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 			_ = tx.Rollback() // the error that matters is the statement's
 		}
 	}()
+	if err := s.beginProof(ctx, tx); err != nil {
+		return res, false, false, err
+	}
 	r, err := tx.ExecContext(ctx, cas, args...)
 	if err != nil {
 		return res, false, false, err
@@ -203,6 +206,9 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	// honoured by another reinstatement), and makes a concurrent
 	// RecordDiscrepancy of this id wait for this transaction and then find
 	// it decided. status 0: honoured, settled at once, never refunded.
+	if err := s.proveTx(ctx, tx, true); err != nil { // writes follow the read (see proveTx)
+		return res, false, false, err
+	}
 	decide := "INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)"
 	if s.dialect != MySQL {
 		decide += " ON CONFLICT (payment_id) DO NOTHING"
@@ -247,6 +253,9 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 		}
 		return res, false, true, err // rolled back: the caller releases the lock
 	}
+	if err := s.proveTx(ctx, tx, false); err != nil {
+		return res, false, true, err // nothing committed: the caller releases the lock
+	}
 	committed = true
 	if err := tx.Commit(); err != nil {
 		return res, false, true, fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
@@ -269,6 +278,9 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 			_ = tx.Rollback() // the error that matters is the statement's
 		}
 	}()
+	if err := s.beginProof(ctx, tx); err != nil {
+		return res, false, false, err
+	}
 	r, err := tx.ExecContext(ctx, s.q.reinstate.sql, s.args(s.q.reinstate, v)...)
 	if err != nil {
 		return res, false, false, err
@@ -295,6 +307,9 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 		return res, false, false, fmt.Errorf("no side row keeps its seats: %w", cancel.ErrNoSeatRecord)
 	}
 	if err != nil {
+		return res, false, false, err
+	}
+	if err := s.proveTx(ctx, tx, true); err != nil { // writes follow the reads (see proveTx)
 		return res, false, false, err
 	}
 	decide := "INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)"
@@ -331,6 +346,9 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 			return done, true, true, nil // the hook committed it: the lock is the order's
 		}
 		return res, false, true, err // rolled back: the caller releases the lock
+	}
+	if err := s.proveTx(ctx, tx, false); err != nil {
+		return res, false, true, err // nothing committed: the caller releases the lock
 	}
 	committed = true
 	if err := tx.Commit(); err != nil {

@@ -9,6 +9,7 @@ const (
 	myErrCheckRead       = 1020 // ER_CHECKREAD: the row changed since it was read (MariaDB snapshot isolation)
 	myErrLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	myErrLockDeadlock    = 1213 // ER_LOCK_DEADLOCK; also a Galera certification conflict (the transaction was rolled back)
+	myErrUnknownSysVar   = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE: MySQL has no @@wsrep_on
 	myErrSavepointGone   = 1305 // ER_SP_DOES_NOT_EXIST: a savepoint its transaction no longer has
 )
 

@@ -138,7 +138,8 @@ type Store struct {
 	claimsQ sync.Map // int → stmt: the claims INSERT of n seats (claimsInsert)
 	oneQ    sync.Map // int → stmt: placing n seats in one statement (placeOneStmt)
 
-	maria atomic.Int32 // 0 not asked yet, 1 MariaDB, 2 another server
+	maria  atomic.Int32 // 0 not asked yet, 1 MariaDB, 2 another server
+	galera atomic.Int32 // 0 not asked yet, 1 a Galera node (wsrep_on), 2 not (see stillInTx)
 
 	hook atomic.Pointer[cancel.Hook] // SetHook's; nil: none
 }

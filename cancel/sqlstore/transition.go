@@ -271,6 +271,11 @@ func (s *Store) transitionTx(ctx context.Context, cas stmt, v vals, seatsQ stmt,
 		if res, err = readForTransition(rows, v.no, !s.m.claims); err != nil {
 			return err
 		}
+		if stmts[2] != nil || stmts[3] != nil {
+			if err := s.proveTx(ctx, tx, true); err != nil {
+				return err
+			}
+		}
 		if stmts[3] != nil {
 			// The payment id's decision row (see decidePayment): a
 			// duplicate key rolls the whole transaction back.
@@ -440,8 +445,16 @@ func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) 
 			panic(p)
 		}
 	}()
+	if err := s.beginProof(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return ctxCause(ctx, err)
+	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback() // fn's error is the one to report
+		return ctxCause(ctx, err)
+	}
+	if err := s.proveTx(ctx, tx, false); err != nil {
+		_ = tx.Rollback()
 		return ctxCause(ctx, err)
 	}
 	return ctxCause(ctx, tx.Commit())
@@ -463,7 +476,7 @@ func ctxCause(ctx context.Context, err error) error {
 // retryable reports serialization failures and deadlocks, and a
 // transaction lost inside a hook that did not know it.
 func retryable(err error) bool {
-	if errors.Is(err, errTxLostInHook) {
+	if errors.Is(err, errTxLostInHook) || errors.Is(err, errTxAborted) {
 		return true
 	}
 	if n, ok := mysqlErrorNumber(err); ok {
