@@ -168,6 +168,13 @@ func (s *Service) releaseAll(ctx context.Context, res []Result) {
 	var holds []Hold
 	for _, show := range shows {
 		for _, i := range byShow[show] {
+			// A hold the seat store would refuse (a legacy row's order
+			// with no user) would fail the whole call, every other
+			// order's release with it: it is reported alone.
+			if err := hold(res[i]).Validate(); err != nil {
+				failed(res[i], err)
+				continue
+			}
 			idx = append(idx, i)
 			holds = append(holds, hold(res[i]))
 		}

@@ -46,7 +46,10 @@ const (
 	KindHookFailed
 	// KindSkipped: the reconciler could not finish an order's work (its
 	// cancel failed or timed out) and skipped it for now, with a backoff, so
-	// that it does not hold the others back; Reason ("cancel"), Err.
+	// that it does not hold the others back; Reason ("cancel"), Err. Reason
+	// "unreadable": a row SQL holds that the library cannot act on (an
+	// order number that is not a valid id, a claim with no user), left as
+	// it is; OrderNo as the row has it, Err.
 	KindSkipped
 	// KindSent: a transport accepted a message (the first one of an order
 	// or a re-arm); Hop, Delay (the delay the transport applies, after

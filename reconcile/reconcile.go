@@ -264,10 +264,17 @@ type Report struct {
 	LostRaces int // expired orders someone else decided first
 	// Skipped counts expired orders left for a later round: their cancel
 	// failed or timed out in this round, or they are waiting out a backoff.
-	Skipped  int
-	Locks    int // seat locks found by the lock pass
-	Released int // seats released by the lock pass (or by the claims pass's re-check)
-	Sold     int // seats marked sold by the lock pass (or by the claims pass's re-check)
+	Skipped int
+	// Unreadable counts the rows SQL holds that no pass can act on: an
+	// expired order whose number is not a valid id, a claim whose user,
+	// order, show or seat is missing (NULL) or not a valid id (a legacy
+	// row a host's old code wrote). Each is left as it is and reported, in
+	// every round while it lasts, as an expiry.KindSkipped event with
+	// Reason "unreadable" naming its order; the others go on.
+	Unreadable int
+	Locks      int // seat locks found by the lock pass
+	Released   int // seats released by the lock pass (or by the claims pass's re-check)
+	Sold       int // seats marked sold by the lock pass (or by the claims pass's re-check)
 	// Settling counts the seat locks the lock pass left to the host that decided
 	// their order less than Config.Settle ago.
 	Settling int
@@ -362,6 +369,7 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 // was really lost can be restored for an order that a cancel decides in the
 // short window that remains; recheck then releases it at once.
 func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Report) error {
+	claims = r.readableClaims(ctx, claims, rep)
 	missing, err := r.c.Seats.Missing(ctx, claims)
 	if err != nil || len(missing) == 0 {
 		if err != nil {
@@ -458,6 +466,7 @@ const skipScanFactor = 10
 // others. It returns how many it tried (those not backing off). A Service
 // that expires orders in batches (batchService, batch.go) takes them so.
 func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) int {
+	nos = r.readable(ctx, nos, rep)
 	if b, ok := r.c.Service.(batchService); ok && r.batches {
 		return r.expireBatches(ctx, nos, rep, b)
 	}

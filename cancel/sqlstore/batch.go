@@ -78,11 +78,12 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		for rows.Next() {
 			var r cancel.Result
 			var expireMS, nowMS int64
-			var lockID sql.NullString
-			if err := rows.Scan(&r.Order.No, &r.Order.UserID, &r.Order.ShowID, &expireMS, &nowMS, &lockID); err != nil {
+			var user, show, lockID sql.NullString // NULL ids: see readForTransition
+			if err := rows.Scan(&r.Order.No, &user, &show, &expireMS, &nowMS, &lockID); err != nil {
 				rows.Close()
 				return err
 			}
+			r.Order.UserID, r.Order.ShowID = user.String, show.String
 			unpad(&r.Order.No, &r.Order.UserID, &r.Order.ShowID)
 			if !want[r.Order.No] {
 				continue // a case variant a folding collation matched (I10)
@@ -268,10 +269,14 @@ func (s *Store) readDueOne(ctx context.Context, st *sql.Stmt, args []any) ([]can
 	for rows.Next() {
 		var r cancel.Result
 		var expireMS, nowMS int64
-		var lockID, seat sql.NullString
-		if err := rows.Scan(&r.Order.No, &r.Order.UserID, &r.Order.ShowID, &expireMS, &nowMS, &lockID, &seat); err != nil {
+		// The statement has committed by the time a row is read: a NULL
+		// user or show (see readForTransition) must not turn the cancels
+		// it made into an error.
+		var user, show, lockID, seat sql.NullString
+		if err := rows.Scan(&r.Order.No, &user, &show, &expireMS, &nowMS, &lockID, &seat); err != nil {
 			return nil, err
 		}
+		r.Order.UserID, r.Order.ShowID = user.String, show.String
 		if n := len(out); n == 0 || out[n-1].Order.No != r.Order.No {
 			r.Changed, r.Order.Status, r.LockID = true, expiry.StatusCancelled, lockID.String
 			r.Order.ExpireAt, r.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)

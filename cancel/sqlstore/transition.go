@@ -382,10 +382,16 @@ func readForTransition(rows *sql.Rows, orderNo string, list bool) (cancel.Result
 	found := false
 	for rows.Next() {
 		var expireMS, nowMS int64
-		var seat, lockID sql.NullString
-		if err := rows.Scan(&res.Order.UserID, &res.Order.ShowID, &expireMS, &nowMS, &seat, &lockID); err != nil {
+		var user, show, seat, lockID sql.NullString
+		if err := rows.Scan(&user, &show, &expireMS, &nowMS, &seat, &lockID); err != nil {
 			return res, err
 		}
+		// A NULL user or show (a legacy row of a host's table) is read as
+		// "": the compare-and-set has decided (on PostgreSQL its one
+		// statement has even committed), so the result must say so; the
+		// seat store then refuses the release of an unknown user, and that
+		// failure is reported with the order's number.
+		res.Order.UserID, res.Order.ShowID = user.String, show.String
 		unpad(&res.Order.UserID, &res.Order.ShowID, &seat.String)
 		res.LockID = lockID.String
 		found = true
