@@ -47,7 +47,10 @@ import (
 // order is read to report what committed (a transition the hook committed
 // is reported as made); when it ended in a hook that returned nil (also a
 // Galera abort the hook never saw), the transition is tried again, as after
-// a deadlock.
+// a deadlock. On a MariaDB Galera Cluster such an abort can go unreported
+// to a SELECT: a hook that writes after its own read should write first
+// (or check its read with a savepoint of its own), since a write after a
+// lost abort runs on its own and stays done.
 type Hook func(ctx context.Context, tx Querier, r Result) error
 
 // ErrHook reports that a Hook failed: the transition was rolled back. The
