@@ -831,7 +831,7 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			if cancelEvents[o.no] > 1 {
 				// Cancelled twice: the first cancel's commit is gone, when
 				// it fell between the WAL senders' stop and the promotion
-				// (TestSoakPatroniAsync): SQL went back in time.
+				// (TestSoakPatroni/async): SQL went back in time.
 				if f := s.marks["senders_frozen"]; f != 0 && firstCancel[o.no] >= f-1000 && firstCancel[o.no] <= s.marks["db_promoted"] {
 					s.lacked[o.no] = "cancel"
 				}
