@@ -88,7 +88,10 @@ func outboxRace(t *testing.T, batch, readFirst bool) {
 	for i := range orders {
 		p := cancel.Placement{OrderNo: fmt.Sprintf("%s-%d", show, i), UserID: fmt.Sprintf("u%d", i%5), ShowID: show,
 			Seats: []string{fmt.Sprintf("s%d-a", i), fmt.Sprintf("s%d-b", i)}, ExpireAt: now.Add(-time.Second)}
-		require.NoError(t, ws[i%3].Place(ctx, p))
+		// Through one node: placements of one user through different
+		// nodes, one right after the other, may fail certification
+		// (seen once here), which is not what this test is about.
+		require.NoError(t, ws[0].Place(ctx, p))
 		placed = append(placed, p)
 	}
 	time.Sleep(200 * time.Millisecond) // every node has applied the placements and the table
