@@ -345,6 +345,13 @@ func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals,
 		}
 		slices.Sort(res.Seats) // RETURNING has no ORDER BY
 		if err != nil {
+			// On Galera an abort can interrupt the RETURNING's subqueries,
+			// which then read NULL for the order this transaction has
+			// just changed, and the report of the abort be lost: when
+			// the proof finds the transaction gone, it is tried again.
+			if perr := s.proveTx(ctx, tx, false); errors.Is(perr, errTxAborted) {
+				return fmt.Errorf("%w (the read: %v)", perr, err)
+			}
 			return err
 		}
 		return s.runHook(ctx, h, tx, res, v)
