@@ -19,8 +19,10 @@ import (
 // ReinstateCancelled, after the seats were claimed again), never for a call
 // that lost the race, found the order decided, not due or not the user's.
 //
-// What: tx is the open transaction (cancel/sqlstore passes its *sql.Tx; an
-// in-memory store, which has none, passes nil). r is the change as the
+// What: tx is the open transaction (cancel/sqlstore passes its *sql.Tx, or
+// on a MariaDB Galera node a Querier over it that refuses a statement after
+// a read that lost the report of an abort; an in-memory store, which has
+// none, passes nil). r is the change as the
 // call will return it: r.Changed true, r.Order the order (number, user,
 // show, deadline) with its new Status (cancelled or paid; it was pending),
 // r.Reason the cancel's reason, r.PaymentID the payment's id, r.Seats the

@@ -26,6 +26,10 @@ import (
 // next command, a write or COMMIT, as any deadlock is. The cost is two
 // round trips per transaction, two more per read followed by writes, on
 // Galera only; the check of wsrep_on is made once per Store.
+//
+// A hook's statements are the host's: on a Galera node the hook gets a
+// provedQuerier, which proves the transaction the same way before any
+// statement that follows a read of the hook's.
 
 // txProof is the savepoint of beginProof and proveTx.
 const txProof = "oe_tx"
@@ -91,5 +95,54 @@ func (s *Store) proveTx(ctx context.Context, tx *sql.Tx, again bool) error {
 		return nil
 	}
 	_, err := tx.ExecContext(ctx, "SAVEPOINT "+txProof)
+	return err
+}
+
+// provedQuerier is a hook's handle on a Galera node (see runHook): a
+// statement that follows one of the hook's reads is sent only once the
+// hook's savepoint proves the transaction still exists. Otherwise a read
+// that lost the report of an abort would let the hook's next write commit
+// on its own, a row of an attempt the store then tries again
+// (internal/galera's TestOutboxHookUnderCertificationConflicts: an outbox
+// row for a cancel that never happened). Two round trips per statement
+// after a read.
+type provedQuerier struct {
+	tx   *sql.Tx
+	read bool // a read ran since the last proof
+}
+
+// ExecContext runs query in the transaction, after the proof when a read
+// came before it.
+func (q *provedQuerier) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := q.prove(ctx); err != nil {
+		return nil, err
+	}
+	return q.tx.ExecContext(ctx, query, args...)
+}
+
+// QueryContext runs query in the transaction, after the proof when a read
+// came before it (a query may write: RETURNING).
+func (q *provedQuerier) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := q.prove(ctx); err != nil {
+		return nil, err
+	}
+	q.read = true
+	return q.tx.QueryContext(ctx, query, args...)
+}
+
+// prove releases and sets again the hook's savepoint (runHook's) after a
+// read: errTxAborted when it is gone.
+func (q *provedQuerier) prove(ctx context.Context) error {
+	if !q.read {
+		return nil
+	}
+	q.read = false
+	if _, err := q.tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_hook"); err != nil {
+		if n, ok := mysqlErrorNumber(err); ok && n == myErrSavepointGone {
+			return errTxAborted
+		}
+		return err
+	}
+	_, err := q.tx.ExecContext(ctx, "SAVEPOINT oe_hook")
 	return err
 }

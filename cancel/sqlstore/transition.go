@@ -61,7 +61,10 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 // h in its transaction, after the compare-and-set matched
 // and the claims were changed, before COMMIT (see cancel.Hook: an error
 // rolls the transition back and is returned wrapping cancel.ErrHook). tx is
-// the transition's *sql.Tx, on the store's *sql.DB. nil removes the hook.
+// the transition's *sql.Tx, on the store's *sql.DB; on a Galera node a
+// cancel.Querier over it that proves the transaction still exists before a
+// statement that follows a read of the hook's (see galera.go). nil removes
+// the hook.
 // With a hook, a transition on PostgreSQL is a transaction of three
 // statements and the hook's, not the one statement it is without (a
 // statement cannot run the host's code between its parts); MariaDB's
@@ -170,9 +173,18 @@ func (s *Store) runHook(ctx context.Context, h hooked, tx *sql.Tx, res cancel.Re
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT oe_hook"); err != nil {
 		return err
 	}
-	herr := (*h.hook)(ctx, tx, h.changed(res, v))
+	var q cancel.Querier = tx
+	if s.galera.Load() == 1 {
+		q = &provedQuerier{tx: tx}
+	}
+	herr := (*h.hook)(ctx, q, h.changed(res, v))
 	_, serr := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_hook")
 	switch {
+	case errors.Is(herr, errTxAborted):
+		// The hook's handle refused a statement after a read that had
+		// lost the report of an abort (provedQuerier): nothing of the
+		// transaction committed, and it is tried again.
+		return fmt.Errorf("%w: %w", cancel.ErrHook, herr)
 	case serr != nil && ctx.Err() == nil && savepointGone(serr) && herr != nil:
 		// The transaction ended inside a hook that then failed: a COMMIT
 		// of its own before its error is the one way the change may have
@@ -333,6 +345,13 @@ func (s *Store) transitionDeleteReturning(ctx context.Context, cas stmt, v vals,
 		}
 		slices.Sort(res.Seats) // RETURNING has no ORDER BY
 		if err != nil {
+			// On Galera an abort can interrupt the RETURNING's subqueries,
+			// which then read NULL for the order this transaction has
+			// just changed, and the report of the abort be lost: when
+			// the proof finds the transaction gone, it is tried again.
+			if perr := s.proveTx(ctx, tx, false); errors.Is(perr, errTxAborted) {
+				return fmt.Errorf("%w (the read: %v)", perr, err)
+			}
 			return err
 		}
 		return s.runHook(ctx, h, tx, res, v)
