@@ -31,9 +31,6 @@ import (
 // provedQuerier, which proves the transaction the same way before any
 // statement that follows a read of the hook's.
 
-// txProof is the savepoint of beginProof and proveTx.
-const txProof = "oe_tx"
-
 // errTxAborted is a transaction the database ended without reporting it
 // (see proveTx): nothing of it committed, and it is tried again, as after a
 // deadlock.
@@ -74,7 +71,7 @@ func (s *Store) beginProof(ctx context.Context, tx *sql.Tx) error {
 	if on, err := s.onGalera(ctx, tx); err != nil || !on {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, "SAVEPOINT "+txProof)
+	_, err := tx.ExecContext(ctx, "SAVEPOINT oe_tx")
 	return err
 }
 
@@ -85,7 +82,7 @@ func (s *Store) proveTx(ctx context.Context, tx *sql.Tx, again bool) error {
 	if s.galera.Load() != 1 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+txProof); err != nil {
+	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_tx"); err != nil {
 		if n, ok := mysqlErrorNumber(err); ok && n == myErrSavepointGone {
 			return errTxAborted
 		}
@@ -94,7 +91,7 @@ func (s *Store) proveTx(ctx context.Context, tx *sql.Tx, again bool) error {
 	if !again {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "SAVEPOINT "+txProof)
+	_, err := tx.ExecContext(ctx, "SAVEPOINT oe_tx")
 	return err
 }
 
