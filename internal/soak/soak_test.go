@@ -232,8 +232,17 @@ func (s *soakRun) count(what string) {
 // call posts body to path on the next live instance, trying the others when
 // one does not answer (it was killed): the load balancer's retry.
 func (s *soakRun) call(path string, body any) int {
+	st, _ := s.callTries(path, body)
+	return st
+}
+
+// callTries is call, and whether a try failed before the answer: a try
+// that failed (an instance killed, a 500) may have committed all the same,
+// so a placement's 409 after one is its own earlier try's order.
+func (s *soakRun) callTries(path string, body any) (int, bool) {
 	b, _ := json.Marshal(body)
 	t0 := time.Now().UnixMilli()
+	failed := false
 	for range len(s.insts) {
 		in := s.insts[s.rr.Add(1)%uint64(len(s.insts))]
 		addr := in.Addr()
@@ -244,23 +253,25 @@ func (s *soakRun) call(path string, body any) int {
 		if err != nil {
 			s.instFails.Add(1)
 			s.fail(path)
+			failed = true
 			continue
 		}
 		_ = resp.Body.Close()
 		if resp.StatusCode == http.StatusInternalServerError {
 			s.instFails.Add(1)
 			s.fail(path)
+			failed = true
 			continue // Redis or the database failing over: another try, as a client would
 		}
 		if k := s.killAt.Load(); k != 0 && t0 > k && path == "/place" && resp.StatusCode == http.StatusOK {
 			s.firstOK.CompareAndSwap(0, time.Now().UnixMilli())
 		}
-		return resp.StatusCode
+		return resp.StatusCode, failed
 	}
 	s.mu.Lock()
 	s.gaveUp[path]++
 	s.mu.Unlock()
-	return 0
+	return 0, failed
 }
 
 // fail counts one failed call to path.
@@ -494,13 +505,19 @@ func (s *soakRun) life(o *order, r float64, payAt time.Duration, dup int) {
 			s.count(fmt.Sprintf("seat listed twice, answered %d", st))
 		}
 	}
-	st := s.call("/place", body)
-	switch st {
-	case http.StatusOK:
+	st, failedBefore := s.callTries("/place", body)
+	switch {
+	case st == http.StatusOK:
 		o.placed.Store(1)
-	case 0:
+	case st == 0, st == http.StatusConflict && failedBefore:
+		// No answer, or "exists" after a try that failed (an instance
+		// killed after its commit): the order may be this placement's
+		// own, from the earlier try. Unknown: the checks ask SQL.
 		o.placed.Store(3)
 		s.unknown.Add(1)
+		if st != 0 {
+			s.count("placement answered 409 after a failed try")
+		}
 		return
 	default:
 		o.placed.Store(2)
