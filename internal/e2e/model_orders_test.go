@@ -467,6 +467,18 @@ func (m *machine) CancelUnderScan(t *rapid.T) {
 	// Seats lost (and maybe restored by that round) or a lock an earlier
 	// failure left: the counts say nothing.
 	unsure := o.lag || m.lost || m.lostShows[o.p.ShowID]
+	// After a loss, a failed placement's lock (a failure left it) may hold
+	// a seat SQL gives this order, as Check's I2 allows: the canceller
+	// cannot free that one; the reconciler does after the grace period.
+	blocked := 0
+	if o.lagBehind {
+		state := m.fs.show(m.ctx, o.p.ShowID)
+		for _, seat := range o.p.Seats {
+			if s, ok := state[seat]; ok && s.OrderNo != no && m.orders[s.OrderNo] != nil && m.orders[s.OrderNo].lag {
+				blocked++
+			}
+		}
+	}
 	start := m.appNow()
 	var byScan []string
 	within := false
@@ -499,8 +511,8 @@ func (m *machine) CancelUnderScan(t *rapid.T) {
 		if len(byScan) > 0 {
 			m.violate("the other host's scan released seats %v of %s between its cancel's commit and the canceller's release", byScan, no)
 		}
-		if !m.hit("Release") && res.Released != len(o.p.Seats) {
-			m.violate("cancel under scan of %s: the canceller released %d seats, want %d", no, res.Released, len(o.p.Seats))
+		if want := len(o.p.Seats); !m.hit("Release") && (res.Released > want || res.Released < want-blocked) {
+			m.violate("cancel under scan of %s: the canceller released %d seats, want %d (%d of them held by a failed placement's lock)", no, res.Released, want, blocked)
 		}
 	}
 }
