@@ -458,12 +458,10 @@ func (d *demo) orderStatus(ctx context.Context) (map[string]expiry.Status, error
 	return out, rows.Err()
 }
 
-// jobsLeft counts the River jobs still to be worked, the one being worked
-// included: waitEnded must not stop the service under a running job, which
-// the stop would then leave to be retried.
+// jobsLeft counts the River jobs still to be worked.
 func (d *demo) jobsLeft(ctx context.Context) (int, error) {
 	var n int
-	err := d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM river_job WHERE state IN ('available', 'scheduled', 'retryable', 'pending', 'running')").Scan(&n)
+	err := d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM river_job WHERE state IN ('available', 'scheduled', 'retryable', 'pending')").Scan(&n)
 	return n, err
 }
 
