@@ -100,10 +100,12 @@ func TestNumericOrderNumberColumn(t *testing.T) {
 	}
 }
 
-// The whole store suite on it, its order numbers given as numbers.
+// The whole store suite on it, its order numbers given as numbers, the
+// dialects side by side as TestHostSchemas runs them.
 func TestNumericOrderNumberSuite(t *testing.T) {
 	for _, d := range allDialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness {
 				return corpusHarness(t, d, d, numericOrder)
 			})
