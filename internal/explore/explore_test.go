@@ -427,6 +427,7 @@ func byDesign(class string) string {
 // that is not there by design (byDesign), printing the figures and the
 // shortest sequence of each class of finding.
 func TestExplore(t *testing.T) {
+	t.Parallel() // beside the replays, which wait on the servers
 	shared := wireTenants(t)
 	var total struct{ sequences, states, steps, settles, violations, repeats, classes int }
 	start := time.Now()

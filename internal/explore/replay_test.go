@@ -319,6 +319,7 @@ func replayOn(t *testing.T, bs []backend, pick func(sc scenario, firsts [][]step
 // SQLite (in this process, one database per tenant) with memstore's seat
 // store, on -explore.workers workers, each on databases of its own.
 func TestReplaySQLite(t *testing.T) {
+	t.Parallel()
 	var bs []backend
 	for range max(1, *workersFlag) {
 		bs = append(bs, backend{name: "sqlite", orders: newSQLOrders(t, sqlstore.SQLite, openSQLite(t), openSQLite(t)), seats: memSeats{}})
@@ -331,6 +332,7 @@ func TestReplaySQLite(t *testing.T) {
 // first-reaching sequences (-replay.sample per scenario, evenly spread over
 // the exploration's order).
 func TestReplayServers(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		open func(t *testing.T) backend
@@ -343,6 +345,7 @@ func TestReplayServers(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			b := tc.open(t)
 			b.name = tc.name
 			replayOn(t, []backend{b}, func(sc scenario, firsts [][]step) [][]step {

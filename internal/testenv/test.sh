@@ -174,7 +174,8 @@ run_go_test() { # name, module directory, go test args...
 	go -C "$dir" test "$@" >"$log" 2>&1 || status=$?
 	grep -E '^(ok|FAIL|panic:)|^\s*--- FAIL|FIGURE|^\s*--- SKIP' "$log" || true
 	if ((status != 0)); then
-		say "FAIL: go test exited $status; the failures in context:"
+		cp "$log" "$log.failed" # kept: the next run overwrites the log
+		say "FAIL: go test exited $status (the log kept as $log.failed); the failures in context:"
 		grep -E -B2 -A40 '^\s*--- FAIL|^panic:|DATA RACE|^FAIL\s' "$log" | head -400 >&2 || tail -200 "$log" >&2
 		return "$status"
 	fi
@@ -209,13 +210,24 @@ for i in "${!nested_pids[@]}"; do
 done
 nested_pids=()
 ((race_status == 0)) || exit "$race_status"
-run_go_test norace . -count=1 -timeout 10m -v "${norace[@]}"  # client-go races, see above
+# The packages without -race (client-go races, see above) mostly wait on the broker: they run
+# beside the exploration, which mostly computes.
+(run_go_test norace . -count=1 -timeout 10m -v "${norace[@]}" >"$LOG_DIR/orderexpiry-norace.summary" 2>&1) &
+norace_pid=$!
+nested_pids+=("$norace_pid")
 # The same package replays the exploration's interleavings on the real stores (TestReplaySQLite:
 # every sequence first reaching a state at depth 4, about 30 s of CPU; TestReplayServers: a sample
 # on MariaDB with Redis and PostgreSQL with Redis Cluster, about 20 s), so the servers must be up.
 t_explore=$SECONDS
-OE_EXPLORE_DEPTH=6 run_go_test explore . -count=1 -timeout 10m -v "$EXPLORE" # deeper: -explore.depth=7 (about 2 min)
+explore_status=0
+OE_EXPLORE_DEPTH=6 run_go_test explore . -count=1 -timeout 10m -v "$EXPLORE" || explore_status=$? # deeper: -explore.depth=7 (about 2 min)
 say "explore and replays: $((SECONDS - t_explore))s"
+norace_status=0
+wait "$norace_pid" || norace_status=$?
+nested_pids=()
+cat "$LOG_DIR/orderexpiry-norace.summary"
+((norace_status == 0)) || exit "$norace_status"
+((explore_status == 0)) || exit "$explore_status"
 # The multi-process soak, CI size (about two minutes): three instance processes on
 # both brokers and the Redis pair, an instance, broker-b and the Redis primary SIGKILLed; and a
 # Redis Cluster master SIGKILLed and its replica promoted (about 20 s more). Then the soaks on the
