@@ -458,10 +458,15 @@ func (d *demo) orderStatus(ctx context.Context) (map[string]expiry.Status, error
 	return out, rows.Err()
 }
 
-// jobsLeft counts the River jobs still to be worked.
+// jobsLeft counts the River jobs still to be worked: waiting, or being
+// worked by this run's client (a job being worked may still schedule
+// another). A job the SIGKILLed run was working stays 'running' with that
+// run's client in attempted_by until River's rescuer takes it back (an hour
+// by default); its order is decided by this run's reconciler.
 func (d *demo) jobsLeft(ctx context.Context) (int, error) {
 	var n int
-	err := d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM river_job WHERE state IN ('available', 'scheduled', 'retryable', 'pending')").Scan(&n)
+	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM river_job WHERE state IN ('available', 'scheduled', 'retryable', 'pending')
+		OR (state = 'running' AND EXISTS (SELECT 1 FROM json_each(attempted_by) WHERE value = ?))`, d.client.ID()).Scan(&n)
 	return n, err
 }
 
