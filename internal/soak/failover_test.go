@@ -48,6 +48,7 @@ import (
 // while it is down every placement fails (the seat store lists the show
 // before it locks), and the promoted replica lacks the list's last writes too.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel() // beside the cluster soaks, which use no Redis Cluster
 	runClusterFailover(t, foScenario{figure: "cluster failover", how: "CLUSTER FAILOVER TAKEOVER", promote: promoteByTakeover})
 }
 
@@ -65,8 +66,13 @@ func TestClusterFailover(t *testing.T) {
 // every master may fail for that while; each is counted and left to the
 // reconciler like the outage's.
 func TestClusterAutomaticFailover(t *testing.T) {
+	t.Parallel()
 	runClusterFailover(t, foScenario{figure: "cluster automatic failover", how: "elected by the surviving masters, no CLUSTER FAILOVER sent", promote: awaitElection})
 }
+
+// failoverMu runs the failover tests one at a time (they are parallel to
+// the cluster soaks, not to each other).
+var failoverMu sync.Mutex
 
 // foScenario is what differs between the failover tests: how the replica of
 // the killed master becomes master.
@@ -176,6 +182,11 @@ func awaitElection(ctx context.Context, t *testing.T, o *foOutage) []string {
 // runClusterFailover is the failover tests' scenario, sc.promote making the
 // replica of the killed master a master.
 func runClusterFailover(t *testing.T, sc foScenario) {
+	// The failover tests kill masters of the one Redis Cluster: one at a
+	// time, each leaving the cluster whole for the next.
+	failoverMu.Lock()
+	t.Cleanup(failoverMu.Unlock)
+
 	t0 := time.Now()
 	db := testenv.MySQL(t)
 	testenv.RedisCluster(t) // a healthy cluster, or skip/fail
