@@ -133,14 +133,8 @@ mkdir -p "$LOG_DIR"
 # waiting on them), at the lowest priority so that no server's start is
 # slowed, and stopped once the servers are up: -exec true builds every test
 # binary without running one.
-# -race, but for modernc.org's SQLite (C translated to Go, and not ours): instrumented, it tripled
-# the CPU of every test on SQLite (TestModelSQLite and its neighbours: 40 s of user time against
-# 12.5), on a machine the race run keeps busy. Our code, database/sql and every other
-# dependency stay instrumented, and SQLite's locks are sync's, so the happens-before edges
-# through them are still seen.
-RACE=(-race "-gcflags=modernc.org/...=-race=false")
 prebuild_log="$LOG_DIR/orderexpiry-prebuild.log"
-(for mod in "${modules[@]}"; do nice -n 19 go -C "$mod" test "${RACE[@]}" -exec true ./... || true; done) >"$prebuild_log" 2>&1 &
+(for mod in "${modules[@]}"; do nice -n 19 go -C "$mod" test -race -exec true ./... || true; done) >"$prebuild_log" 2>&1 &
 prebuild_pid=$!
 nested_pids+=("$prebuild_pid")
 say "starting services (the race tests compile meanwhile)"
@@ -198,7 +192,7 @@ for mod in "${modules[@]:1}"; do [[ $mod == "$SOAK" ]] || nested+=("$mod"); done
 nested_pids=()
 for mod in "${nested[@]}"; do
 	name="race-${mod#./}" && name="${name//\//-}"
-	(run_go_test "$name" "$mod" "${RACE[@]}" -count=1 -timeout 15m -v ./... \
+	(run_go_test "$name" "$mod" -race -count=1 -timeout 15m -v ./... \
 		>"$LOG_DIR/orderexpiry-$name.summary" 2>&1) &
 	nested_pids+=($!)
 done
@@ -206,7 +200,7 @@ race_status=0
 # -parallel 4: the tests marked parallel (the store suite on every host and corpus schema, the
 # model on every corpus schema) spend most of their time waiting (a lease, a row's age, the
 # databases), not on the 2 cores; four at a time took TestHostSchemas from 81 s to 36 s.
-run_go_test race . "${RACE[@]}" -count=1 -parallel 4 -timeout 15m -v "${race[@]}" || race_status=$?
+run_go_test race . -race -count=1 -parallel 4 -timeout 15m -v "${race[@]}" || race_status=$?
 for i in "${!nested_pids[@]}"; do
 	st=0
 	wait "${nested_pids[i]}" || st=$?
@@ -246,7 +240,7 @@ noservers_pid=$!
 nested_pids+=("$noservers_pid")
 if [[ -f $SOAK/go.mod ]]; then
 	t_soak=$SECONDS
-	run_go_test race-internal-soak "$SOAK" "${RACE[@]}" -count=1 -parallel 4 -timeout 15m -v ./...
+	run_go_test race-internal-soak "$SOAK" -race -count=1 -parallel 4 -timeout 15m -v ./...
 	say "soak: $((SECONDS - t_soak))s"
 fi
 t_wait=$SECONDS
