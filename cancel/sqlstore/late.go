@@ -187,7 +187,7 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	var expireMS, nowMS int64
 	o := expiry.Order{No: p.OrderNo, Status: expiry.StatusPaid}
 	err = tx.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, expire_at_ms, NOW_MS, seats, seat_limit FROM oe_order WHERE order_no = ?"), p.OrderNo).
-		Scan(&o.UserID, &o.ShowID, &expireMS, &nowMS, &seats, &limit)
+		Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &expireMS, &nowMS, &seats, &limit)
 	if err != nil {
 		return res, false, false, err
 	}
@@ -292,7 +292,7 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 	var status string
 	var expireMS, nowMS int64
 	var paymentID sql.NullString
-	if err := tx.QueryRowContext(ctx, s.q.order.sql, s.args(s.q.order, vals{no: p.OrderNo})...).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID); err != nil {
+	if err := tx.QueryRowContext(ctx, s.q.order.sql, s.args(s.q.order, vals{no: p.OrderNo})...).Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, &expireMS, &nowMS, &paymentID); err != nil {
 		return res, false, false, err
 	}
 	unpad(&o.UserID, &o.ShowID)
@@ -541,7 +541,7 @@ func (s *Store) MarkWarned(ctx context.Context, orderNo string, lead time.Durati
 	var expireMS, nowMS int64
 	var warned sql.NullInt64
 	err = s.db.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, status, expire_at_ms, NOW_MS, warned_at_ms FROM oe_order WHERE order_no = ?"), orderNo).
-		Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &warned)
+		Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, &expireMS, &nowMS, &warned)
 	if errors.Is(err, sql.ErrNoRows) {
 		return expiry.WarnResult{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
 	}

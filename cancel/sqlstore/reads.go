@@ -183,7 +183,7 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.O
 			var no, key, show string
 			var ageMS sql.NullInt64
 			var lockID, seats sql.NullString
-			if err := rows.Scan(&no, &key, &ageMS, &show, &lockID, &seats); err != nil {
+			if err := rows.Scan(&no, &key, &ageMS, idCol{&show}, &lockID, &seats); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 			}
@@ -261,6 +261,21 @@ func unpad(ids ...*string) {
 	for _, id := range ids {
 		*id = strings.TrimRight(*id, " ")
 	}
+}
+
+// idCol scans an id column of a host's table: NULL as "" (a legacy row the
+// host's old code left without a user or a show must not fail every read
+// of its order: TestNullUserOrderIsReadable) and without a CHAR(n)'s
+// padding (unpad).
+type idCol struct{ s *string }
+
+func (c idCol) Scan(v any) error {
+	var ns sql.NullString
+	if err := ns.Scan(v); err != nil {
+		return err
+	}
+	*c.s = strings.TrimRight(ns.String, " ")
+	return nil
 }
 
 // splitSeats is a seats list as oe_order.seats and oe_order_side.seats keep

@@ -391,7 +391,7 @@ func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, str
 	if err != nil {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
-	err = st.QueryRowContext(ctx, s.args(s.q.order, vals{no: orderNo})...).Scan(&o.UserID, &o.ShowID, &status, &expireMS, &nowMS, &paymentID)
+	err = st.QueryRowContext(ctx, s.args(s.q.order, vals{no: orderNo})...).Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, &expireMS, &nowMS, &paymentID)
 	unpad(&o.UserID, &o.ShowID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
