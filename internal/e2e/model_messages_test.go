@@ -169,21 +169,13 @@ func (m *machine) checkWarning(msg expiry.Message, o *mOrder, before string, out
 	case "paid", "cancelled":
 		ok = outcome == expiry.OutcomeFinal
 	default:
-		// A store that keeps time at a column's resolution (a host's
-		// DATETIME: a second) may compare the deadline with its clock
-		// truncated to it, so its "now" may lie up to one resolution
-		// before t0.
-		lo := t0
-		if r := m.env.resolution; r > 0 {
-			lo = t0.Truncate(r)
-		}
-		due := !o.p.ExpireAt.After(lo)
+		due := !o.p.ExpireAt.After(t0)
 		switch outcome {
 		case expiry.OutcomeWarned:
 			ok = !due && !o.p.ExpireAt.Add(-msg.Lead).After(t1) && o.warned == 1
 			kind = "warning_fired"
 		case expiry.OutcomeRearmed:
-			ok = o.p.ExpireAt.Add(-msg.Lead).After(lo) && o.warned == 0
+			ok = o.p.ExpireAt.Add(-msg.Lead).After(t0) && o.warned == 0
 			kind = "warning_early"
 		case expiry.OutcomeFinal:
 			ok = o.warned > 0 || !o.p.ExpireAt.After(t1)
