@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
@@ -70,6 +73,22 @@ func TestProofOfTheTransaction(t *testing.T) {
 		require.ErrorIs(t, err, errTxAborted)
 		assert.False(t, wrote, "the write after the read never ran")
 		assert.Zero(t, count(2), "nothing committed")
+	})
+	t.Run("lost in a placement's rows", func(t *testing.T) {
+		require.NoError(t, s.Migrate(ctx))
+		p := cancel.Placement{OrderNo: "proof-p1", UserID: "u1", ShowID: "proof-show", Seats: []string{"a1"}, ExpireAt: time.Now().Add(time.Hour)}
+		err := s.Insert(db, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+			var n int
+			if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM proof").Scan(&n); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "ROLLBACK") // the abort the host's read was not told of
+			return err
+		})(ctx, p)
+		require.ErrorIs(t, err, errTxAborted, "the placement is not reported made")
+		assert.NotErrorIs(t, err, expiry.ErrCommitUnknown, "nothing was placed: Place releases the seats")
+		_, err = s.Order(ctx, p.OrderNo)
+		assert.ErrorIs(t, err, expiry.ErrNotFound)
 	})
 	t.Run("kept", func(t *testing.T) {
 		err := s.inTx(ctx, nil, func(tx *sql.Tx) error {

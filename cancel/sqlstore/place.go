@@ -26,7 +26,12 @@ import (
 // database refused and rolled back (a Galera certification conflict, 1213; a
 // serialization failure) is not: it is a plain error, and Place releases the
 // seats and sends nothing; nor is a placing that could not connect (nothing
-// was sent). With another
+// was sent). On a Galera node the library proves, before COMMIT, that the
+// transaction rows ran in still exists (a read of the host's can lose the
+// report of an abort): a placement it finds gone is a plain error, nothing
+// placed. A statement of the host's after such a read would have run on its
+// own, outside any transaction: on Galera, rows should not write after it
+// reads. With another
 // transaction manager, write the same function: Store.Place on its
 // transaction (a cancel.Querier), the host's rows, the commit, and return once it
 // has committed (examples/orm has gorm, sqlx, ent and pgx).
@@ -54,12 +59,24 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 			return fmt.Errorf("sqlstore: place order %s: begin: %w", p.OrderNo, err)
 		}
 		defer tx.Rollback() //nolint:errcheck // ends the transaction after an error or a panic; after Commit, a no-op
+		if rows != nil {
+			// The host's rows may read: on a Galera node a read can lose
+			// the report of an abort (galera.go), and COMMIT would then
+			// commit nothing and report the placement made. The placement
+			// alone only writes, and a write is told of the abort.
+			if err := s.beginProof(ctx, tx); err != nil {
+				return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+			}
+		}
 		if err := s.place(ctx, tx, own, p); err != nil {
 			return err
 		}
 		if rows != nil {
 			if err := rows(ctx, tx, p); err != nil {
 				return err
+			}
+			if err := s.proveTx(ctx, tx, false); err != nil {
+				return fmt.Errorf("sqlstore: place order %s: nothing was placed: %w", p.OrderNo, err)
 			}
 		}
 		if err := tx.Commit(); err != nil {
