@@ -231,11 +231,11 @@ func TestClaimsMiddlePageIsARange(t *testing.T) {
 		// show reads n/8 rows before the first one of the page.
 		mid := n * 3 / 8
 		show, seat := fmt.Sprintf("s%04d", mid/(n/4)), fmt.Sprintf("x%07d", mid)
-		claims, next, err := s.Claims(context.Background(), show+"|"+seat, limit)
+		claims, next, err := s.Claims(context.Background(), claimsCursorOf(show, seat), limit)
 		require.NoError(t, err)
 		require.Len(t, claims, limit)
 		assert.Equal(t, fmt.Sprintf("x%07d", mid+1), claims[0].SeatID)
-		assert.Equal(t, fmt.Sprintf("%s|x%07d", show, mid+limit), next)
+		assert.Equal(t, claimsCursorOf(show, fmt.Sprintf("x%07d", mid+limit)), next)
 
 		n, plan := rowsRead(t, db, d, "oe_order_seat", "s", s.q.claims.sql, s.claimsArgs(show, seat, limit)...)
 		t.Logf("%s: a page of %d from the middle read %d rows of oe_order_seat; plan:\n%s", d, limit, n, plan)

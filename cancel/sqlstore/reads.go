@@ -296,7 +296,10 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	if limit <= 0 || !s.m.claims {
 		return nil, "", nil
 	}
-	show, seat, _ := strings.Cut(cursor, "|")
+	show, seat, err := claimsCursor(cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
+	}
 	out, err := s.readClaims(ctx, show, seat, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
@@ -325,7 +328,28 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 		return out, "", nil
 	}
 	last := out[len(out)-1]
-	return out, last.ShowID + "|" + last.SeatID, nil
+	return out, claimsCursorOf(last.ShowID, last.SeatID), nil
+}
+
+// claimsCursorOf is the cursor of Claims after (show, seat).
+func claimsCursorOf(show, seat string) string {
+	return strconv.Itoa(len(show)) + "|" + show + "|" + seat
+}
+
+// claimsCursor reads a cursor of Claims: the show's length, "|", the show,
+// "|", the seat. The length keeps it one pair whatever a host's legacy ids
+// hold ("|" included: split at a "|" of the show, the next page would start
+// before the last one, for ever).
+func claimsCursor(cursor string) (show, seat string, err error) {
+	if cursor == "" {
+		return "", "", nil
+	}
+	n, rest, ok := strings.Cut(cursor, "|")
+	size, perr := strconv.Atoi(n)
+	if !ok || perr != nil || size < 0 || size >= len(rest) || rest[size] != '|' {
+		return "", "", fmt.Errorf("malformed cursor %q", cursor)
+	}
+	return rest[:size], rest[size+1:], nil
 }
 
 // readClaims reads one page of Claims.

@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -326,4 +327,51 @@ func TestNullUserOrderIsReadable(t *testing.T) {
 		// TestCancelDueReadsBackUnreadableRows shows for the batch.
 		assert.NotEmpty(t, c.ev.of(expiry.KindReleaseFailed, "", p.OrderNo), "the order with no user is not reported")
 	})
+}
+
+// TestClaimsPagesPastLegacyShowIDs: a host's old code wrote show ids the
+// library would refuse, "|" among their bytes, the byte a claims cursor
+// once split at. Paged one claim at a time, every claim is read once and
+// the pages end.
+func TestClaimsPagesPastLegacyShowIDs(t *testing.T) {
+	for _, d := range allDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := openDB(t, d)
+			s := hostStore(t, db, d, seatflow)
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			u := testenv.Unique()
+			want := map[string]bool{}
+			for i, show := range []string{"a|b", "a", "a|b|c", "a|"} {
+				p := cancel.Placement{OrderNo: fmt.Sprintf("L%d%s", i, u), UserID: "u1", ShowID: fmt.Sprintf("legacy%d", i), Seats: []string{"x"}, ExpireAt: now.Add(time.Hour)}
+				require.NoError(t, s.Insert(db, nil)(ctx, p))
+				for _, q := range []string{"UPDATE order_info SET show_id = ? WHERE order_no = ?", "UPDATE order_seat SET show_id = ? WHERE order_no = ?"} {
+					_, err := db.ExecContext(ctx, bindQ(d, q), show, p.OrderNo)
+					require.NoError(t, err)
+				}
+				_, err := db.ExecContext(ctx, bindQ(d, "UPDATE order_seat SET seat_id = ? WHERE order_no = ? AND seat_id = ?"), "x|1", p.OrderNo, "x")
+				require.NoError(t, err)
+				want[show+" "+"x|1"] = true
+			}
+			seen := map[string]int{}
+			cursor := ""
+			for page := 0; ; page++ {
+				require.Less(t, page, 2*len(want)+2, "the pages do not end (seen %v)", seen)
+				claims, next, err := s.Claims(ctx, cursor, 1)
+				require.NoError(t, err)
+				for _, c := range claims {
+					seen[c.ShowID+" "+c.SeatID]++
+				}
+				if next == "" {
+					break
+				}
+				cursor = next
+			}
+			for k := range want {
+				assert.Equal(t, 1, seen[k], "claim %q read once", k)
+			}
+		})
+	}
 }
