@@ -21,7 +21,7 @@ import (
 )
 
 // pageAllClaims pages s's claims limit at a time and counts how often each
-// (show, seat) was read; it fails when the pages do not end within bound.
+// (show, seat, order) was read; it fails when the pages do not end within bound.
 func pageAllClaims(t *testing.T, s *sqlstore.Store, limit, bound int) map[string]int {
 	t.Helper()
 	seen := map[string]int{}
@@ -31,7 +31,7 @@ func pageAllClaims(t *testing.T, s *sqlstore.Store, limit, bound int) map[string
 		claims, next, err := s.Claims(context.Background(), cursor, limit)
 		require.NoError(t, err)
 		for _, c := range claims {
-			seen[c.ShowID+"/"+c.SeatID]++
+			seen[c.ShowID+"/"+c.SeatID+"/"+c.OrderNo]++ // "x " reads as "x": the order tells them apart
 		}
 		if next == "" {
 			return seen

@@ -300,7 +300,7 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 	}
-	out, err := s.readClaims(ctx, show, seat, limit)
+	out, lastShow, lastSeat, err := s.readClaims(ctx, show, seat, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlstore: claims: %w", err)
 	}
@@ -327,8 +327,7 @@ func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.
 	if len(out) < limit {
 		return out, "", nil
 	}
-	last := out[len(out)-1]
-	return out, claimsCursorOf(last.ShowID, last.SeatID), nil
+	return out, claimsCursorOf(lastShow, lastSeat), nil
 }
 
 // claimsCursorOf is the cursor of Claims after (show, seat).
@@ -352,14 +351,18 @@ func claimsCursor(cursor string) (show, seat string, err error) {
 	return rest[:size], rest[size+1:], nil
 }
 
-// readClaims reads one page of Claims.
-func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) ([]cancel.Claim, error) {
+// readClaims reads one page of Claims, and the show and seat of its last
+// claim as the columns hold them, for the next page's cursor: unpadded, a
+// legacy VARCHAR id ending in a space ("x ") would make a cursor ("x") that
+// sorts before it, and the next page would read it again
+// (TestClaimsPagesPastTrailingSpaces). A CHAR(n)'s padding compares as none.
+func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) (out []cancel.Claim, lastShow, lastSeat string, err error) {
 	rows, err := s.db.QueryContext(ctx, s.q.claims.sql, s.claimsArgs(show, seat, limit)...)
 	if err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
 	defer rows.Close()
-	out := make([]cancel.Claim, 0, limit)
+	out = make([]cancel.Claim, 0, limit)
 	for rows.Next() {
 		var c cancel.Claim
 		var key string
@@ -368,16 +371,17 @@ func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) ([
 		// reports for that claim alone, instead of failing the whole page.
 		var show, seat, no, user, lockID sql.NullString
 		if err := rows.Scan(&show, &seat, &no, &user, &key, &lockID); err != nil {
-			return nil, err
+			return nil, "", "", err
 		}
 		c.ShowID, c.SeatID, c.OrderNo, c.UserID, c.LockID = show.String, seat.String, no.String, user.String, lockID.String
+		lastShow, lastSeat = show.String, seat.String
 		unpad(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID)
 		if c.Status, err = s.status(key); err != nil {
-			return nil, fmt.Errorf("order %s: %w", c.OrderNo, err)
+			return nil, "", "", fmt.Errorf("order %s: %w", c.OrderNo, err)
 		}
 		out = append(out, c)
 	}
-	return out, rows.Err()
+	return out, lastShow, lastSeat, rows.Err()
 }
 
 // claimsArgs are the arguments of the claims query for a page of limit
