@@ -416,7 +416,9 @@ type OrderState struct {
 	// order, how long it has been decided. AgeUnknown when the store does
 	// not record it (a host's table mapped without an updated-at column).
 	Age time.Duration
-	// ShowID is the order's show.
+	// ShowID is the order's show; "" when the store could not read it (a
+	// legacy row with none): the lock pass then does not judge the order's
+	// locks by their show.
 	ShowID string
 	// LockID is the seat lock the order holds (Result.LockID), empty
 	// when the store kept none. A lock under the order's number with

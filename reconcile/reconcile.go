@@ -642,7 +642,7 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		ol, no := byLock[k], k.no
 		hold := cancel.Hold{ShowID: ol.show, OrderNo: no, UserID: ol.user, Seats: ol.seats, LockID: ol.lockID}
 		st, exists := statuses[no]
-		if exists && st.LockID != "" && (ol.lockID != st.LockID || ol.show != st.ShowID) {
+		if exists && st.LockID != "" && (ol.lockID != st.LockID || !sameShow(ol.show, st)) {
 			// A lock the order does not hold (not the id the store kept,
 			// or another show). Its seats that SQL gives the order are the
 			// order's all the same (a seat store that went back in time
@@ -704,13 +704,21 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 // SQL gives the order (same show, among st.Seats) and the others.
 func splitOwn(ol *orderLocks, st cancel.OrderState) (own, others []string) {
 	for _, seat := range ol.seats {
-		if ol.show == st.ShowID && slices.Contains(st.Seats, seat) {
+		if sameShow(ol.show, st) && slices.Contains(st.Seats, seat) {
 			own = append(own, seat)
 		} else {
 			others = append(others, seat)
 		}
 	}
 	return own, others
+}
+
+// sameShow reports whether a lock in show may be the order's by its show:
+// an order whose show the store could not read (ShowID "", never a valid
+// id: a legacy row with a NULL show) is not known to be of another show, and
+// freeing a pending or paid order's seats on that guess would break I2.
+func sameShow(show string, st cancel.OrderState) bool {
+	return st.ShowID == "" || show == st.ShowID
 }
 
 func (r *Reconciler) repaired(ctx context.Context, no, what string, n int) {
