@@ -162,3 +162,60 @@ func TestNullShowOrderKeepsItsSeats(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, expiry.StatusPending, o.Status)
 }
+
+// nullClaims is SeatFlow's schema with a claims table an older release
+// of the host left without NOT NULL on its show and seat (a unique key, not
+// a primary key, over them).
+var nullClaims = hostSchema{
+	name:    "nullclaims",
+	mapping: seatflow.mapping,
+	ddl: func(d sqlstore.Dialect) []string {
+		var out []string
+		for _, q := range seatflow.ddl(d) {
+			q = strings.Replace(q, "show_id  VARCHAR(64) NOT NULL", "show_id  VARCHAR(64) NULL", 1)
+			q = strings.Replace(q, "seat_id  VARCHAR(64) NOT NULL", "seat_id  VARCHAR(64) NULL", 1)
+			q = strings.Replace(q, "PRIMARY KEY (show_id, seat_id)", "UNIQUE (show_id, seat_id)", 1)
+			out = append(out, q)
+		}
+		return out
+	},
+}
+
+// TestClaimsPagesPastNullIDs: legacy claims with a NULL show or seat. The
+// keyset condition is never true of a NULL show, so such claims are never
+// read (no seat can be restored for them; they are not reported either).
+// A NULL seat sorts last within its show on PostgreSQL: the cursor of a
+// page that ends at it holds "" for the NULL, the next page starts again at
+// the show's first seat, and at one claim a page the pages never end; the
+// shows after it are never reached. Every claim with a show and a seat is
+// read once, the others at most once, and the pages end.
+func TestClaimsPagesPastNullIDs(t *testing.T) {
+	for _, d := range allDialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := openDB(t, d)
+			s := hostStore(t, db, d, nullClaims)
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			u := testenv.Unique()
+			for i, c := range []struct{ show, seat any }{{nil, "a"}, {nil, "b"}, {"nn" + u, "x"}, {"nn" + u, nil}, {"nn" + u, "y"}} {
+				p := cancel.Placement{OrderNo: fmt.Sprintf("NC%d%s", i, u), UserID: "u1", ShowID: fmt.Sprintf("ncP%d%s", i, u), Seats: []string{"p"}, ExpireAt: now.Add(time.Hour)}
+				require.NoError(t, s.Insert(db, nil)(ctx, p))
+				_, err = db.ExecContext(ctx, bindQ(d, "UPDATE order_seat SET show_id = ?, seat_id = ? WHERE order_no = ?"), c.show, c.seat, p.OrderNo)
+				require.NoError(t, err)
+			}
+			var rows int
+			require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM order_seat").Scan(&rows))
+			for _, limit := range []int{1, 2} {
+				seen := pageAllClaims(t, s, limit, 2*rows+2)
+				for k, n := range seen {
+					assert.LessOrEqual(t, n, 1, "page size %d: claim %q read %d times", limit, k, n)
+				}
+				for _, k := range []string{"nn" + u + "/x/NC2" + u, "nn" + u + "/y/NC4" + u} {
+					assert.Equal(t, 1, seen[k], "page size %d: claim %q read once (seen %q)", limit, k, seen)
+				}
+			}
+		})
+	}
+}
