@@ -181,14 +181,11 @@ var nullClaims = hostSchema{
 	},
 }
 
-// TestClaimsPagesPastNullIDs: legacy claims with a NULL show or seat. The
-// keyset condition is never true of a NULL show, so such claims are never
-// read (no seat can be restored for them; they are not reported either).
-// A NULL seat sorts last within its show on PostgreSQL: the cursor of a
-// page that ends at it holds "" for the NULL, the next page starts again at
-// the show's first seat, and at one claim a page the pages never end; the
-// shows after it are never reached. Every claim with a show and a seat is
-// read once, the others at most once, and the pages end.
+// TestClaimsPagesPastNullIDs: legacy claims with a NULL show or seat, which
+// sort where a keyset cursor cannot name them. Every claim with a show and a
+// seat is read once, the others at most once, and the pages end, at one
+// and two claims a page, on every dialect. (A NULL show never passes the
+// keyset condition: such a claim is neither read nor reported.)
 func TestClaimsPagesPastNullIDs(t *testing.T) {
 	for _, d := range allDialects {
 		t.Run(string(d), func(t *testing.T) {

@@ -31,7 +31,8 @@ import (
 // report of an abort): a placement it finds gone is a plain error, nothing
 // placed. A statement of the host's after such a read would have run on its
 // own, outside any transaction: on Galera, rows should not write after it
-// reads. With another
+// reads. rows must not end the transaction (COMMIT, ROLLBACK): Insert does.
+// With another
 // transaction manager, write the same function: Store.Place on its
 // transaction (a cancel.Querier), the host's rows, the commit, and return once it
 // has committed (examples/orm has gorm, sqlx, ent and pgx).

@@ -504,7 +504,7 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`s.q.statusesPre + "?" + strings.Repeat(", ?", len(chunk)-1) + s.q.statusesPost`: "the IN list: placeholders only, between the two parts above",
 		`last + "|" + no`: "the Expired cursor returned to the caller, never SQL text (it goes back in as arguments)",
 		`strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no`:                                 "the Expired cursor of the library's schema, for the tests and memstore",
-		`last.ShowID + "|" + last.SeatID`:                                                        "the Claims cursor returned to the caller, never SQL text (it goes back in as arguments)",
+		`strconv.Itoa(len(show)) + "|" + show + "|" + seat`:                                      "the Claims cursor returned to the caller, never SQL text (it goes back in as arguments)",
 		`c.name + "=" + c.v.sql`:                                                                 "a part of the store's Scope: a name for seat-store keys, never SQL",
 		`o.Table + "?" + strings.Join(parts, "&")`:                                               "the store's Scope: a name for seat-store keys, never SQL",
 		`"(" + asMS(r.d, r.created.Type, alias+r.created.Column, 0) + " + " + r.windowSQL + ")"`: "expireMS: asMS of the quoted creation column plus the window setting's subquery (windowSQL)",
