@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -120,10 +121,15 @@ func TestCrashAfterCommit(t *testing.T) {
 	require.Equal(t, 1, held)
 	w.Attach(expiry.NewShell(h))
 
+	// Until the job's handling is over: the cancel commits, then releases
+	// the seats, then the Handler reports; the status alone may be read in
+	// between (CI run 13).
 	require.Eventually(t, func() bool {
 		o, err = store.Order(ctx, no)
 		require.NoError(t, err)
-		return o.Status == expiry.StatusCancelled
+		return o.Status == expiry.StatusCancelled && slices.ContainsFunc(obs.Of(expiry.KindHandled), func(e expiry.Event) bool {
+			return e.Outcome == expiry.OutcomeCancelled
+		})
 	}, 20*time.Second, 20*time.Millisecond, "the order is cancelled by its job")
 	now, err := store.Now(ctx)
 	require.NoError(t, err)
