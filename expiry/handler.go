@@ -141,7 +141,9 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 // (OutcomeWarned); paid, cancelled, due or warned already (OutcomeFinal);
 // pending with more than m.Lead left by the store's clock, because it came
 // early or the deadline was extended (re-armed for the time left minus the
-// lead, OutcomeRearmed). It never cancels.
+// lead, OutcomeRearmed); pending within the lead but not fired, because the
+// window opened between the store's compare-and-set and its read, tried
+// once more at once. It never cancels.
 //
 // A non-nil error is transient (store down, re-arm send failed): the message
 // must be redelivered, which is safe because Handle is idempotent.
@@ -176,23 +178,32 @@ func (h *Handler) warn(ctx context.Context, m Message) (Outcome, error) {
 	if h.warner == nil || m.Lead <= 0 {
 		return OutcomeFinal, nil // nobody to warn: a warning is at most once anyway
 	}
-	res, err := h.warner.Warn(ctx, m.OrderNo, m.Lead)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return OutcomeMissing, nil
-	case err != nil:
-		return OutcomeFailed, fmt.Errorf("expiry: warn order %s: %w", m.OrderNo, err)
-	case res.Fired:
-		return OutcomeWarned, nil
-	case res.Order.No != m.OrderNo:
-		return OutcomeFailed, fmt.Errorf("expiry: order %s: the warner answered with order %q and no error", m.OrderNo, res.Order.No)
-	case res.Warned || res.Order.Status != StatusPending:
-		return OutcomeFinal, nil
+	for try := 1; ; try++ {
+		res, err := h.warner.Warn(ctx, m.OrderNo, m.Lead)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return OutcomeMissing, nil
+		case err != nil:
+			return OutcomeFailed, fmt.Errorf("expiry: warn order %s: %w", m.OrderNo, err)
+		case res.Fired:
+			return OutcomeWarned, nil
+		case res.Order.No != m.OrderNo:
+			return OutcomeFailed, fmt.Errorf("expiry: order %s: the warner answered with order %q and no error", m.OrderNo, res.Order.No)
+		case res.Warned || res.Order.Status != StatusPending:
+			return OutcomeFinal, nil
+		}
+		if left := res.Order.Remaining() - m.Lead; left > 0 {
+			return h.rearm(ctx, m, max(left, minRearm)) // early, or the deadline was extended
+		}
+		if res.Order.Remaining() <= 0 || try == 2 {
+			return OutcomeFinal, nil // due already: the expiry message's business
+		}
+		// Pending, within the lead, not warned, and not fired: the window
+		// opened between the store's compare-and-set and its read of the
+		// order (each reads the store's clock). Once more: the
+		// compare-and-set now runs inside the window. Not a re-arm: a store
+		// whose compare-and-set never fires would spin the message.
 	}
-	if left := res.Order.Remaining() - m.Lead; left > 0 {
-		return h.rearm(ctx, m, max(left, minRearm)) // early, or the deadline was extended
-	}
-	return OutcomeFinal, nil // due already: the expiry message's business
 }
 
 func (h *Handler) rearm(ctx context.Context, m Message, left time.Duration) (Outcome, error) {

@@ -310,6 +310,9 @@ func TestHandlerWarning(t *testing.T) {
 		"redelivered": {fixedWarner{res: expiry.WarnResult{Warned: true, Order: pending(time.Minute)}}, expiry.OutcomeFinal, 0},
 		"paid":        {fixedWarner{res: expiry.WarnResult{Order: expiry.Order{No: "o1", Status: expiry.StatusPaid}}}, expiry.OutcomeFinal, 0},
 		"due":         {fixedWarner{res: expiry.WarnResult{Order: pending(-time.Second)}}, expiry.OutcomeFinal, 0},
+		// A store whose compare-and-set never fires inside the window: tried
+		// twice, then dropped, not re-armed every 100 ms until the deadline.
+		"never fires": {fixedWarner{res: expiry.WarnResult{Order: pending(30 * time.Second)}}, expiry.OutcomeFinal, 0},
 		"early":       {fixedWarner{res: expiry.WarnResult{Order: pending(10 * time.Minute)}}, expiry.OutcomeRearmed, 9 * time.Minute},
 		"missing":     {fixedWarner{err: expiry.ErrNotFound}, expiry.OutcomeMissing, 0},
 		"down":        {fixedWarner{err: errors.New("db down")}, expiry.OutcomeFailed, 0},
@@ -340,6 +343,54 @@ func TestHandlerWarning(t *testing.T) {
 	assert.Equal(t, "reinstated", expiry.KindReinstated.String())
 	assert.Equal(t, "warned", expiry.KindWarned.String())
 	assert.Equal(t, "deadline_changed", expiry.KindDeadlineChanged.String())
+}
+
+// windowWarner is a store whose Warn, like sqlstore's, is two statements
+// reading the store's clock one after the other: the compare-and-set, then
+// the read of the order it answers with. Its clock moves 2 ms between them
+// and by each re-arm's delay between deliveries.
+type windowWarner struct {
+	now, expire time.Time
+	fired       int
+}
+
+func (w *windowWarner) Warn(_ context.Context, no string, lead time.Duration) (expiry.WarnResult, error) {
+	cas := w.now
+	w.now = w.now.Add(2 * time.Millisecond)
+	o := expiry.Order{No: no, Status: expiry.StatusPending, ExpireAt: w.expire, ReadAt: w.now}
+	if w.fired == 0 && w.expire.After(cas) && !w.expire.After(cas.Add(lead)) {
+		w.fired++
+		return expiry.WarnResult{Fired: true, Order: o}, nil
+	}
+	return expiry.WarnResult{Warned: w.fired > 0, Order: o}, nil
+}
+
+// A warning delivered as its window opens, the compare-and-set a
+// millisecond before the window and the read of the order after it, is
+// fired on that delivery, never dropped as if the order were due: the order
+// is pending with most of the lead left. (Found by the
+// model on a corpus schema: a warning answered OutcomeFinal with 349 ms of a
+// 350 ms lead left.)
+func TestWarningAtTheWindowsEdgeFires(t *testing.T) {
+	ctx := context.Background()
+	lead := 5 * time.Minute
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := &windowWarner{now: start, expire: start.Add(lead + time.Millisecond)}
+	rec := &recorder{}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: zeroCanceller{}, Warner: w, Sender: rec})
+	require.NoError(t, err)
+	queue := []sent{{m: expiry.Message{OrderNo: "o1", Hop: 1, Warning: true, Lead: lead}}}
+	for i := 0; len(queue) > 0 && i < 10; i++ {
+		next := queue[0]
+		queue = queue[1:]
+		w.now = w.now.Add(next.delay)
+		rec.sent = nil
+		_, err := h.Handle(ctx, next.m)
+		require.NoError(t, err)
+		queue = append(queue, rec.sent...)
+	}
+	assert.Equal(t, 1, w.fired, "the warning fired once")
+	assert.True(t, w.now.Before(w.expire), "before the deadline")
 }
 
 func TestSchedulerSendsWarningFirst(t *testing.T) {
