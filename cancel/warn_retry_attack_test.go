@@ -383,3 +383,30 @@ func TestAttackWarnRetrySweep(t *testing.T) {
 		}
 	}
 }
+
+// A Lead that is not whole milliseconds, handed to Handle directly (the
+// message codecs refuse one; Handle does not), on memstore whose clock is
+// not on a millisecond: the Handler's window (ReadAt, untruncated, plus the
+// lead) and the store's (its clock truncated to the millisecond, plus the
+// lead) disagree, the retry runs at the same instant, and the warning is
+// dropped as Final for an order pending, not warned, not due, with nothing
+// left in flight to warn it.
+func TestAttackWarnSubMillisecondLeadDropped(t *testing.T) {
+	ctx := context.Background()
+	e := newWarnAttackEnv(t)
+	w, _, _ := e.place(t)
+	o, err := e.store.Order(ctx, "o1")
+	require.NoError(t, err)
+	lead := attackLead + 500*time.Microsecond
+	// 0.3 ms inside the Handler's window, 0.7 ms past a millisecond.
+	e.clock.Advance(o.ExpireAt.Sub(e.clock.Now()) - attackLead - time.Millisecond + 700*time.Microsecond)
+	m := w.m
+	m.Lead = lead
+	out, err := e.h.Handle(ctx, m)
+	require.NoError(t, err)
+	now := e.clock.Now()
+	t.Logf("outcome %v, %v before the deadline, warned %d, messages sent %d", out, o.ExpireAt.Sub(now), len(e.hooks()), len(e.sent.take()))
+	if out == expiry.OutcomeFinal {
+		assert.False(t, o.ExpireAt.After(now), "Final for a pending order %v before its deadline, never warned", o.ExpireAt.Sub(now))
+	}
+}
