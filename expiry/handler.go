@@ -175,6 +175,11 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 
 // warn handles a warning message: see Handle.
 func (h *Handler) warn(ctx context.Context, m Message) (Outcome, error) {
+	// Whole milliseconds, as the codecs carry it and the stores compare it
+	// (sqlstore sends lead.Milliseconds()): a finer lead handed to Handle
+	// directly would make this window and the store's disagree, and the
+	// warning be dropped as Final inside it.
+	m.Lead = m.Lead.Truncate(time.Millisecond)
 	if h.warner == nil || m.Lead <= 0 {
 		return OutcomeFinal, nil // nobody to warn: a warning is at most once anyway
 	}
