@@ -410,3 +410,55 @@ func TestAttackWarnSubMillisecondLeadDropped(t *testing.T) {
 		assert.False(t, o.ExpireAt.After(now), "Final for a pending order %v before its deadline, never warned", o.ExpireAt.Sub(now))
 	}
 }
+
+// cancelTwoStmt is a memstore whose CancelPending answers a refused cancel
+// with the order read by a second statement, gap later by the store's clock.
+type cancelTwoStmt struct {
+	*memstore.Store
+	clock *expirytest.FakeClock
+	gap   time.Duration
+}
+
+func (s *cancelTwoStmt) CancelPending(ctx context.Context, r cancel.Request) (cancel.Result, error) {
+	res, err := s.Store.CancelPending(ctx, r)
+	if err != nil || res.Changed {
+		return res, err
+	}
+	s.clock.Advance(s.gap)
+	o, err := s.Store.Order(ctx, r.OrderNo)
+	if err != nil {
+		return cancel.Result{}, err
+	}
+	res.Order = o
+	return res, nil
+}
+
+// The same two reads of the clock on the expiry message's path: the cancel
+// refused 1 ms before the deadline, the read after it. The Handler re-arms
+// for minRearm (never drops it, never cancels early), and the next delivery
+// cancels.
+func TestAttackCancelPathDeadlineBetweenCASAndRead(t *testing.T) {
+	ctx := context.Background()
+	clock := expirytest.NewFakeClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
+	inner := memstore.NewStore(clock.Now)
+	store := &cancelTwoStmt{Store: inner, clock: clock, gap: 2 * time.Millisecond}
+	sent := &capture{}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: memstore.NewSeats(clock.Now)})
+	require.NoError(t, err)
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: svc, Sender: sent})
+	require.NoError(t, err)
+	deadline := clock.Now().Add(time.Minute)
+	require.NoError(t, svc.Place(ctx, cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"a1"}, ExpireAt: deadline}, inner.Place))
+	clock.Advance(time.Minute - time.Millisecond)
+	out, err := h.Handle(ctx, expiry.Message{OrderNo: "o1", Hop: 1})
+	require.NoError(t, err)
+	assert.Equal(t, expiry.OutcomeRearmed, out)
+	re := sent.take()
+	require.Len(t, re, 1)
+	assert.Equal(t, 100*time.Millisecond, re[0].delay)
+	clock.Advance(re[0].delay)
+	store.gap = 0
+	out, err = h.Handle(ctx, re[0].m)
+	require.NoError(t, err)
+	assert.Equal(t, expiry.OutcomeCancelled, out)
+}
