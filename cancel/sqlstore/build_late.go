@@ -35,33 +35,50 @@ func (r *resolved) reinstateCAS() stmt {
 	b.w(" WHERE ")
 	r.eq(b, r.no, aNo)
 	conds(b, "", r.where)
-	b.w(" AND ", r.status, " IN (")
 	if !byStatus {
-		for i := range r.cancelled {
-			if i > 0 {
-				b.w(", ")
-			}
-			b.w(r.cancelled[i].sql)
-		}
-		b.w(") AND ", r.reason, " IN ('timeout', 'reconcile')")
+		r.statusIn(b, r.cancelled)
+		b.w(" AND ", r.reason, " IN ('timeout', 'reconcile')")
 		return b.done(r.d)
 	}
 	// The statuses of the late reasons, each once.
+	var ls []lit
 	for i, reason := range late {
 		if i > 0 && key(reason) == key(late[0]) {
 			continue
 		}
-		if i > 0 {
-			b.w(", ")
-		}
-		if _, ok := r.by[reason]; ok {
-			b.w(r.by[reason].sql)
+		if v, ok := r.by[reason]; ok {
+			ls = append(ls, v)
 		} else {
-			b.w(r.cancelled[0].sql)
+			ls = append(ls, r.cancelled[0])
 		}
 	}
-	b.w(")")
+	r.statusIn(b, ls)
 	return b.done(r.d)
+}
+
+// statusIn writes " AND status IN (ls…)", and on MySQL over a host's
+// column the same compared as bytes: a status differing only by case or
+// trailing space is not the mapping's (I10, as exactLit).
+func (r *resolved) statusIn(b *sb, ls []lit) {
+	list := func() {
+		for i, l := range ls {
+			if i > 0 {
+				b.w(", ")
+			}
+			b.w(l.sql)
+		}
+		b.w(")")
+	}
+	b.w(" AND ", r.status, " IN (")
+	list()
+	exact := r.exactIDs
+	for _, l := range ls {
+		exact = exact && l.str
+	}
+	if exact {
+		b.w(" AND CAST(", r.status, " AS BINARY) IN (")
+		list()
+	}
 }
 
 // moveDeadline is a deadline change's compare-and-set on a host's table: the
@@ -83,7 +100,9 @@ func (r *resolved) moveDeadline(later bool) stmt {
 	b.w(" WHERE ")
 	r.eq(b, r.no, aNo)
 	conds(b, "", r.where)
-	b.w(" AND ", r.status, " = ", r.pending.sql, " AND ", r.expireMS(""), " = ").p(aPrevMS).w(" AND ", r.expireMS(""), " > ", nowMS[r.d], " AND ", r.expireMS(""))
+	b.w(" AND ", r.status, " = ", r.pending.sql)
+	r.exactLit(b, r.status, r.pending)
+	b.w(" AND ", r.expireMS(""), " = ").p(aPrevMS).w(" AND ", r.expireMS(""), " > ", nowMS[r.d], " AND ", r.expireMS(""))
 	if later {
 		b.w(" < ").p(aTargetMS)
 	} else {
@@ -101,7 +120,9 @@ func (r *resolved) warnSide() stmt {
 		w(" AND warned_at_ms IS NULL AND EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
 	r.eq(b, "o."+r.no, aNo)
 	conds(b, "o.", r.where)
-	b.w(" AND o.", r.status, " = ", r.pending.sql, " AND ", r.expireMS("o."), " > ", nowMS[r.d], " AND ", r.expireMS("o."), " <= ", nowMS[r.d], " + ").p(aLead).w(")")
+	b.w(" AND o.", r.status, " = ", r.pending.sql)
+	r.exactLit(b, "o."+r.status, r.pending)
+	b.w(" AND ", r.expireMS("o."), " > ", nowMS[r.d], " AND ", r.expireMS("o."), " <= ", nowMS[r.d], " + ").p(aLead).w(")")
 	return b.done(r.d)
 }
 

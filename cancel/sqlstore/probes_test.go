@@ -593,6 +593,67 @@ func TestProbeFixedStatusCaseFolds(t *testing.T) {
 	require.Empty(t, failures, "I10: a status differing only by case or trailing space was taken for the mapping's:\n%s", strings.Join(failures, "\n"))
 }
 
+// TestProbeFixedLateStatusCaseFolds: the late transitions on shop's
+// string statuses on MariaDB (utf8mb4_general_ci: case-insensitive, PAD
+// SPACE), as TestProbeFixedStatusCaseFolds for the others.
+//
+// Sequence: a library order 'h-exp' that the host closed in its own way,
+// state 'expired' (not the mapping's timeout status 'EXPIRED') and its
+// ticket freed, paid late; a library
+// order whose state the host set to 'new' (its draft, not the mapping's
+// pending 'NEW'), due within the lead, warned; the same kind of row given
+// a later deadline through the deadline statement itself (SetDeadline reads
+// the order first, so the statement is run as the race would run it).
+//
+// Broken (I10): the reinstatement's, the warning's and the deadline's
+// compare-and-sets compared the state in the column's collation: the late
+// payment made 'h-exp' PAID, the warning fired for 'new', the deadline moved.
+func TestProbeFixedLateStatusCaseFolds(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.MySQL(t)
+	s := hostStore(t, db, sqlstore.MySQL, shop)
+	state := func(no string) string {
+		var st string
+		require.NoError(t, db.QueryRow("SELECT CONCAT('[', state, ']') FROM shop_order WHERE order_code = ?", no).Scan(&st))
+		return st
+	}
+	var failures []string
+	fail := func(f string, a ...any) { failures = append(failures, fmt.Sprintf(f, a...)) }
+
+	require.NoError(t, placeTx(t, db, s, cancel.Placement{OrderNo: "h-exp", UserID: "u1", ShowID: "e1", Seats: []string{"R1"}, ExpireAt: time.Now().Add(-time.Minute)}))
+	rawExec(t, db, "UPDATE shop_order SET state = 'expired', close_reason = 'timeout' WHERE order_code = 'h-exp'")
+	rawExec(t, db, "UPDATE shop_ticket SET status = 'FREE' WHERE order_code = 'h-exp'")
+	claimed := 0
+	res, err := s.ReinstateCancelled(ctx, cancel.Payment{OrderNo: "h-exp", UserID: "u1", PaymentID: "pay-late"}, func(context.Context, cancel.Hold, int) (string, error) {
+		claimed++
+		return "lock-1", nil
+	})
+	if res.Changed || state("h-exp") != "[expired]" || claimed > 0 {
+		fail("a late payment of the host's h-exp (state 'expired') reinstated it: state %s, changed %v, seats claimed %d, err %v", state("h-exp"), res.Changed, claimed, err)
+	}
+
+	require.NoError(t, placeTx(t, db, s, cancel.Placement{OrderNo: "lib-w", UserID: "u1", ShowID: "e1", Seats: []string{"W1"}, ExpireAt: time.Now().Add(30 * time.Second)}))
+	rawExec(t, db, "UPDATE shop_order SET state = 'new' WHERE order_code = 'lib-w'")
+	w, err := s.MarkWarned(ctx, "lib-w", time.Minute)
+	var warnedAt sql.NullInt64
+	require.NoError(t, db.QueryRow("SELECT warned_at_ms FROM oe_order_side WHERE order_no = 'lib-w'").Scan(&warnedAt))
+	if w.Fired || warnedAt.Valid {
+		fail("the warning of lib-w (state 'new', due within the lead) fired or was marked: fired %v, warned_at_ms %v, err %v", w.Fired, warnedAt, err)
+	}
+
+	require.NoError(t, placeTx(t, db, s, cancel.Placement{OrderNo: "lib-d", UserID: "u1", ShowID: "e1", Seats: []string{"D1"}, ExpireAt: time.Now().Add(time.Minute)}))
+	o, err := s.Order(ctx, "lib-d")
+	require.NoError(t, err)
+	rawExec(t, db, "UPDATE shop_order SET state = 'new' WHERE order_code = 'lib-d'")
+	target := o.ExpireAt.Add(time.Hour).Unix()
+	r, err := db.ExecContext(ctx, sqlstore.ExtendSQL(s), sqlstore.ExtendArgs(s, "lib-d", target, o.ExpireAt.UnixMilli(), target*1000)...)
+	require.NoError(t, err)
+	if n, _ := r.RowsAffected(); n != 0 {
+		fail("the deadline of lib-d (state 'new') moved: %d row", n)
+	}
+	require.Empty(t, failures, "I10: a status differing only by case was taken for the mapping's:\n%s", strings.Join(failures, "\n"))
+}
+
 // tenantShop is shop with a string tenant: Where tenant = 'acme' on a
 // VARCHAR column in the server's default collation (MariaDB:
 // utf8mb4_general_ci).
