@@ -150,11 +150,22 @@ func (e *events) Observe(ctx context.Context, ev expiry.Event) {
 	e.put(l)
 }
 
-// seats is the Redis seat store with every Release recorded: how many seats
-// each call gave back, per order and instance.
+// seats is the Redis seat store with every Lock and Release recorded: how
+// many seats each call took or gave back, per order and instance.
 type seats struct {
 	*redisseat.Seats
 	ev *events
+}
+
+// Lock records the seats a placement or a late payment's reinstatement
+// locked: an order whose reinstatement locked its seats again, then failed,
+// releases them a second time.
+func (s seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, error) {
+	id, err := s.Seats.Lock(ctx, h, limit)
+	if err == nil {
+		s.ev.put(Line{K: "lock", O: h.OrderNo, N: len(h.Seats)})
+	}
+	return id, err
 }
 
 func (s seats) Release(ctx context.Context, h cancel.Hold) (int, error) {
