@@ -130,6 +130,18 @@ func (e *warnAttackEnv) place(t *testing.T) (warning, exp sentMsg, deadline time
 	return msgs[0], msgs[1], deadline
 }
 
+// atTheEdge moves the clock to 1 ms before o1's warning window opens and
+// makes the store's clock move 2 ms between the first call's
+// compare-and-set and its read: the window opens between them.
+func (e *warnAttackEnv) atTheEdge() {
+	e.clock.Advance(10*time.Minute - attackLead - time.Millisecond)
+	e.store.between = func(call int) {
+		if call == 1 {
+			e.clock.Advance(2 * time.Millisecond)
+		}
+	}
+}
+
 func (e *warnAttackEnv) hooks() []hookCall {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -149,12 +161,7 @@ func TestAttackWarnRetryAtEdgeFiresOnce(t *testing.T) {
 	ctx := context.Background()
 	e := newWarnAttackEnv(t)
 	w, _, deadline := e.place(t)
-	e.clock.Advance(10*time.Minute - attackLead - time.Millisecond) // 1 ms before the window
-	e.store.between = func(call int) {
-		if call == 1 {
-			e.clock.Advance(2 * time.Millisecond)
-		}
-	}
+	e.atTheEdge()
 	out, err := e.h.Handle(ctx, w.m)
 	require.NoError(t, err)
 	assert.Equal(t, expiry.OutcomeWarned, out)
@@ -210,12 +217,7 @@ func TestAttackWarnRetryStateChangesBeforeSecondCAS(t *testing.T) {
 			ctx := context.Background()
 			e := newWarnAttackEnv(t)
 			w, _, _ := e.place(t)
-			e.clock.Advance(10*time.Minute - attackLead - time.Millisecond)
-			e.store.between = func(call int) {
-				if call == 1 {
-					e.clock.Advance(2 * time.Millisecond)
-				}
-			}
+			e.atTheEdge()
 			e.store.before = func(call int) {
 				if call == 2 {
 					change(t, e)
@@ -236,12 +238,7 @@ func TestAttackWarnRetryExtendedBeforeSecondCAS(t *testing.T) {
 	ctx := context.Background()
 	e := newWarnAttackEnv(t)
 	w, _, deadline := e.place(t)
-	e.clock.Advance(10*time.Minute - attackLead - time.Millisecond)
-	e.store.between = func(call int) {
-		if call == 1 {
-			e.clock.Advance(2 * time.Millisecond)
-		}
-	}
+	e.atTheEdge()
 	e.store.before = func(call int) {
 		if call == 2 {
 			res, err := e.svc.Extend(ctx, "o1", "u1", 10*time.Minute)
@@ -284,12 +281,7 @@ func TestAttackWarnRetrySecondCallFails(t *testing.T) {
 			ctx := context.Background()
 			e := newWarnAttackEnv(t)
 			w, _, _ := e.place(t)
-			e.clock.Advance(10*time.Minute - attackLead - time.Millisecond)
-			e.store.between = func(call int) {
-				if call == 1 {
-					e.clock.Advance(2 * time.Millisecond)
-				}
-			}
+			e.atTheEdge()
 			e.store.fail = func(call int) (error, bool) {
 				if call == 2 {
 					return tc.err, tc.lostAck

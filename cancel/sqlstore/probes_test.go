@@ -512,6 +512,16 @@ func rawExec(t *testing.T, db *sql.DB, q string, args ...any) {
 	require.NoError(t, err, q)
 }
 
+// shopState reads a shop_order row's state in brackets, so that a trailing
+// space shows.
+func shopState(t *testing.T, db *sql.DB) func(no string) string {
+	return func(no string) string {
+		var st string
+		require.NoError(t, db.QueryRow("SELECT CONCAT('[', state, ']') FROM shop_order WHERE order_code = ?", no).Scan(&st))
+		return st
+	}
+}
+
 // TestProbeFixedStatusCaseFolds: shop's string statuses on MariaDB, its
 // state column in the server's default utf8mb4_general_ci (case-insensitive,
 // PAD SPACE), as a host's migration leaves it.
@@ -538,11 +548,7 @@ func TestProbeFixedStatusCaseFolds(t *testing.T) {
 	require.NoError(t, placeTx(t, db, s, cancel.Placement{OrderNo: "lib-1", UserID: "u1", ShowID: "e1", Seats: []string{"A1"}, ExpireAt: time.Now().Add(-time.Minute)}))
 	rawExec(t, db, "INSERT INTO shop_ticket (tenant_id, event_id, seat_code, order_code, status) VALUES (7, 'e1', 'Z9', 'lib-1', 'held')")
 
-	state := func(no string) string {
-		var st string
-		require.NoError(t, db.QueryRow("SELECT CONCAT('[', state, ']') FROM shop_order WHERE order_code = ?", no).Scan(&st))
-		return st
-	}
+	state := shopState(t, db)
 	var failures []string
 	fail := func(f string, a ...any) { failures = append(failures, fmt.Sprintf(f, a...)) }
 
@@ -612,11 +618,7 @@ func TestProbeFixedLateStatusCaseFolds(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.MySQL(t)
 	s := hostStore(t, db, sqlstore.MySQL, shop)
-	state := func(no string) string {
-		var st string
-		require.NoError(t, db.QueryRow("SELECT CONCAT('[', state, ']') FROM shop_order WHERE order_code = ?", no).Scan(&st))
-		return st
-	}
+	state := shopState(t, db)
 	var failures []string
 	fail := func(f string, a ...any) { failures = append(failures, fmt.Sprintf(f, a...)) }
 
