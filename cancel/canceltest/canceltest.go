@@ -27,9 +27,10 @@
 // ReleaseAll case. RunHooks is the suite of a store's transition hook
 // (cancel.Hook), apart from RunStore.
 //
-// Interfaces (4): Store and SeatStore, what the suites call (the stores'
-// interfaces and the reads they check with); Clock and Wiper, optional,
-// which turn on the suites' clock and data-loss cases for a store that can.
+// Interfaces (2): Store and SeatStore, what the suites call (the stores'
+// interfaces and the reads they check with). What a suite needs around a
+// store (its clock, a way to lose its data) is a field of StoreHarness or
+// SeatsHarness.
 package canceltest
 
 import (

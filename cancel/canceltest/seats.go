@@ -41,30 +41,30 @@ type SeatStore interface {
 	ListedShows(ctx context.Context) ([]string, error)
 }
 
-// Wiper is implemented by a store (or a test's wrapper of one) that can
-// lose all its data on demand, as a Redis restart without persistence does:
-// every seat, counter and marker of the store is gone. The suite's data-loss
-// cases are skipped for stores that do not implement it.
-type Wiper interface {
-	Wipe()
-}
-
-// Clock is implemented by a store (or a test's wrapper of one) that can read
-// its own clock, the one lock times and ages must come from (Redis TIME for
-// redisseat). The suite then checks lock times against it; a test that runs
-// the store's clock apart from the host's (a fake's clock set back, a Redis
-// whose clock is skewed) shows that no host clock is used (invariant I11).
-type Clock interface {
-	Now(ctx context.Context) (time.Time, error)
+// SeatsHarness is one fresh, empty seat store and what the suite needs
+// around it.
+type SeatsHarness struct {
+	Seats SeatStore
+	// Now reads the store's own clock, the one lock times and ages must come
+	// from (Redis TIME for redisseat). The suite then checks lock times
+	// against it; a store whose clock runs apart from the host's (a fake's
+	// set back, a skewed Redis) shows that no host clock is used (invariant
+	// I11). Nil: lock times are checked loosely.
+	Now func(ctx context.Context) (time.Time, error)
+	// Wipe loses all the store's data at once, as a Redis restart without
+	// persistence does: every seat, counter and marker is gone. Nil: the
+	// data-loss cases are skipped.
+	Wipe func()
 }
 
 // RunSeats runs the seat-store suite, with the cases of the optional
 // interfaces for when SQL goes back in time (cancel.SeatReader,
 // cancel.RefundLedger, and ScanSold of reconcile.SoldScanner) for a store
-// that implements them. newSeats must return an empty store
+// that implements them. newHarness must return an empty store
 // (for Redis, a fresh namespace): some cases count the calls of a scan pass.
-func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
+func RunSeats(t *testing.T, newHarness func(t *testing.T) SeatsHarness) {
 	ctx := context.Background()
+	newSeats := func(t *testing.T) SeatStore { return newHarness(t).Seats }
 	hold := func(user string, seats ...string) cancel.Hold {
 		return cancel.Hold{ShowID: id("show"), OrderNo: id("o"), UserID: user, Seats: seats}
 	}
@@ -323,13 +323,13 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 	// I11: a lock's time and age are the store's clock, at
 	// the lock and at the scan, never a host's.
 	t.Run("LockTimeByStoreClock", func(t *testing.T) {
-		s := newSeats(t)
-		clock, ok := s.(Clock)
+		h := newHarness(t)
+		s, ok := h.Seats, h.Now != nil
 		now := func() time.Time {
 			if !ok {
 				return time.Time{}
 			}
-			n, err := clock.Now(ctx)
+			n, err := h.Now(ctx)
 			require.NoError(t, err)
 			return n
 		}
@@ -345,7 +345,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		l := locks[0]
 		if !ok {
 			assert.True(t, l.Age >= 25*time.Millisecond && l.Age < time.Minute, "age %v of a lock taken 30 ms ago", l.Age)
-			t.Log("the store does not implement canceltest.Clock: lock times checked loosely")
+			t.Log("the harness has no Now: lock times checked loosely")
 			return
 		}
 		const slack = 2 * time.Millisecond // lock times are in ms; a cluster's nodes
@@ -672,10 +672,10 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 	// restored: MarkRestored fails and Lost still reports the loss, under a
 	// new token.
 	t.Run("RebuildInterruptedByDataLoss", func(t *testing.T) {
-		s := newSeats(t)
-		w, ok := s.(Wiper)
-		if !ok {
-			t.Skip("the store does not implement canceltest.Wiper")
+		h := newHarness(t)
+		s := h.Seats
+		if h.Wipe == nil {
+			t.Skip("the harness has no Wipe")
 		}
 		show := id("show")
 		claims := []cancel.Claim{
@@ -687,7 +687,7 @@ func RunSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		require.True(t, lost)
 		_, err = s.Restore(ctx, claims[:1]) // the first page of the rebuild
 		require.NoError(t, err)
-		w.Wipe()                            // the store loses its data again, mid-rebuild
+		h.Wipe()                            // the store loses its data again, mid-rebuild
 		_, err = s.Restore(ctx, claims[1:]) // the rest of the (now useless) pass
 		require.NoError(t, err)
 		assert.ErrorIs(t, s.MarkRestored(ctx, token), cancel.ErrRestoreInterrupted)

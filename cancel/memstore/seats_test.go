@@ -15,11 +15,16 @@ import (
 
 // The seat suite again with the fake's clock three minutes behind the host's,
 // as a Redis server's may be: lock times and ages must follow the store's
-// clock (canceltest.Clock), never the host's (invariant I11).
+// clock (SeatsHarness.Now), never the host's (invariant I11).
 func TestSeatsConformanceSkewedClock(t *testing.T) {
-	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		return memstore.NewSeats(func() time.Time { return time.Now().Add(-3 * time.Minute) })
+	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatsHarness {
+		return harness(memstore.NewSeats(func() time.Time { return time.Now().Add(-3 * time.Minute) }))
 	})
+}
+
+// harness is s with its clock and its data loss, for the seat suite.
+func harness(s *memstore.Seats) canceltest.SeatsHarness {
+	return canceltest.SeatsHarness{Seats: s, Now: s.Now, Wipe: s.Wipe}
 }
 
 // The age of a lock is the fake clock's, at the scan.

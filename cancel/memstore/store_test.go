@@ -30,7 +30,7 @@ func TestHooksConformance(t *testing.T) {
 }
 
 func TestSeatsConformance(t *testing.T) {
-	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore { return memstore.NewSeats(nil) })
+	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatsHarness { return harness(memstore.NewSeats(nil)) })
 }
 
 func TestOverdue(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 )
 
 // harness is the store under test plus what the suite needs to provoke a
-// data loss (canceltest.Wiper): it deletes every key of its namespace, on
+// data loss (SeatsHarness.Wipe): it deletes every key of its namespace, on
 // every master, as a Redis restart without persistence would.
 type harness struct {
 	*redisseat.Seats
@@ -60,21 +60,25 @@ func (h *harness) Wipe() {
 	require.NoError(h.t, err, "wipe namespace %s", h.ns)
 }
 
-// Now reads the Redis server's clock (canceltest.Clock): the suite checks
+// Now reads the Redis server's clock (SeatsHarness.Now): the suite checks
 // lock times and ages against it.
 func (h *harness) Now(ctx context.Context) (time.Time, error) { return h.rdb.Time(ctx).Result() }
 
+func (h *harness) suite() canceltest.SeatsHarness {
+	return canceltest.SeatsHarness{Seats: h.Seats, Now: h.Now, Wipe: h.Wipe}
+}
+
 func TestRedis(t *testing.T) {
-	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		return newHarness(t, testenv.Redis(t), "oe-"+testenv.Unique())
+	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatsHarness {
+		return newHarness(t, testenv.Redis(t), "oe-"+testenv.Unique()).suite()
 	})
 }
 
 // The scripts touch only the keys of one show, which share a hash tag, so
 // they must pass the same suite on a real three-master Redis Cluster.
 func TestRedisCluster(t *testing.T) {
-	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
-		return newHarness(t, testenv.RedisCluster(t), "oe-"+testenv.Unique())
+	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatsHarness {
+		return newHarness(t, testenv.RedisCluster(t), "oe-"+testenv.Unique()).suite()
 	})
 }
 
@@ -126,11 +130,11 @@ func TestRedisClusterAcrossNodes(t *testing.T) {
 
 // miniredis runs the same Lua scripts; the embedded demo relies on it.
 func TestMiniredis(t *testing.T) {
-	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatStore {
+	canceltest.RunSeats(t, func(t *testing.T) canceltest.SeatsHarness {
 		m := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		return newHarness(t, rdb, "")
+		return newHarness(t, rdb, "").suite()
 	})
 }
 
