@@ -8,19 +8,17 @@ import "time"
 type Clock interface {
 	Now() time.Time
 	// AfterFunc calls f in its own goroutine after d, like time.AfterFunc.
-	AfterFunc(d time.Duration, f func()) Timer
-}
-
-// Timer is a pending AfterFunc call.
-type Timer interface {
-	// Stop prevents the call if it has not started; it reports whether it did.
-	Stop() bool
+	// stop prevents the call if it has not started, and reports whether it
+	// did, like time.Timer's Stop.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 type systemClock struct{}
 
-func (systemClock) Now() time.Time                            { return time.Now() }
-func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+func (systemClock) Now() time.Time { return time.Now() }
+func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
+}
 
 // SystemClock is the real clock.
 var SystemClock Clock = systemClock{}

@@ -88,10 +88,10 @@
 // finds the order no longer pending (ignore) or not yet due (re-arm). There
 // is no dedupe table.
 //
-// Interfaces (8, each one to three methods): DelaySender (a transport's
+// Interfaces (7, each one to three methods): DelaySender (a transport's
 // send), Processor (a transport's consumer side), Canceller and Warner
 // (what a Handler calls, implemented by cancel.Service), Observer and
-// Tracer (the host's metrics and traces), Clock and its Timer (so tests
-// and the store-clock rule can replace time). Each has implementations in
-// more than one package, which is why it is an interface.
+// Tracer (the host's metrics and traces), Clock (so tests replace time:
+// expirytest.FakeClock). Each has implementations in more than one
+// package, which is why it is an interface.
 package expiry

@@ -763,7 +763,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 		if rep.More {
 			continue
 		}
-		t := r.c.Clock.AfterFunc(interval, func() {
+		stop := r.c.Clock.AfterFunc(interval, func() {
 			select {
 			case wake <- struct{}{}:
 			default:
@@ -771,7 +771,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 		})
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			stop()
 			return ctx.Err()
 		case <-wake:
 		}

@@ -21,6 +21,8 @@ type FakeClock struct {
 	timers []*fakeTimer
 }
 
+var _ expiry.Clock = (*FakeClock)(nil)
+
 type fakeTimer struct {
 	c   *FakeClock
 	at  time.Time
@@ -39,16 +41,16 @@ func (c *FakeClock) Now() time.Time {
 }
 
 // AfterFunc implements expiry.Clock.
-func (c *FakeClock) AfterFunc(d time.Duration, f func()) expiry.Timer {
+func (c *FakeClock) AfterFunc(d time.Duration, f func()) func() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
 	t := &fakeTimer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
 	c.timers = append(c.timers, t)
-	return t
+	return t.stop
 }
 
-func (t *fakeTimer) Stop() bool {
+func (t *fakeTimer) stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	for i, x := range t.c.timers {

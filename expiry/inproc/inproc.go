@@ -45,8 +45,8 @@ type Sender struct {
 	cfg      Config
 	mu       sync.Mutex
 	consumer expiry.Processor
-	held     []*expiry.Delivery // fell due before Attach
-	timers   map[uint64]expiry.Timer
+	held     []*expiry.Delivery     // fell due before Attach
+	timers   map[uint64]func() bool // each timer's stop
 	next     uint64
 	closed   bool
 	wg       sync.WaitGroup
@@ -62,7 +62,7 @@ func New(c Config) *Sender {
 	if c.Slack == 0 {
 		c.Slack = time.Second
 	}
-	return &Sender{cfg: c, timers: map[uint64]expiry.Timer{}}
+	return &Sender{cfg: c, timers: map[uint64]func() bool{}}
 }
 
 // Attach sets the consumer and releases deliveries that were held for it.
@@ -152,8 +152,8 @@ func (s *Sender) Pending() int {
 func (s *Sender) Close() error {
 	s.mu.Lock()
 	s.closed = true
-	for id, t := range s.timers {
-		if t.Stop() {
+	for id, stop := range s.timers {
+		if stop() {
 			s.wg.Done()
 		}
 		delete(s.timers, id)

@@ -69,11 +69,7 @@ func (c *fakeClock) advance(d time.Duration) {
 
 // AfterFunc never fires: nothing here waits on a timer (Round is called by
 // the explorer, never by Run).
-func (c *fakeClock) AfterFunc(time.Duration, func()) expiry.Timer { return stoppedTimer{} }
-
-type stoppedTimer struct{}
-
-func (stoppedTimer) Stop() bool { return true }
+func (c *fakeClock) AfterFunc(time.Duration, func()) func() bool { return func() bool { return true } }
 
 // tenant is one tenant's wiring: its order store, its view of the seat
 // store, and per instance a Service, a Reconciler and a Scheduler.
