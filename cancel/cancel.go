@@ -30,7 +30,7 @@
 // is reported as expiry.KindDiverged (backintime.go: SeatReader,
 // RefundLedger, and the reconciler's sold pass).
 //
-// Interfaces. The library keeps 32 across its packages, above the 20 it
+// Interfaces. The library keeps 28 across its packages, above the 20 it
 // aims at; this package declares 15 of them, each one small and each kept
 // for one reason:
 //   - OrderStore, SeatStore: the two stores a Service needs;

@@ -160,7 +160,7 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	}
 	// The gauges that page someone when messages are lost: pending orders
 	// past their deadline, read from the store every ReconcileEvery.
-	a.overdue, err = prometheus.NewOverduePoller(a.metrics, "", overdueOf(a.store), prometheus.PollerConfig{Interval: a.reconcileEvery})
+	a.overdue, err = prometheus.NewOverduePoller(a.metrics, "", a.store.Overdue, prometheus.PollerConfig{Interval: a.reconcileEvery})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -180,49 +180,6 @@ func (a *App) RunReconciler(ctx context.Context) error {
 	}()
 	defer func() { <-done }()
 	return a.rec.Run(ctx, a.reconcileEvery)
-}
-
-// overdueOf returns the store's own Overdue (one indexed query) when it has
-// one, and otherwise the same answer from the reconciler's keyset scan: the
-// due pending orders in expire_at order, the first the oldest. The fallback
-// is for a sqlstore without Overdue; delete it once the store has it.
-func overdueOf(store *sqlstore.Store) prometheus.OverdueCounter {
-	if oc, ok := any(store).(prometheus.OverdueCounter); ok {
-		return oc
-	}
-	return scanOverdue{store}
-}
-
-type scanOverdue struct{ store *sqlstore.Store }
-
-func (s scanOverdue) Overdue(ctx context.Context) (int, time.Duration, error) {
-	const page, most = 1000, 100_000 // bounded: "100000 or more" pages someone all the same
-	n, first, cursor := 0, "", ""
-	for n < most {
-		nos, next, err := s.store.Expired(ctx, cursor, page)
-		if err != nil {
-			return 0, 0, err
-		}
-		if first == "" && len(nos) > 0 {
-			first = nos[0]
-		}
-		n += len(nos)
-		if next == "" {
-			break
-		}
-		cursor = next
-	}
-	if first == "" {
-		return 0, 0, nil
-	}
-	o, err := s.store.Order(ctx, first)
-	if errors.Is(err, expiry.ErrNotFound) {
-		return n, 0, nil
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	return n, max(o.ReadAt.Sub(o.ExpireAt), 0), nil
 }
 
 // Place places an order. The library does the sequence: it validates p, locks

@@ -258,7 +258,7 @@ type OverduePoller struct {
 // cancel/sqlstore's or cancel/memstore's Store. It returns the pending
 // orders whose deadline is at or before the store's clock, and how long
 // past its deadline the earliest of them is (0 when there is none), as
-// expiry/prometheus's OverdueCounter does; an error means the read failed
+// for expiry/prometheus's OverduePoller; an error means the read failed
 // and says nothing of the orders. It must be safe for concurrent use.
 func NewOverduePoller(c Config, overdue func(context.Context) (n int, oldest time.Duration, err error), pc PollerConfig) (*OverduePoller, error) {
 	switch {

@@ -57,7 +57,7 @@ func ExampleOverduePoller() {
 	}
 
 	reg := prom.NewRegistry()
-	poller, err := prometheus.NewOverduePoller(reg, "", store, prometheus.PollerConfig{Interval: 30 * time.Second})
+	poller, err := prometheus.NewOverduePoller(reg, "", store.Overdue, prometheus.PollerConfig{Interval: 30 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

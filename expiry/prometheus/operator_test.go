@@ -25,8 +25,6 @@ import (
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
-var _ prometheus.OverdueCounter = (*memstore.Store)(nil)
-
 func gauge(t *testing.T, reg *prom.Registry, metric string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -99,7 +97,7 @@ func TestOverduePollerOnMemstore(t *testing.T) {
 	clock := expirytest.NewFakeClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	store := memstore.NewStore(clock.Now)
 	reg := prom.NewPedanticRegistry()
-	p, err := prometheus.NewOverduePoller(reg, "", store, prometheus.PollerConfig{})
+	p, err := prometheus.NewOverduePoller(reg, "", store.Overdue, prometheus.PollerConfig{})
 	require.NoError(t, err)
 	require.NoError(t, p.Poll(ctx))
 	assert.Equal(t, 0.0, gauge(t, reg, "orderexpiry_overdue_orders"))
@@ -152,7 +150,7 @@ func (c *countingOverdue) Overdue(context.Context) (int, time.Duration, error) {
 
 func TestOverduePollerRun(t *testing.T) {
 	src := &countingOverdue{}
-	p, err := prometheus.NewOverduePoller(prom.NewRegistry(), "", src, prometheus.PollerConfig{Interval: 5 * time.Millisecond})
+	p, err := prometheus.NewOverduePoller(prom.NewRegistry(), "", src.Overdue, prometheus.PollerConfig{Interval: 5 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -163,12 +161,12 @@ func TestOverduePollerRun(t *testing.T) {
 
 	_, err = prometheus.NewOverduePoller(prom.NewRegistry(), "", nil, prometheus.PollerConfig{})
 	assert.Error(t, err)
-	_, err = prometheus.NewOverduePoller(prom.NewRegistry(), "", src, prometheus.PollerConfig{Interval: -1})
+	_, err = prometheus.NewOverduePoller(prom.NewRegistry(), "", src.Overdue, prometheus.PollerConfig{Interval: -1})
 	assert.Error(t, err)
 	reg := prom.NewRegistry()
-	_, err = prometheus.NewOverduePoller(reg, "shop", src, prometheus.PollerConfig{})
+	_, err = prometheus.NewOverduePoller(reg, "shop", src.Overdue, prometheus.PollerConfig{})
 	require.NoError(t, err)
-	_, err = prometheus.NewOverduePoller(reg, "shop", src, prometheus.PollerConfig{})
+	_, err = prometheus.NewOverduePoller(reg, "shop", src.Overdue, prometheus.PollerConfig{})
 	assert.ErrorContains(t, err, `namespace "shop" is already registered`)
 }
 
@@ -179,7 +177,7 @@ func exported(t *testing.T) map[string]string {
 	reg := prom.NewPedanticRegistry()
 	o, err := prometheus.New(reg, "")
 	require.NoError(t, err)
-	p, err := prometheus.NewOverduePoller(reg, "", memstore.NewStore(nil), prometheus.PollerConfig{})
+	p, err := prometheus.NewOverduePoller(reg, "", memstore.NewStore(nil).Overdue, prometheus.PollerConfig{})
 	require.NoError(t, err)
 	require.NoError(t, p.Poll(context.Background()))
 	now := time.Now()

@@ -9,21 +9,6 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 )
 
-// OverdueCounter reads how far the expiry path is behind, from the order
-// store: cancel/sqlstore's Store and cancel/memstore's Store implement it.
-//
-// Overdue returns n, the pending orders whose expire_at is at or before the
-// store's clock, and oldest, how long past its expire_at the earliest of
-// them is by the store's clock (0 when n is 0). Orders are overdue for a
-// moment in normal running (a message lands up to its slack late); many, or
-// an old one, mean messages are being lost and the reconciler is the only
-// thing cancelling. An error means the read failed and says nothing of the
-// orders. It must be safe for concurrent use and cheap enough to run every
-// poll interval (one indexed query).
-type OverdueCounter interface {
-	Overdue(ctx context.Context) (n int, oldest time.Duration, err error)
-}
-
 // PollerConfig configures an OverduePoller.
 type PollerConfig struct {
 	// Interval between reads in Run; 0: 30 seconds.
@@ -33,12 +18,12 @@ type PollerConfig struct {
 }
 
 // OverduePoller exports the overdue gauges (see the package documentation)
-// from an OverdueCounter, read every interval rather than on each scrape, so
+// from the order store, read every interval rather than on each scrape, so
 // that neither a scrape nor several Prometheus servers load the database.
 // Every instance of a service may run one: they read the same orders. Safe
 // for concurrent use.
 type OverduePoller struct {
-	src      OverdueCounter
+	overdue  func(context.Context) (n int, oldest time.Duration, err error)
 	cfg      PollerConfig
 	count    prom.Gauge
 	oldest   prom.Gauge
@@ -50,10 +35,20 @@ type OverduePoller struct {
 // NewOverduePoller registers the overdue metrics with reg
 // (prometheus.DefaultRegisterer if nil) under namespace ("orderexpiry" if
 // empty), beside an Observer's, and returns the poller; Run starts it.
-func NewOverduePoller(reg prom.Registerer, namespace string, src OverdueCounter, c PollerConfig) (*OverduePoller, error) {
+//
+// overdue reads how far the expiry path is behind: pass the Overdue method
+// of cancel/sqlstore's or cancel/memstore's Store (one indexed query). It
+// returns n, the pending orders whose expire_at is at or before the
+// store's clock, and oldest, how long past its expire_at the earliest of
+// them is by the store's clock (0 when n is 0). Orders are overdue for a
+// moment in normal running (a message lands up to its slack late); many, or
+// an old one, mean messages are being lost and the reconciler is the only
+// thing cancelling. An error means the read failed and says nothing of the
+// orders. It must be safe for concurrent use.
+func NewOverduePoller(reg prom.Registerer, namespace string, overdue func(context.Context) (n int, oldest time.Duration, err error), c PollerConfig) (*OverduePoller, error) {
 	switch {
-	case src == nil:
-		return nil, errors.New("prometheus: nil OverdueCounter")
+	case overdue == nil:
+		return nil, errors.New("prometheus: nil overdue function")
 	case c.Interval < 0 || c.Timeout < 0:
 		return nil, fmt.Errorf("prometheus: negative PollerConfig (%+v)", c)
 	}
@@ -69,7 +64,7 @@ func NewOverduePoller(reg prom.Registerer, namespace string, src OverdueCounter,
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second
 	}
-	p := &OverduePoller{src: src, cfg: c, now: time.Now,
+	p := &OverduePoller{overdue: overdue, cfg: c, now: time.Now,
 		count: prom.NewGauge(prom.GaugeOpts{Namespace: namespace, Name: "overdue_orders",
 			Help: "Pending orders past their deadline by the store's clock, at the last successful read."}),
 		oldest: prom.NewGauge(prom.GaugeOpts{Namespace: namespace, Name: "overdue_oldest_seconds",
@@ -90,7 +85,7 @@ func NewOverduePoller(reg prom.Registerer, namespace string, src OverdueCounter,
 func (p *OverduePoller) Poll(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	n, oldest, err := p.src.Overdue(ctx)
+	n, oldest, err := p.overdue(ctx)
 	if err != nil {
 		p.errs.Inc()
 		return fmt.Errorf("prometheus: read overdue orders: %w", err)

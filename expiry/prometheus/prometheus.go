@@ -37,7 +37,7 @@
 //	    forward
 //
 // The overdue gauges come from an OverduePoller, which reads the order store
-// (an OverdueCounter) every interval:
+// (its Overdue method) every interval:
 //
 //	orderexpiry_overdue_orders                  pending orders past their
 //	    deadline: the gauge that pages someone when messages are being lost
