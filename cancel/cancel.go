@@ -52,6 +52,36 @@
 //
 // The optional ones are found by type assertion on the stores given to
 // Config, as database/sql finds a driver's optional interfaces.
+//
+// # Names
+//
+// The library keeps more exported names than the 250 it aimed at (count
+// them with internal/apicount); these are this package's, and why each is
+// exported:
+//   - Service, New, Config, with PlaceTimeoutDefault, DiscrepancyLeaseDefault
+//     and MaxHoldDefault: the host's entry point and its defaults, exported
+//     so a host can see and derive from them;
+//   - Placement, Request, Payment, Result, DeadlineChange, DeadlineResult:
+//     what the Service's calls take and return;
+//   - Hold, Claim, SeatLock, SeatSale, SeatState, SeatStatus (SeatLocked,
+//     SeatSold), OrderState, AgeUnknown, Discrepancy: the values the store
+//     interfaces exchange, which an adapter in another package builds;
+//   - Reason, ReasonTimeout, ReasonUser, ReasonReconcile, ReasonExpired,
+//     MaxReasonLen: who cancelled, stored with the order; a host may add its
+//     own reasons;
+//   - MaxSeats, MaxBatch, ValidateBatch, ValidateLockID, CheckScope: the
+//     limits and checks every adapter applies the same way (they live here
+//     so that two adapters cannot disagree);
+//   - Hook: the host's work inside a transition's transaction;
+//   - ErrOrderExists, ErrSeatUnavailable, ErrLimitExceeded, ErrNotOwner,
+//     ErrDiscrepancy, ErrHook, ErrUnsupported, ErrNoSeatRecord,
+//     ErrRestoreInterrupted: the errors a host or an adapter branches on
+//     (errors.Is), one per distinct decision;
+//   - DivergedSoldPending, DivergedSoldCancelled, DivergedSoldMissing,
+//     DivergedSoldToAnother, DivergedRefundRepeated, DivergedRefundedPayment:
+//     the reasons of expiry.KindDiverged events, which an operator's alert
+//     matches on;
+//   - the 15 interfaces above.
 package cancel
 
 import (

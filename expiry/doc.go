@@ -94,4 +94,38 @@
 // Tracer (the host's metrics and traces), Clock (so tests replace time:
 // expirytest.FakeClock). Each has implementations in more than one
 // package, which is why it is an interface.
+//
+// # Names
+//
+// The library keeps more exported names than the 250 it aimed at (count
+// them with internal/apicount); these are this package's, and why each is
+// exported:
+//   - Handler, HandlerConfig, NewHandler, Outcome (OutcomeFailed,
+//     OutcomeMissing, OutcomeFinal, OutcomeRearmed, OutcomeCancelled,
+//     OutcomeWarned), WarnResult: the decision on one message, and what it
+//     did, which tests and Observers read;
+//   - Shell, NewShell, Delivery, Verdict (Ack, Retry): every transport's
+//     consumer hands its deliveries (a body and its trace context) to a
+//     Shell and acts on its Verdict; a host's own transport does the same;
+//   - Scheduler, SchedulerConfig, NewScheduler, SendTimeoutDefault,
+//     ErrCommitUnknown: the after-commit send, and the error that says a
+//     commit's outcome is unknown (the caller must not retry blindly);
+//   - Message, EncodeMessage, DecodeMessage, ErrBadMessage, MaxMessageLen,
+//     MaxHop, MaxWarnLead: the wire format every transport carries, and its
+//     bounds, so a message is refused the same way on every transport;
+//   - Order, Status (StatusPending, StatusPaid, StatusCancelled),
+//     ErrNotFound, ValidateID, ErrInvalidID, MaxIDLen: an order as the
+//     stores read it, and the id rule every adapter applies;
+//   - Event, Kind (KindHandled, KindRearmed, KindSent, KindSendFailed,
+//     KindCancelled, KindPaid, KindDiscrepancy, KindRefunded, KindHookFailed,
+//     KindReleaseFailed, KindSellFailed, KindRepaired, KindSkipped,
+//     KindBadMessage, KindReinstated, KindWarned, KindDeadlineChanged,
+//     KindDiverged): what an Observer receives, one Kind per event a host
+//     counts or alerts on;
+//   - ObserverFunc, NopObserver, MultiObserver: an Observer from a function,
+//     none, or several at once;
+//   - Trace, MaxTraceParentLen, MaxTraceStateLen, NopTracer, WithTraceID,
+//     TraceID: the trace context a message carries, bounded like the body;
+//   - SystemClock: the real Clock, which tests replace;
+//   - the 7 interfaces above.
 package expiry

@@ -8,6 +8,14 @@
 // past the deadline, and the consumer re-arms the message for whatever is left
 // when it arrives early. This package holds the level table and that choice; it
 // has no dependencies and does no I/O.
+//
+// # Names
+//
+// Table, Parse, MustParse, ErrInvalidSpec and MaxLevels: a broker's level
+// table, read from its messageDelayLevel setting (MustParse for a spec known
+// at compile time), and its bounds. DefaultSpec and Default: the broker's
+// default table. Chain and Simulate: a message's hops through a table, for
+// choosing a slack before deploying one.
 package levels
 
 import (

@@ -43,6 +43,15 @@
 // passes walk; Service, the cancel path the expired pass calls
 // (cancel.Service, or a host's wrapper of it); SoldScanner, optional, the
 // seat store's sold seats for the sold pass.
+//
+// # Names
+//
+// Besides the interfaces: Reconciler, New, Config and Report, the
+// reconciler, its wiring and what a round did (a host logs or alerts on
+// it); BatchDefault, WorkersDefault, MaxPerRoundDefault, GraceDefault,
+// OrderTimeoutDefault, SettleDefault, BackoffMin and BackoffMax, Config's
+// defaults and the skip backoff's bounds, exported so a host can see and
+// derive from them.
 package reconcile
 
 import (

@@ -31,6 +31,11 @@
 // interfaces and the reads they check with). What a suite needs around a
 // store (its clock, a way to lose its data) is a field of StoreHarness or
 // SeatsHarness.
+//
+// # Names
+//
+// RunStore, RunSeats and RunHooks, the suites; StoreHarness and
+// SeatsHarness, what a host's test hands them; the two interfaces above.
 package canceltest
 
 import (

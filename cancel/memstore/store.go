@@ -5,6 +5,14 @@
 // same conformance suites (cancel/canceltest) as the SQL and Redis adapters,
 // so they cannot drift from them. They keep everything in memory and forget
 // it with the process: never use them to serve orders.
+//
+// # Names
+//
+// Store, NewStore, NewScopedStore (a tenant's rows, as a mapping's Where
+// gives), Seats and NewSeats: the two fakes. Their methods implement the
+// interfaces of packages cancel and reconcile; the few beyond them (Now,
+// Wipe, WipeShow, Snapshot) let a test read the fake's clock, lose its data
+// or check its state.
 package memstore
 
 import (

@@ -101,6 +101,15 @@
 // ago and fails with cancel.ErrSeatUnavailable, leaving them locked by an
 // order the host never inserts, which the reconciler releases after its
 // grace period. Set the client's MaxRetries to -1 where that matters.
+//
+// # Names
+//
+// Seats and New: the seat store on a go-redis client (a single server,
+// Sentinel or Cluster), its methods the interfaces of packages cancel and
+// reconcile plus a host's reads and upkeep (Show, Held, RetireShow,
+// Reindex, Check). DefaultNamespace: the key prefix when none is given.
+// ErrShowHasLocks (RetireShow refused) and ErrEvictingPolicy (Check: a
+// Redis that may evict seat keys) are the errors a host branches on.
 package redisseat
 
 import (

@@ -61,6 +61,17 @@
 // on PostgreSQL and 4 on MariaDB, where a hand-written transaction costs 5
 // and 8 (internal/bench part 2 measures what that buys). Close releases
 // them.
+//
+// # Names
+//
+//   - Store, New, Dialect (MySQL, MySQL8, Postgres, SQLite), Schema: the SQL
+//     order store, the databases it speaks, and the tables it creates for a
+//     host without its own;
+//   - Mapping, DefaultMapping, Orders, Claims, Statuses, Condition, IsNull,
+//     Time, TimeType (EpochMillis, EpochSeconds, DateTimeUTC, Timestamp),
+//     WindowSetting: a host's existing tables described to the store (the
+//     mapping is the brownfield host's whole configuration, so each part of
+//     it is a name), and ErrMapping when the tables do not match it.
 package sqlstore
 
 import (

@@ -27,6 +27,20 @@
 // (another task type, or a payload expiry.DecodeMessage refuses) is counted
 // and dropped with asynq.SkipRetry, so it is archived at once and never
 // retried (invariant I7).
+//
+// # Names
+//
+//   - Sender, NewSender, Consumer, NewConsumer, StartConsumer (NewConsumer
+//     then Start), Config: the transport and its wiring;
+//   - DefaultTaskType, DefaultQueue, DefaultSendTimeout, DefaultMaxRetry,
+//     DefaultTaskTimeout, DefaultConcurrency, DefaultForwardInterval,
+//     DefaultTaskCheckInterval, DefaultShutdownTimeout, DefaultRetryDelay,
+//     DefaultMaxRetryDelay, MaxNameLen: Config's defaults and bounds, exported
+//     so a host can see and derive from them;
+//   - TraceHeader, TraceParentHeader, TraceStateHeader: the task headers that
+//     carry the trace context, for a host that reads tasks with its own tools;
+//   - DueAt: when asynq will hand a task over (whole seconds), for a host that
+//     checks a schedule; ErrPoison: the error of a task dropped as not ours.
 package asynq
 
 import (

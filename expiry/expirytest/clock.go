@@ -1,5 +1,12 @@
 // Package expirytest has what tests of code built on package expiry need: a
 // fake clock, and the conformance suite every expiry.DelaySender passes.
+//
+// # Names
+//
+// FakeClock and NewFakeClock: an expiry.Clock that moves only when told.
+// Recorder: an expiry.Observer that keeps every event. RunSender,
+// SenderHarness and Delivery: the DelaySender suite, what it needs of a
+// transport, and a message as the suite saw it arrive.
 package expirytest
 
 import (

@@ -8,6 +8,11 @@
 // With a level table it behaves like RocketMQ in levels mode: each message is
 // delayed by the level levels.Table.Plan picks, and the consumer re-arms early
 // arrivals, so the demo exercises the same re-arm path as the broker.
+//
+// # Names
+//
+// Sender, New and Config: the in-process sender and its wiring. ErrClosed:
+// a Send after Close, refused.
 package inproc
 
 import (

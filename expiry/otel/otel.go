@@ -84,6 +84,17 @@
 // It is a module of its own (github.com/seatflow/orderexpiry/expiry/otel),
 // so that a host that does not use OpenTelemetry has none of its modules in
 // its graph.
+//
+// # Names
+//
+//   - Tracer, NewTracer, Observer, NewObserver, OverduePoller,
+//     NewOverduePoller, PollerConfig, Config: the tracer, the metrics and the
+//     overdue gauges, and their wiring;
+//   - SendSpan, ProcessSpan, AttrOrderNo, AttrHop, AttrDelay, AttrOutcome,
+//     ScopeName: the span names, attribute keys and instrumentation scope a
+//     host's queries and dashboards match on;
+//   - Carrier: the trace context as a propagation.TextMapCarrier, for a
+//     transport of the host's own that carries it in its headers.
 package otel
 
 import (

@@ -54,6 +54,11 @@
 // Labels take only bounded values: kinds, outcomes and reasons are a fixed
 // set (cancel reasons are the host's, validated by cancel.Service). Order
 // numbers and errors are never labels; log them instead.
+//
+// # Names
+//
+// Observer and New: the metrics. OverduePoller, NewOverduePoller and
+// PollerConfig: the overdue gauges, read from the order store.
 package prometheus
 
 import (

@@ -30,6 +30,14 @@
 // migrates. PostgreSQL through database/sql (riverdatabasesql) and SQLite
 // (riversqlite) are tested; Sender is generic over River's transaction type,
 // so a pgx client (riverpgxv5) works the same way.
+//
+// # Names
+//
+// Sender, NewSender, Worker, NewWorker, Args and Config: the transport and
+// its wiring; Args is the job River stores, and Kind its kind. QueueDefault:
+// the queue when Config names none. ErrNotAttached (a Worker whose
+// processor was never attached) and ErrRetry (a transient failure, retried
+// by River) are the errors a host sees in River's job records.
 package river
 
 import (

@@ -27,6 +27,21 @@
 // the consumer asks for a retry (ConsumeRetryLater) only when the Shell says
 // a transient failure happened (the database is down), so the message comes
 // back instead of being lost. Bad messages are acknowledged by the Shell.
+//
+// # Names
+//
+//   - Sender, NewSender, Consumer, NewConsumer, StartConsumer (NewConsumer
+//     then Start, waiting for a new topic's route), Config: the transport and
+//     its wiring;
+//   - Mode, ModeLevels, ModeTimer, ParseMode, DefaultSlack: how messages are
+//     delayed (a level table, or 5.x timer messages), chosen by the host;
+//   - TraceProperty, TraceParentProperty, TraceStateProperty: the message
+//     properties that carry the trace context, for a host that reads the topic
+//     with its own tools;
+//   - EnsureTopic (a topic created before a consumer starts) and UseLogger
+//     (the client's logs through slog): the client's setup, which a host
+//     otherwise writes itself; ErrTimerRefused: a broker without timer
+//     messages.
 package rocketmq
 
 import (
