@@ -31,6 +31,9 @@ type Service struct {
 	// backintime.go).
 	ledger RefundLedger
 	reader SeatReader
+	// timeouts batches concurrent Timeout calls when the store is a
+	// BatchCanceller (timeouts.go); nil otherwise.
+	timeouts *timeouts
 }
 
 // Defaults of Config.
@@ -144,6 +147,9 @@ func New(c Config) (*Service, error) {
 	s.maxHold = c.MaxHold
 	s.ledger, _ = c.Seats.(RefundLedger)
 	s.reader, _ = c.Seats.(SeatReader)
+	if bc, ok := c.Store.(BatchCanceller); ok {
+		s.timeouts = &timeouts{bc: bc}
+	}
 	if s.maxHold == 0 {
 		s.maxHold = MaxHoldDefault
 	}
@@ -300,16 +306,38 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 
 // Timeout cancels an order whose time is up, guarded by the store's clock. It
 // implements expiry.Canceller.
+//
+// With a store that is a BatchCanceller, Timeout calls that arrive while
+// another is in the store are cancelled together, in one transaction and
+// one seat-store release per show (timeouts.go), as a consumer handling
+// many due messages at once makes them; a lone call goes by the one-order
+// path. Either way each call answers for its own order alone; a batch's
+// store call (a store's hook too) and seat release run under one context,
+// which carries the values of the batch's first call.
 func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, expiry.Order, error) {
+	if s.timeouts == nil {
+		res, err := s.timeoutOne(ctx, orderNo)
+		return res.Changed, res.Order, err
+	}
+	if err := validate(orderNo, ""); err != nil {
+		return false, expiry.Order{}, err
+	}
+	res, err := s.timeouts.timeout(ctx, s, orderNo)
+	return res.Changed, res.Order, err
+}
+
+// timeoutOne is Timeout by the one-order path.
+func (s *Service) timeoutOne(ctx context.Context, orderNo string) (Result, error) {
 	res, err := s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonTimeout, OnlyIfDue: true})
 	if errors.Is(err, ErrHook) {
 		// The Handler branches on expiry's sentinels: a hook's own error
 		// that wraps one (ErrNotFound of the host's lookup) must not turn
 		// the failed cancel into an order that is gone, acked and never
 		// redelivered. Its text stays; its chain is the caller's of Cancel.
-		return false, res.Order, fmt.Errorf("cancel: timeout of %s: %w (%v)", orderNo, ErrHook, err)
+		res.Changed = false
+		return res, fmt.Errorf("cancel: timeout of %s: %w (%v)", orderNo, ErrHook, err)
 	}
-	return res.Changed, res.Order, err
+	return res, err
 }
 
 // UserCancel cancels userID's own pending order. Another user's order gives
