@@ -425,7 +425,7 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 		rawTime, fmt.Sprintf("%.0f", rawRate), ratio(recRate, rawRate), fmt.Sprintf("%v (%d round%s)", fmtDur(old), working, map[bool]string{true: "", false: "s"}[working == 1]))
 
 	for _, s := range sets {
-		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen)
+		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen, cancel.ReasonReconcile)
 		if err != nil {
 			return fmt.Errorf("check %s: %w", s.label, err)
 		}
@@ -505,7 +505,7 @@ func analyze(ctx context.Context, bd *benchDB) error {
 // exactly SQL's remaining claims, the purchase counters equal to SQL's seats
 // per user (none left for the backlog's users), the history untouched. It
 // returns the table cells and what failed.
-func checkBacklog(ctx context.Context, s *backlogSet, n, history int, gen func(int) orderRow) ([]any, []string, error) {
+func checkBacklog(ctx context.Context, s *backlogSet, n, history int, gen func(int) orderRow, reason cancel.Reason) ([]any, []string, error) {
 	var bad []string
 	fail := func(f string, a ...any) { bad = append(bad, fmt.Sprintf(f, a...)) }
 
@@ -517,13 +517,13 @@ func checkBacklog(ctx context.Context, s *backlogSet, n, history int, gen func(i
 	}
 	for rows.Next() {
 		var st, cnt int
-		var reason *string
-		if err := rows.Scan(&st, &reason, &cnt); err != nil {
+		var why *string
+		if err := rows.Scan(&st, &why, &cnt); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
 		switch {
-		case st == int(expiry.StatusCancelled) && reason != nil && *reason == string(cancel.ReasonReconcile):
+		case st == int(expiry.StatusCancelled) && why != nil && *why == string(reason):
 			cancelledB += cnt
 		case st == int(expiry.StatusPending):
 			pendingB += cnt
@@ -533,7 +533,7 @@ func checkBacklog(ctx context.Context, s *backlogSet, n, history int, gen func(i
 	}
 	rows.Close()
 	if cancelledB != n || pendingB != 0 || otherB != 0 {
-		fail("backlog in SQL: %d cancelled by reconcile, %d pending, %d otherwise, of %d", cancelledB, pendingB, otherB, n)
+		fail("backlog in SQL: %d cancelled (%s), %d pending, %d otherwise, of %d", cancelledB, reason, pendingB, otherB, n)
 	}
 
 	// History by status, against the generator.

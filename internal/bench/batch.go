@@ -211,7 +211,7 @@ func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *tabl
 	rate := func(i int) float64 { return float64(o.n) / spent[i].Seconds() }
 	summary.add(engineName(engine), o.n, rounds[0], fmtDur(spent[0]), fmt.Sprintf("%.0f", rate(0)), rounds[1], fmtDur(spent[1]), fmt.Sprintf("%.0f", rate(1)), ratio(rate(0), rate(1)))
 	for _, s := range sets {
-		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen)
+		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen, cancel.ReasonReconcile)
 		if err != nil {
 			return fmt.Errorf("check %s: %w", s.label, err)
 		}

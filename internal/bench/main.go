@@ -48,6 +48,7 @@ var parts = []part{
 	{"transports", "8. each transport (RocketMQ timer mode, asynq, River on PostgreSQL and SQLite) beside its own client library used by hand: lateness p50/p99/max, early arrivals, schedule and expiry rates, rounds interleaved", runTransports},
 	{"place", "9. placing: cancel.Service.Place end to end beside the same work by hand and the SQL transaction alone, MariaDB and PostgreSQL, in-process sender and RocketMQ; round trips per placement", runPlace},
 	{"batch", "10. cancels in batches: a 100k backlog drained by the reconciler through cancel.Service.ExpireDue (one transaction per batch, one EVALSHA per show) beside the one-order path over an equal copy, MariaDB and PostgreSQL", runBatch},
+	{"consume", "11. a consumer's due messages in batches: a 100k backlog of due expiry messages handed to expiry.Handler by 20 goroutines at once, as a push consumer does; concurrent Timeout calls batched (cancel.Service as it is) beside the one-order path over an equal copy, MariaDB and PostgreSQL", runConsume},
 }
 
 func usage() {
