@@ -24,13 +24,16 @@ import (
 // back for longer than that.
 //
 // A batch decides only the orders it cancelled (due and pending by the
-// store's clock, I4); a call whose order it did not cancel (not due: the
-// Handler re-arms; paid; missing; listed twice), and every call of a batch
-// that failed or panicked before its commit, goes on by the one-order path
-// outside the lanes, which reads the order and answers for it alone. So a
-// batch changes how the store is asked, never what a call answers. One
-// order whose cancel is slow inside a batch's transaction (a slow hook)
-// delays the others of that batch: they share one transaction.
+// store's clock, I4). A call whose order it did not cancel (paid or
+// cancelled already; not due: the Handler re-arms; missing; listed twice),
+// and every call of a batch that failed or panicked before its commit, goes
+// on alone outside the lanes: it reads its order, and answers with it when
+// it is decided already, else goes by the one-order path. In a wave the
+// reconciler and the consumer meet on the same orders, and a message whose
+// order the reconciler cancelled then costs one read instead of a
+// transaction. So a batch changes how the store is asked, never what a call
+// answers. One order whose cancel is slow inside a batch's transaction (a
+// slow hook) delays the others of that batch: they share one transaction.
 type timeouts struct {
 	bc BatchCanceller
 
@@ -84,6 +87,12 @@ func (t *timeouts) timeout(ctx context.Context, s *Service, no string) (Result, 
 	}
 	if c.decided {
 		return c.res, nil
+	}
+	// A decided order stays decided for a timeout (a cancelled one paid
+	// late becomes paid, never pending), so the read answers as the
+	// compare-and-set would; anything else goes by the one-order path.
+	if o, err := s.store.Order(ctx, no); err == nil && o.No == no && o.Status != expiry.StatusPending {
+		return Result{Order: o}, nil
 	}
 	return s.timeoutOne(ctx, no)
 }
