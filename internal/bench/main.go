@@ -49,6 +49,7 @@ var parts = []part{
 	{"place", "9. placing: cancel.Service.Place end to end beside the same work by hand and the SQL transaction alone, MariaDB and PostgreSQL, in-process sender and RocketMQ; round trips per placement", runPlace},
 	{"batch", "10. cancels in batches: a 100k backlog drained by the reconciler through cancel.Service.ExpireDue (one transaction per batch, one EVALSHA per show) beside the one-order path over an equal copy, MariaDB and PostgreSQL", runBatch},
 	{"consume", "11. a consumer's due messages in batches: a 100k backlog of due expiry messages handed to expiry.Handler by 20 goroutines at once, as a push consumer does; concurrent Timeout calls batched (cancel.Service as it is) beside the one-order path over an equal copy, MariaDB and PostgreSQL", runConsume},
+	{"wave", "12. the onsale wave end to end: 50k orders due within one minute, through RocketMQ timer mode and the reconciler together, the Service as it is beside the one-order path over an equal copy: drain time, lateness p50/p99/max, who cancelled, each server's CPU per order, MariaDB and PostgreSQL", runWave},
 }
 
 func usage() {
