@@ -54,17 +54,20 @@ func runConsume(c *common, args []string) error {
 		"- **one order**: the same Service over the store without `CancelDue`: one `Service.Cancel` (one transaction, one EVALSHA) per message.\n\n",
 		loadAvg(), o.n, backlogShows, o.history, loadMode, *workers, *slice)
 	summary := newTable("database", "messages", "batched: time", "**orders/s**", "one order: time", "**orders/s**", "**batched / one order**")
+	cpuT := newTable("database", "copy", "DB server", "Redis server", "bench process (Handler, Service, drivers, the 20 goroutines)", "total")
 	checks := newTable("database", "copy", "cancelled rows (reason timeout) / backlog", "KindCancelled per order: once / twice+ / never", "seats freed (2 per order)",
 		"backlog seats held in Redis", "Redis seats = SQL claims", "backlog users' counters ≠ 0", "counters = SQL seats per user", "history unchanged", "skipped / release failed")
 	var failed []string
 	for _, e := range engines {
-		if err := c.consumeEngine(e, o, *workers, *slice, summary, checks, &failed); err != nil {
+		if err := c.consumeEngine(e, o, *workers, *slice, summary, cpuT, checks, &failed); err != nil {
 			return fmt.Errorf("%s: %w", engineName(e), err)
 		}
 	}
 	fmt.Printf("\n### Consume summary\n\n")
 	summary.print(os.Stdout)
-	fmt.Printf("\nGoal: batched / one order ≥ 3× on both databases.\n\n### Correctness\n\n")
+	fmt.Printf("\nGoal: batched / one order ≥ 3× on both databases.\n\n### CPU time per order (µs, user+system, during the turns)\n\n")
+	cpuT.print(os.Stdout)
+	fmt.Printf("\n### Correctness\n\n")
 	checks.print(os.Stdout)
 	if len(failed) > 0 {
 		return fmt.Errorf("checks failed: %s", strings.Join(failed, "; "))
@@ -72,7 +75,7 @@ func runConsume(c *common, args []string) error {
 	return nil
 }
 
-func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int, summary, checks *table, failed *[]string) error {
+func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int, summary, cpuT, checks *table, failed *[]string) error {
 	ctx := context.Background()
 	sets := []*backlogSet{{label: "batched"}, {label: "one order"}}
 	defer func() {
@@ -135,6 +138,14 @@ func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int,
 	for _, s := range sets {
 		fmt.Printf("- %s copy: %d orders, %d seat claims restored into Redis, loaded in %v\n", s.label, o.n+o.history, s.claims, s.load.Round(100*time.Millisecond))
 	}
+	servers := map[string]string{"Redis": c.redisAddr}
+	if engine == engMySQL {
+		servers["MariaDB"] = dsnAddr(c.mysqlDSN, "127.0.0.1:13306")
+	} else {
+		servers["PostgreSQL"] = "127.0.0.1:" + fmt.Sprint(pgPort(c.pgDSN))
+	}
+	meter := c.newCPUMeter(servers)
+	cpu := make([][]time.Duration, len(sets))
 	spent := make([]time.Duration, len(sets))
 	var handleErrs [2]atomic.Int64
 	outcomes := [2]map[expiry.Outcome]int{{}, {}}
@@ -144,6 +155,7 @@ func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int,
 		for i := range sets {
 			next := atomic.Int64{}
 			next.Store(int64(from))
+			cpu0 := meter.sample()
 			t0 := time.Now()
 			var wg sync.WaitGroup
 			for w := 0; w < workers; w++ {
@@ -167,6 +179,13 @@ func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int,
 			}
 			wg.Wait()
 			spent[i] += time.Since(t0)
+			d := sub(meter.sample(), cpu0)
+			if cpu[i] == nil {
+				cpu[i] = make([]time.Duration, len(d))
+			}
+			for k := range d {
+				cpu[i][k] += d[k]
+			}
 		}
 	}
 	fmt.Printf("- load average after the drains: %s\n", loadAvg())
@@ -182,6 +201,16 @@ func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int,
 	fmt.Println()
 	rate := func(i int) float64 { return float64(o.n) / spent[i].Seconds() }
 	summary.add(engineName(engine), o.n, fmtDur(spent[0]), fmt.Sprintf("%.0f", rate(0)), fmtDur(spent[1]), fmt.Sprintf("%.0f", rate(1)), ratio(rate(0), rate(1)))
+	for i, s := range sets {
+		per := map[string]time.Duration{}
+		var total time.Duration
+		for k, name := range meter.names {
+			per[name] = cpu[i][k]
+			total += cpu[i][k]
+		}
+		us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/float64(o.n)) }
+		cpuT.add(engineName(engine), s.label, us(per["MariaDB"]+per["PostgreSQL"]), us(per["Redis"]), us(per["bench process"]), us(total))
+	}
 	for _, s := range sets {
 		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen, cancel.ReasonTimeout)
 		if err != nil {
