@@ -396,7 +396,7 @@ func (m *machine) PassTime(t *rapid.T) {
 }
 
 func (m *machine) ArmFault(t *rapid.T) {
-	f := rapid.SampledFrom(mFaultOps).Draw(t, "fault")
+	f := rapid.SampledFrom(m.faultOps).Draw(t, "fault")
 	mode := mBefore
 	if f.lostAck && rapid.Bool().Draw(t, "lost_ack") {
 		mode = mLostAck
