@@ -15,13 +15,17 @@ package e2e_test
 // through the same bookkeeping as a single cancel (onTransition: one
 // transition, never early by the store's clock, with its own seats), each
 // hold of a ReleaseAll is audited as a Release (only this order's locks,
-// never a paid order's, never twice); the ledgers (I8, I14, I15) are
-// Check's and settle's, as for every other step.
+// never a paid order's, never twice), and after the round no due order is
+// left pending whatever the batch met (I3, I12); the ledgers (I8, I14, I15)
+// are Check's and settle's, as for every other step.
 
 import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
@@ -44,13 +48,19 @@ type mSeatView interface {
 // mBatchOrders is mOrders over a store that is a cancel.BatchCanceller.
 type mBatchOrders struct{ *mOrders }
 
-// CancelDue passes a batch to the store, with the faults "before" (nothing committed) and
+// CancelDue passes a batch to the store, after ExpireBatch's race (midBatch)
+// when one is armed, with the faults "before" (nothing committed) and
 // "lost_ack" (committed, the answer lost). A row a stuck transaction holds
 // is passed by, as sqlstore's SKIP LOCKED passes it.
 func (s mBatchOrders) CancelDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
 	m := s.m
 	m.stats.kinds["batch_cancel_calls_"+string(reason)]++
 	m.stats.kinds[fmt.Sprintf("batch_cancel_size_%d", min(len(nos), 5))]++
+	var raced []string
+	if mid := m.midBatch; mid != nil {
+		m.midBatch = nil
+		raced = mid(nos)
+	}
 	mode, hit := m.fault("CancelDue", "")
 	if mode == mBefore {
 		return nil, injected("CancelDue")
@@ -89,6 +99,12 @@ func (s mBatchOrders) CancelDue(ctx context.Context, nos []string, reason cancel
 	m.stats.kinds["batch_cancelled"] += len(seen)
 	if len(seen) > 1 {
 		m.stats.kinds["batch_cancelled_2+"]++
+	}
+	if len(raced) > 0 {
+		m.stats.kinds["batch_race_lost"] += len(raced)
+		if len(seen) > 0 {
+			m.stats.kinds["batch_race_partial"]++ // some orders lost, the others cancelled in the same batch
+		}
 	}
 	if hit {
 		return nil, injected("CancelDue")
@@ -214,5 +230,151 @@ func (s *mSeats) auditReleaseAll(holds []cancel.Hold, before, after map[string]m
 			n, herr = ns[i], nil // this hold's step was done: its count must be right
 		}
 		s.auditRelease(h, b, a, n, herr)
+	}
+}
+
+// ExpireBatch places a few orders that are due already and runs a reconcile
+// interval on one host, so that its expired pass cancels them in batches
+// (Batch 4: a page, one ExpireDue), in one of these scenarios:
+//
+//   - clean: nothing in the way;
+//   - race: between the pass's listing and its batch's compare-and-set,
+//     some of the batch's pending orders are paid or cancelled by their
+//     users (through the model's own Pay and UserCancel paths); the batch
+//     must cancel only the others;
+//   - cancel_due_before, cancel_due_lost_ack: the batch fails before its
+//     commit, or commits and loses its answer (a crash between a batch's
+//     commit and its releases: the seats stay locked until the lock pass);
+//   - release_all_before, release_all_lost_ack, release_all_one_show: the
+//     batch's release fails whole, runs and loses its answer, or fails for
+//     one show (the orders are cancelled, their seats locked until the lock
+//     pass);
+//   - seat_store_down: every seat call of the round fails (its releases,
+//     the lock pass).
+//
+// Whatever the batch met, no order that was due when the round began is
+// left pending after it (I3; I12: a failed batch holds none back), unless
+// a failure of the expired pass itself (a scan, a single cancel) explains
+// it; the ledgers are Check's after the step and settle's at the end.
+func (m *machine) ExpireBatch(t *rapid.T) {
+	n := rapid.IntRange(2, 5).Draw(t, "orders")
+	for i := 0; i < n; i++ {
+		m.next++
+		no := fmt.Sprintf("%so%d", m.env.prefix, m.next)
+		seats := []string{fmt.Sprintf("bt%d", m.next), fmt.Sprintf("bt%d-2", m.next)}[:rapid.IntRange(1, 2).Draw(t, "seats")]
+		due := m.storeNow(t).Add(-time.Millisecond)
+		if r := m.env.resolution; r > 0 {
+			due = due.Truncate(r)
+		}
+		m.place(t, no, rapid.SampledFrom(m.users).Draw(t, "user"), rapid.SampledFrom(m.shows).Draw(t, "show"), seats, due)
+	}
+	step := rapid.SampledFrom(m.batchSteps).Draw(t, "batch")
+	m.stats.kinds["expire_batch_"+step]++
+	var armed string
+	switch step {
+	case "race":
+		m.midBatch = m.batchRace(t)
+	case "seat_store_down":
+		m.outage = max(m.outage, 1) // this action's: every seat call of the round fails
+	case "cancel_due_before", "cancel_due_lost_ack", "release_all_before", "release_all_lost_ack", "release_all_one_show":
+		op, mode := "CancelDue", mBefore
+		switch step {
+		case "cancel_due_lost_ack":
+			mode = mLostAck
+		case "release_all_before":
+			op = "ReleaseAll"
+		case "release_all_lost_ack":
+			op, mode = "ReleaseAll", mLostAck
+		case "release_all_one_show":
+			op, mode = "ReleaseAll", mOneShow
+		}
+		if _, taken := m.armed[op]; !taken {
+			m.armed[op], armed = mode, op
+		}
+	}
+	host := rapid.IntRange(0, 1).Draw(t, "host")
+	t0 := m.storeNow(t)
+	calls := m.batchCalls()
+	_, err := m.rounds(m.hosts[host])
+	if m.midBatch != nil {
+		m.midBatch = nil
+		m.stats.kinds["expire_batch_race_unreached"]++
+	}
+	if _, left := m.armed[armed]; armed != "" && left {
+		delete(m.armed, armed) // no batch reached the store, or none had seats to release
+		m.stats.kinds["expire_batch_fault_unreached"]++
+	}
+	if m.batchCalls() == calls {
+		m.stats.kinds["expire_batch_no_batch"]++
+	}
+	if len(m.hits) == 0 && err != nil {
+		m.violate("reconcile round without failures: %v", err)
+	}
+	if m.expiredPassIntact() {
+		m.noneDue(t0, "a reconcile round in batches ("+step+")")
+	}
+}
+
+func (m *machine) batchCalls() int {
+	return m.stats.kinds["batch_cancel_calls_"+string(cancel.ReasonReconcile)]
+}
+
+// expiredPassIntact reports whether the failures of this action left the
+// reconciler's expired pass whole: none of them failed its scan or a cancel
+// of its one-by-one path (a batch's failures are followed by that path, so
+// they do not count, nor do the seat store's, which come after the commit).
+func (m *machine) expiredPassIntact() bool {
+	return !m.hit("Expired", "CancelPending", "Order")
+}
+
+// batchRace is ExpireBatch's race: run inside the next CancelDue, before
+// the store sees it, it pays or user-cancels some of the batch's pending
+// orders (one at least, mostly not all, so that the batch cancels the
+// others) through the model's own paths, which check their answers, and
+// returns those it decided. The reconciler calls the store from a goroutine
+// of its own (and waits for it), so every choice is drawn here, before the
+// round: rapid draws only on the test's goroutine.
+func (m *machine) batchRace(t *rapid.T) func(nos []string) []string {
+	const most = 8 // more than a model host's batch (4)
+	pick := rapid.SliceOfN(rapid.Bool(), most, most).Draw(t, "race_pick")
+	pays := rapid.SliceOfN(rapid.Bool(), most, most).Draw(t, "race_pay")
+	all := rapid.IntRange(0, 3).Draw(t, "race_all") == 0
+	return func(nos []string) []string {
+		var pending []string
+		for _, no := range nos {
+			if o := m.orders[no]; o != nil && o.placed && o.status == expiry.StatusPending {
+				pending = append(pending, no)
+			}
+		}
+		if len(pending) == 0 {
+			m.stats.kinds["batch_race_none_pending"]++
+			return nil
+		}
+		var raced []string
+		for i, no := range pending {
+			if all || i < most && pick[i] {
+				raced = append(raced, no)
+			}
+		}
+		switch {
+		case len(raced) == 0:
+			raced = pending[:1]
+		case len(raced) == len(pending) && !all && len(pending) > 1:
+			raced = raced[:len(raced)-1]
+		}
+		for i, no := range raced {
+			o := m.orders[no]
+			if pays[i%most] {
+				m.next++
+				m.stats.kinds["batch_race_pay"]++
+				m.pay(t, no, o, o.p.UserID, true, fmt.Sprintf("pay-%s-race%d", no, m.next))
+			} else {
+				m.stats.kinds["batch_race_user_cancel"]++
+				m.userCancel(no, o, o.p.UserID, true)
+			}
+		}
+		// The ones it decided (a fault may have failed a payment or a
+		// cancel before its commit: that order is still the batch's).
+		return slices.DeleteFunc(raced, func(no string) bool { return m.orders[no].status == expiry.StatusPending })
 	}
 }

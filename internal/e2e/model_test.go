@@ -20,7 +20,10 @@ package e2e_test
 // got an error: a commit whose answer was lost, a Redis script that ran while
 // the connection dropped). A seat-store outage makes every seat operation fail
 // for a few actions. The decorators see the true result of every call, so the
-// model follows what really happened, not what the library was told.
+// model follows what really happened, not what the library was told. Where the
+// stores can cancel and release in batches (cancel.BatchCanceller,
+// cancel.BatchReleaser), the decorators offer those methods too, and the
+// reconciler's expired pass takes them (model_batch_test.go).
 //
 // The variants: fake stores on a FakeClock (fast, many runs), and the SQL store
 // on SQLite, MariaDB and PostgreSQL with the Redis seat store (fewer, shorter
@@ -320,6 +323,11 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			// Several instances: another host's scan between a
 			// cancel's commit and its release.
 			"CancelUnderScan": m.CancelUnderScan,
+			// Cancels in batches: the reconciler's expired pass through
+			// cancel.Service.ExpireDue (CancelDue, ReleaseAll), raced and
+			// failed (model_batch_test.go).
+			"ExpireBatch":     m.ExpireBatch,
+			"ExpireBatchMore": m.ExpireBatch, // twice as likely: eight scenarios to cover
 		}
 		if env.orderStoreOnly {
 			for _, k := range []string{"PayLate", "PayLateResold", "Extend", "Shorten", "WarnRedeliver"} {
@@ -333,6 +341,10 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 		if env.noDeadline {
 			delete(actions, "Extend")
 			delete(actions, "Shorten")
+		}
+		if m.batchSteps == nil { // the store has no CancelDue: no batches to drive
+			delete(actions, "ExpireBatch")
+			delete(actions, "ExpireBatchMore")
 		}
 		if env.noClaims {
 			delete(actions, "WipeSeats")
@@ -461,10 +473,16 @@ type machine struct {
 	// midRelease, when set, runs inside the next release of its order,
 	// before the seat store sees it (CancelUnderScan).
 	midRelease *mMid
+	// midBatch, when set, runs inside the next CancelDue, before the store
+	// sees it, with the batch's order numbers; it returns the orders it
+	// decided meanwhile (ExpireBatch's race).
+	midBatch func(nos []string) []string
 	// faultOps are the faults ArmFault draws from: mFaultOps, and the batch
-	// path's where the stores offer it.
-	faultOps []mFaultOp
-	lead     time.Duration // the warning's lead (SchedulerConfig.WarnBefore)
+	// path's where the stores offer it. batchSteps are ExpireBatch's
+	// scenarios (nil: the store has no CancelDue).
+	faultOps   []mFaultOp
+	batchSteps []string
+	lead       time.Duration // the warning's lead (SchedulerConfig.WarnBefore)
 
 	obs   *mObserver
 	fo    *mOrders
@@ -503,10 +521,14 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if _, ok := env.store.(cancel.BatchCanceller); ok {
 		orders = mBatchOrders{m.fo}
 		m.faultOps = append(m.faultOps, mBatchFaultOps[0])
+		m.batchSteps = []string{"clean", "race", "cancel_due_before", "cancel_due_lost_ack", "seat_store_down"}
 	}
 	if _, ok := env.seats.(cancel.BatchReleaser); ok {
 		seats = mBatchSeats{m.fs}
 		m.faultOps = append(m.faultOps, mBatchFaultOps[1])
+		if m.batchSteps != nil {
+			m.batchSteps = append(m.batchSteps, "release_all_before", "release_all_lost_ack", "release_all_one_show")
+		}
 	}
 	m.snd = &mSender{m: m}
 	var err error
