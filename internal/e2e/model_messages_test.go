@@ -332,20 +332,21 @@ func mDue(o *mOrder) string {
 
 // Reconcile runs a reconcile "interval" on one of two reconciler hosts: a
 // round, and the next at once while the last stopped at its bound (as Run
-// does). Without failures, that leaves no order pending that was due when it
-// started, but the stuck ones (I3, I12).
+// does). Unless a failure struck the expired pass itself, that leaves no
+// order pending that was due when it started, but the stuck ones (I3, I12).
 func (m *machine) Reconcile(t *rapid.T) {
 	host := rapid.IntRange(0, 1).Draw(t, "host")
 	t0 := m.storeNow(t)
 	rounds, err := m.rounds(m.hosts[host])
 	m.stats.kinds[fmt.Sprintf("reconcile_rounds_%d", min(rounds, 3))]++
-	if len(m.hits) > 0 {
-		return
-	}
-	if err != nil {
+	if len(m.hits) == 0 && err != nil {
 		m.violate("reconcile round without failures: %v", err)
 	}
-	m.noneDue(t0, "a reconcile round")
+	// A failure after an order's commit (its release, a batch's answer)
+	// or of another pass holds no due order back (I3, I12).
+	if m.expiredPassIntact() {
+		m.noneDue(t0, "a reconcile round")
+	}
 }
 
 // rounds runs rounds on r while they stop at their bound (at most 40), and
@@ -396,7 +397,7 @@ func (m *machine) PassTime(t *rapid.T) {
 }
 
 func (m *machine) ArmFault(t *rapid.T) {
-	f := rapid.SampledFrom(mFaultOps).Draw(t, "fault")
+	f := rapid.SampledFrom(m.faultOps).Draw(t, "fault")
 	mode := mBefore
 	if f.lostAck && rapid.Bool().Draw(t, "lost_ack") {
 		mode = mLostAck

@@ -412,6 +412,11 @@ func (m *machine) UserCancel(t *rapid.T) {
 		kind = "user_cancel_wrong_user"
 	}
 	m.stats.kinds[kind]++
+	m.userCancel(no, o, user, rightful)
+}
+
+// userCancel sends one user's cancel and checks the answer.
+func (m *machine) userCancel(no string, o *mOrder, user string, rightful bool) {
 	before := m.state(o)
 	res, err := m.svc.UserCancel(m.ctx, no, user)
 	if m.hit("CancelPending") {

@@ -20,7 +20,10 @@ package e2e_test
 // got an error: a commit whose answer was lost, a Redis script that ran while
 // the connection dropped). A seat-store outage makes every seat operation fail
 // for a few actions. The decorators see the true result of every call, so the
-// model follows what really happened, not what the library was told.
+// model follows what really happened, not what the library was told. Where the
+// stores can cancel and release in batches (cancel.BatchCanceller,
+// cancel.BatchReleaser), the decorators offer those methods too, and the
+// reconciler's expired pass takes them (model_batch_test.go).
 //
 // The variants: fake stores on a FakeClock (fast, many runs), and the SQL store
 // on SQLite, MariaDB and PostgreSQL with the Redis seat store (fewer, shorter
@@ -320,6 +323,11 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 			// Several instances: another host's scan between a
 			// cancel's commit and its release.
 			"CancelUnderScan": m.CancelUnderScan,
+			// Cancels in batches: the reconciler's expired pass through
+			// cancel.Service.ExpireDue (CancelDue, ReleaseAll), raced and
+			// failed (model_batch_test.go).
+			"ExpireBatch":     m.ExpireBatch,
+			"ExpireBatchMore": m.ExpireBatch, // twice as likely: eight scenarios to cover
 		}
 		if env.orderStoreOnly {
 			for _, k := range []string{"PayLate", "PayLateResold", "Extend", "Shorten", "WarnRedeliver"} {
@@ -333,6 +341,10 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 		if env.noDeadline {
 			delete(actions, "Extend")
 			delete(actions, "Shorten")
+		}
+		if m.batchSteps == nil { // the store has no CancelDue: no batches to drive
+			delete(actions, "ExpireBatch")
+			delete(actions, "ExpireBatchMore")
 		}
 		if env.noClaims {
 			delete(actions, "WipeSeats")
@@ -364,21 +376,33 @@ type mMode string
 const (
 	mBefore  mMode = "before"   // failed before doing anything
 	mLostAck mMode = "lost_ack" // did it, but the caller got an error
+	// mOneShow (ReleaseAll only): one show's step failed, the others' were
+	// done; the counts say which (-1), as cancel.BatchReleaser allows.
+	mOneShow mMode = "one_show"
 )
+
+type mFaultOp struct {
+	op      string
+	lostAck bool
+}
 
 // mFaultOps are the operations a fault can be armed for, and whether a lost
 // acknowledgement makes sense for them (it does for writes).
-var mFaultOps = []struct {
-	op      string
-	lostAck bool
-}{
+var mFaultOps = []mFaultOp{
 	{"Order", false}, {"CancelPending", true}, {"PayPending", true}, {"Expired", false}, {"Statuses", false}, {"Place", true},
 	{"Lock", true}, {"Release", true}, {"Sell", true}, {"ScanLocks", false},
 	{"Send", true},
 	{"ReinstateCancelled", true}, {"SetDeadline", false}, {"MarkWarned", true},
 }
 
-var mSeatOps = map[string]bool{"Lock": true, "Release": true, "Sell": true, "ScanLocks": true}
+// mBatchFaultOps are the faults of the batch path, armed only where the
+// stores offer it (newMachine): a CancelDue that fails before its commit or
+// commits and loses its answer (the crash between a batch's commit and its
+// releases), a ReleaseAll that fails before the seat store or runs and
+// loses its answer.
+var mBatchFaultOps = []mFaultOp{{"CancelDue", true}, {"ReleaseAll", true}}
+
+var mSeatOps = map[string]bool{"Lock": true, "Release": true, "ReleaseAll": true, "Sell": true, "ScanLocks": true}
 
 type mOrder struct {
 	p      cancel.Placement
@@ -449,6 +473,15 @@ type machine struct {
 	// midRelease, when set, runs inside the next release of its order,
 	// before the seat store sees it (CancelUnderScan).
 	midRelease *mMid
+	// midBatch, when set, runs inside the next CancelDue, before the store
+	// sees it, with the batch's order numbers; it returns the orders it
+	// decided meanwhile (ExpireBatch's race).
+	midBatch func(nos []string) []string
+	// faultOps are the faults ArmFault draws from: mFaultOps, and the batch
+	// path's where the stores offer it. batchSteps are ExpireBatch's
+	// scenarios (nil: the store has no CancelDue).
+	faultOps   []mFaultOp
+	batchSteps []string
 	lead       time.Duration // the warning's lead (SchedulerConfig.WarnBefore)
 
 	obs   *mObserver
@@ -479,6 +512,24 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m.fo = &mOrders{m: m, inner: env.store, place: env.place}
 	m.fs = &mSeats{m: m, inner: env.seats}
+	// The batch paths are offered when, and only when, the store under the
+	// decorator has them: the Service and the reconciler choose their path
+	// by a type assertion, as they do on a host's stores.
+	m.faultOps = slices.Clone(mFaultOps)
+	var orders mOrderView = m.fo
+	var seats mSeatView = m.fs
+	if _, ok := env.store.(cancel.BatchCanceller); ok {
+		orders = mBatchOrders{m.fo}
+		m.faultOps = append(m.faultOps, mBatchFaultOps[0])
+		m.batchSteps = []string{"clean", "race", "cancel_due_before", "cancel_due_lost_ack", "seat_store_down"}
+	}
+	if _, ok := env.seats.(cancel.BatchReleaser); ok {
+		seats = mBatchSeats{m.fs}
+		m.faultOps = append(m.faultOps, mBatchFaultOps[1])
+		if m.batchSteps != nil {
+			m.batchSteps = append(m.batchSteps, "release_all_before", "release_all_lost_ack", "release_all_one_show")
+		}
+	}
 	m.snd = &mSender{m: m}
 	var err error
 	m.lead = (env.expiryMax / 10).Truncate(time.Millisecond)
@@ -495,7 +546,7 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.svc, err = cancel.New(cancel.Config{Store: m.fo, Seats: m.fs, Discrepancies: m.fo, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet},
+	m.svc, err = cancel.New(cancel.Config{Store: orders, Seats: seats, Discrepancies: m.fo, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet},
 		OnDiscrepancy: m.refund, DiscrepancyLease: env.lease,
 		AcceptLatePayments: true, OnWarning: m.onWarning, Scheduler: m.sched})
 	if err != nil {
@@ -510,7 +561,7 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 		rt.Fatal(err)
 	}
 	m.shell = expiry.NewShell(m.h)
-	m.rcfg = reconcile.Config{Orders: m.fo, Seats: m.fs, Service: m.svc, Runtime: expiry.Runtime{Clock: clock, Observer: m.obs, Logger: quiet},
+	m.rcfg = reconcile.Config{Orders: orders, Seats: seats, Service: m.svc, Runtime: expiry.Runtime{Clock: clock, Observer: m.obs, Logger: quiet},
 		// Small batches and rounds, so a backlog spans rounds (Report.More).
 		Batch: 4, MaxPerRound: 12, Grace: env.grace, Settle: env.settle,
 		// One cancel at a time: the model attributes each seat change to the
