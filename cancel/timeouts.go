@@ -54,6 +54,11 @@ const timeoutLanes = 2
 
 var laneStall = 100 * time.Millisecond // a variable for tests that hold calls in the store on purpose
 
+// readBudget bounds the read of a queued Timeout whose batch did not
+// cancel its order (readDecided): a read takes a millisecond or two, and
+// one that takes longer is not the shortcut it is meant to be.
+const readBudget = 100 * time.Millisecond
+
 // timeoutCall is one Timeout waiting for a lane. The batch sets res (and
 // decided) before it closes done.
 type timeoutCall struct {
@@ -91,10 +96,23 @@ func (t *timeouts) timeout(ctx context.Context, s *Service, no string) (Result, 
 	// A decided order stays decided for a timeout (a cancelled one paid
 	// late becomes paid, never pending), so the read answers as the
 	// compare-and-set would; anything else goes by the one-order path.
-	if o, err := s.store.Order(ctx, no); err == nil && o.No == no && o.Status != expiry.StatusPending {
+	if o, ok := s.readDecided(ctx, no); ok {
 		return Result{Order: o}, nil
 	}
 	return s.timeoutOne(ctx, no)
+}
+
+// readDecided reads order no for a queued Timeout and reports whether it
+// is decided (paid or cancelled). The read is a shortcut, never a step the
+// answer needs: it gets at most readBudget of the caller's time, so a read
+// that hangs (a replica that stopped answering) leaves the rest of the
+// caller's deadline to the one-order path, which would have cancelled the
+// order without it.
+func (s *Service) readDecided(ctx context.Context, no string) (expiry.Order, bool) {
+	rctx, stop := context.WithTimeout(ctx, readBudget)
+	defer stop()
+	o, err := s.store.Order(rctx, no)
+	return o, err == nil && o.No == no && o.Status != expiry.StatusPending
 }
 
 // lane returns the function that gives up the lane a lone call or a batch
