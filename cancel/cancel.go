@@ -259,7 +259,10 @@ func (p Payment) Validate() error {
 // must pass. Implementations are safe for concurrent use.
 type OrderStore interface {
 	// Order returns an order with ReadAt set to the store's clock, or an
-	// error wrapping expiry.ErrNotFound.
+	// error wrapping expiry.ErrNotFound. It reads committed data: a
+	// connection at READ UNCOMMITTED could show a payment that then rolls
+	// back, and a Timeout answered from that read (a queued one, see
+	// Service.Timeout) leaves the due order to the reconciler.
 	Order(ctx context.Context, orderNo string) (expiry.Order, error)
 	// CancelPending, in one transaction: compare-and-set pending to
 	// cancelled (with the guards in req), read the order's seats, delete its

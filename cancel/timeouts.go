@@ -103,7 +103,8 @@ func (t *timeouts) timeout(ctx context.Context, s *Service, no string) (Result, 
 }
 
 // readDecided reads order no for a queued Timeout and reports whether it
-// is decided (paid or cancelled). The read is a shortcut, never a step the
+// is decided (paid or cancelled; a status the library does not know
+// goes by the one-order path). The read is a shortcut, never a step the
 // answer needs: it gets at most readBudget of the caller's time, so a read
 // that hangs (a replica that stopped answering) leaves the rest of the
 // caller's deadline to the one-order path, which would have cancelled the
@@ -112,7 +113,7 @@ func (s *Service) readDecided(ctx context.Context, no string) (expiry.Order, boo
 	rctx, stop := context.WithTimeout(ctx, readBudget)
 	defer stop()
 	o, err := s.store.Order(rctx, no)
-	return o, err == nil && o.No == no && o.Status != expiry.StatusPending
+	return o, err == nil && o.No == no && (o.Status == expiry.StatusPaid || o.Status == expiry.StatusCancelled)
 }
 
 // lane returns the function that gives up the lane a lone call or a batch
