@@ -263,47 +263,14 @@ func runBacklog(c *common, args []string) error {
 func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *table, failed *[]string) error {
 	ctx := context.Background()
 	sets := []*backlogSet{{label: "reconciler"}, {label: "raw"}}
-	defer func() {
-		for _, s := range sets {
-			if s.store != nil {
-				s.store.Close()
-			}
-			if s.bd != nil {
-				s.bd.drop()
-			}
-			if s.rclose != nil {
-				s.rclose()
-			}
-		}
-	}()
+	defer closeSets(sets)
 	now := time.Now()
 	gen := backlogRows(o.n, o.outage, now)
 	for i, s := range sets {
+		if err := c.loadSet(ctx, s, engine, "backlog", i, 8, 16, o.n+o.history, gen); err != nil {
+			return err
+		}
 		var err error
-		if s.bd, err = c.openDB(ctx, engine, "backlog_"+s.label, 8); err != nil {
-			return err
-		}
-		if s.rdb, s.rclose, err = c.redisClient(ctx, i, 16); err != nil {
-			return err
-		}
-		if s.store, err = sqlstore.New(s.bd.DB, s.bd.dialect); err != nil {
-			return err
-		}
-		if err := s.store.Migrate(ctx); err != nil {
-			return err
-		}
-		s.seats = &countingSeats{Seats: newSeats(s.rdb), freed: make(map[string]int, o.n)}
-		t0 := time.Now()
-		if err := bulkLoad(ctx, s.bd, o.n+o.history, gen); err != nil {
-			return err
-		}
-		if s.claims, err = restoreClaims(ctx, s.store, s.seats.Seats); err != nil {
-			return err
-		}
-		if err := analyze(ctx, s.bd); err != nil {
-			return err
-		}
-		s.load = time.Since(t0)
 		s.obs = newCancelCounter(o.n)
 		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Discrepancies: s.store, Runtime: expiry.Runtime{Observer: s.obs, Logger: c.log}}); err != nil {
 			return err
@@ -725,4 +692,52 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// loadSet creates copy s of a part's data: its database or schema
+// oe_bench_<part>_<label> (dbConns connections), Redis logical database idx
+// (redisConns), the store migrated; then it loads total orders from gen,
+// restores their claims into Redis and runs ANALYZE, timing the load.
+func (c *common) loadSet(ctx context.Context, s *backlogSet, engine, part string, idx, dbConns, redisConns, total int, gen func(int) orderRow) error {
+	var err error
+	if s.bd, err = c.openDB(ctx, engine, part+"_"+strings.ReplaceAll(s.label, " ", "_"), dbConns); err != nil {
+		return err
+	}
+	if s.rdb, s.rclose, err = c.redisClient(ctx, idx, redisConns); err != nil {
+		return err
+	}
+	if s.store, err = sqlstore.New(s.bd.DB, s.bd.dialect); err != nil {
+		return err
+	}
+	if err := s.store.Migrate(ctx); err != nil {
+		return err
+	}
+	s.seats = &countingSeats{Seats: newSeats(s.rdb), freed: make(map[string]int, total)}
+	t0 := time.Now()
+	if err := bulkLoad(ctx, s.bd, total, gen); err != nil {
+		return err
+	}
+	if s.claims, err = restoreClaims(ctx, s.store, s.seats.Seats); err != nil {
+		return err
+	}
+	if err := analyze(ctx, s.bd); err != nil {
+		return err
+	}
+	s.load = time.Since(t0)
+	return nil
+}
+
+// closeSets drops the copies' databases and closes their clients.
+func closeSets(sets []*backlogSet) {
+	for _, s := range sets {
+		if s.store != nil {
+			s.store.Close()
+		}
+		if s.bd != nil {
+			s.bd.drop()
+		}
+		if s.rclose != nil {
+			s.rclose()
+		}
+	}
 }

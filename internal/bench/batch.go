@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
-	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
@@ -105,48 +104,15 @@ func runBatch(c *common, args []string) error {
 func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *table, failed *[]string) error {
 	ctx := context.Background()
 	sets := []*backlogSet{{label: "batch"}, {label: "one order"}}
-	defer func() {
-		for _, s := range sets {
-			if s.store != nil {
-				s.store.Close()
-			}
-			if s.bd != nil {
-				s.bd.drop()
-			}
-			if s.rclose != nil {
-				s.rclose()
-			}
-		}
-	}()
+	defer closeSets(sets)
 	gen := backlogRows(o.n, o.outage, time.Now())
 	recs := make([]*reconcile.Reconciler, len(sets))
 	clocks := []*roundClock{{}, {}}
 	for i, s := range sets {
+		if err := c.loadSet(ctx, s, engine, "batch", i, 8, 16, o.n+o.history, gen); err != nil {
+			return err
+		}
 		var err error
-		if s.bd, err = c.openDB(ctx, engine, "batch_"+strings.ReplaceAll(s.label, " ", "_"), 8); err != nil {
-			return err
-		}
-		if s.rdb, s.rclose, err = c.redisClient(ctx, i, 16); err != nil {
-			return err
-		}
-		if s.store, err = sqlstore.New(s.bd.DB, s.bd.dialect); err != nil {
-			return err
-		}
-		if err := s.store.Migrate(ctx); err != nil {
-			return err
-		}
-		s.seats = &countingSeats{Seats: newSeats(s.rdb), freed: make(map[string]int, o.n)}
-		t0 := time.Now()
-		if err := bulkLoad(ctx, s.bd, o.n+o.history, gen); err != nil {
-			return err
-		}
-		if s.claims, err = restoreClaims(ctx, s.store, s.seats.Seats); err != nil {
-			return err
-		}
-		if err := analyze(ctx, s.bd); err != nil {
-			return err
-		}
-		s.load = time.Since(t0)
 		s.obs = newCancelCounter(o.n)
 		rt := expiry.Runtime{Observer: s.obs, Logger: c.log}
 		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Discrepancies: s.store, Runtime: rt}); err != nil {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
-	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
@@ -78,48 +77,15 @@ func runConsume(c *common, args []string) error {
 func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int, summary, cpuT, checks *table, failed *[]string) error {
 	ctx := context.Background()
 	sets := []*backlogSet{{label: "batched"}, {label: "one order"}}
-	defer func() {
-		for _, s := range sets {
-			if s.store != nil {
-				s.store.Close()
-			}
-			if s.bd != nil {
-				s.bd.drop()
-			}
-			if s.rclose != nil {
-				s.rclose()
-			}
-		}
-	}()
+	defer closeSets(sets)
 	gen := backlogRows(o.n, o.outage, time.Now())
 	handlers := make([]*expiry.Handler, len(sets))
 	rearm := &noRearm{}
 	for i, s := range sets {
+		if err := c.loadSet(ctx, s, engine, "consume", i, workers+4, workers+4, o.n+o.history, gen); err != nil {
+			return err
+		}
 		var err error
-		if s.bd, err = c.openDB(ctx, engine, "consume_"+strings.ReplaceAll(s.label, " ", "_"), workers+4); err != nil {
-			return err
-		}
-		if s.rdb, s.rclose, err = c.redisClient(ctx, i, workers+4); err != nil {
-			return err
-		}
-		if s.store, err = sqlstore.New(s.bd.DB, s.bd.dialect); err != nil {
-			return err
-		}
-		if err := s.store.Migrate(ctx); err != nil {
-			return err
-		}
-		s.seats = &countingSeats{Seats: newSeats(s.rdb), freed: make(map[string]int, o.n)}
-		t0 := time.Now()
-		if err := bulkLoad(ctx, s.bd, o.n+o.history, gen); err != nil {
-			return err
-		}
-		if s.claims, err = restoreClaims(ctx, s.store, s.seats.Seats); err != nil {
-			return err
-		}
-		if err := analyze(ctx, s.bd); err != nil {
-			return err
-		}
-		s.load = time.Since(t0)
 		s.obs = newCancelCounter(o.n)
 		rt := expiry.Runtime{Observer: s.obs, Logger: c.log}
 		var orders cancel.OrderStore = s.store

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
-	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/rocketmq"
 	"github.com/seatflow/orderexpiry/reconcile"
@@ -121,46 +120,15 @@ func (w *waveClock) Observe(_ context.Context, e expiry.Event) {
 func (c *common) waveEngine(engine string, idx int, o waveOpts, summary, checks *table, failed *[]string) error {
 	ctx := context.Background()
 	sets := []*backlogSet{{label: "batched"}, {label: "one order"}}
-	defer func() {
-		for _, s := range sets {
-			if s.store != nil {
-				s.store.Close()
-			}
-			if s.bd != nil {
-				s.bd.drop()
-			}
-			if s.rclose != nil {
-				s.rclose()
-			}
-		}
-	}()
+	defer closeSets(sets)
 	// Loaded with the wave far in the future; each copy's deadlines are
 	// moved to just ahead of its own sends.
 	far := time.Now().Add(24 * time.Hour)
 	gen := backlogRows(o.n, o.window, far.Add(o.window+time.Second))
 	for i, s := range sets {
-		var err error
-		if s.bd, err = c.openDB(ctx, engine, "wave_"+strings.ReplaceAll(s.label, " ", "_"), o.consumers+8); err != nil {
+		if err := c.loadSet(ctx, s, engine, "wave", i, o.consumers+8, o.consumers+o.schedConc+8, o.n+o.history, gen); err != nil {
 			return err
 		}
-		if s.rdb, s.rclose, err = c.redisClient(ctx, i, o.consumers+o.schedConc+8); err != nil {
-			return err
-		}
-		if s.store, err = sqlstore.New(s.bd.DB, s.bd.dialect); err != nil {
-			return err
-		}
-		if err := s.store.Migrate(ctx); err != nil {
-			return err
-		}
-		s.seats = &countingSeats{Seats: newSeats(s.rdb), freed: make(map[string]int, o.n)}
-		t0 := time.Now()
-		if err := bulkLoad(ctx, s.bd, o.n+o.history, gen); err != nil {
-			return err
-		}
-		if s.claims, err = restoreClaims(ctx, s.store, s.seats.Seats); err != nil {
-			return err
-		}
-		s.load = time.Since(t0)
 	}
 	fmt.Printf("### %s\n\n", engineName(engine))
 	for _, s := range sets {
