@@ -20,3 +20,13 @@ func SetLaneStall(d time.Duration) (restore func()) {
 	laneStall = d
 	return func() { laneStall = old }
 }
+
+// SetReadBudget sets how long the read of a queued Timeout may take before
+// the call goes by the one-order path, for a test that asserts which path
+// answered on a machine whose load can make a read slow; the returned
+// function restores it.
+func SetReadBudget(d time.Duration) (restore func()) {
+	old := readBudget
+	readBudget = d
+	return func() { readBudget = old }
+}

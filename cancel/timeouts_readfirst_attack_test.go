@@ -415,6 +415,10 @@ func rfKinds() []rfKind {
 // order), every Handler outcome and re-arm, every event, seat and
 // purchase-limit counter must be the same in both.
 func TestAttackReadFirstSameAsOneByOne(t *testing.T) {
+	// It asserts that decided orders were answered from their reads: a
+	// read slowed past the budget by a loaded machine (SQLite waiting on a
+	// batch's write lock) would rightly go by the compare-and-set instead.
+	t.Cleanup(cancel.SetReadBudget(time.Minute))
 	ign := goleak.IgnoreCurrent()
 	clk := newA5Clock()
 	batched := newRF(t, rfOpts{late: true, clk: clk})
@@ -1394,6 +1398,10 @@ func (w *rfSQLWorld) exec(t *testing.T, q string, args ...any) {
 // one in the other: every answer, outcome, re-arm, event and seat must be
 // the same, tenant 8's rows untouched in both (I16).
 func TestAttackReadFirstSQLiteTenants(t *testing.T) {
+	// It asserts that decided orders were answered from their reads: a
+	// read slowed past the budget by a loaded machine (SQLite waiting on a
+	// batch's write lock) would rightly go by the compare-and-set instead.
+	t.Cleanup(cancel.SetReadBudget(time.Minute))
 	ign := goleak.IgnoreCurrent()
 	t.Cleanup(func() { noLeak(t, ign) }) // registered first: runs after the databases are closed
 	ctx := context.Background()
