@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,7 +54,8 @@ func runConsume(c *common, args []string) error {
 		"- **one order**: the same Service over the store without `CancelDue`: one `Service.Cancel` (one transaction, one EVALSHA) per message.\n\n",
 		loadAvg(), o.n, backlogShows, o.history, loadMode, *workers, *slice)
 	summary := newTable("database", "messages", "batched: time", "**orders/s**", "one order: time", "**orders/s**", "**batched / one order**")
-	cpuT := newTable("database", "copy", "DB server", "Redis server", "bench process (Handler, Service, drivers, the 20 goroutines)", "total")
+	cpuT := newTable("database", "copy", "DB server", "Redis server", fmt.Sprintf("bench process (Handler, Service, drivers, the %d goroutines)", *workers), "total",
+		fmt.Sprintf("cores busy (of %d)", runtime.NumCPU()))
 	checks := newTable("database", "copy", "cancelled rows (reason timeout) / backlog", "KindCancelled per order: once / twice+ / never", "seats freed (2 per order)",
 		"backlog seats held in Redis", "Redis seats = SQL claims", "backlog users' counters ≠ 0", "counters = SQL seats per user", "history unchanged", "skipped / release failed")
 	var failed []string
@@ -175,7 +177,10 @@ func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int,
 			total += cpu[i][k]
 		}
 		us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/float64(o.n)) }
-		cpuT.add(engineName(engine), s.label, us(per["MariaDB"]+per["PostgreSQL"]), us(per["Redis"]), us(per["bench process"]), us(total))
+		// Cores busy = CPU spent / wall time of the turns: below the core count,
+		// the copy waited on round trips rather than on the processor.
+		busy := fmt.Sprintf("%.2f", total.Seconds()/spent[i].Seconds())
+		cpuT.add(engineName(engine), s.label, us(per["MariaDB"]+per["PostgreSQL"]), us(per["Redis"]), us(per["bench process"]), us(total), busy)
 	}
 	for _, s := range sets {
 		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen, cancel.ReasonTimeout)
