@@ -418,15 +418,21 @@ func soak(t *testing.T, sc soakConfig) {
 	seats, err := redisseat.New(rdb, ns)
 	require.NoError(t, err)
 	// The final round's refund hook calls are refund lines like the
-	// instances'. Its lease is a millisecond: every instance is stopped, so
-	// no hook is in flight, and a discrepancy whose hook an instance never
-	// ran (killed between the record and the hook) is retried now, not two
-	// minutes after the run (DiscrepancyLeaseDefault).
+	// instances'. Its lease is short, so that a discrepancy whose hook an
+	// instance never ran or never recorded (killed between the record and
+	// the hook, or stopped before its settle) is retried now, not two
+	// minutes after the run (DiscrepancyLeaseDefault); the round waits one
+	// lease after the instances stopped, so no claim of theirs still holds.
+	// Not shorter: the Service gives a hook and its settle half the lease,
+	// and a millisecond's lease left a settle 0.5 ms, which a loaded
+	// machine's MariaDB missed (the refund made, its record left unsettled).
+	const finalLease = 3 * time.Second
+	time.Sleep(finalLease + 100*time.Millisecond)
 	var (
 		finalMu      sync.Mutex
 		finalRefunds []Line
 	)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, DiscrepancyLease: time.Millisecond,
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, DiscrepancyLease: finalLease,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			finalMu.Lock()
 			defer finalMu.Unlock()
