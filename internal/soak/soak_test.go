@@ -530,6 +530,9 @@ func (s *soakRun) life(o *order, r float64, payAt time.Duration, dup int) {
 	switch {
 	case st == http.StatusOK:
 		o.placed.Store(1)
+		if failedBefore {
+			s.count("placed after a failed try")
+		}
 	case st == 0, failedBefore:
 		// No answer, or a refusal after a try that failed (an instance
 		// killed after its commit, a commit whose answer was lost in a
@@ -659,17 +662,18 @@ type sqlOrder struct {
 	expire, updated  int64
 	reason, payment  string
 	user, show, name string
+	lockID           string // the seat lock the order holds (lock_id)
 }
 
 func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *redisseat.Seats, orders []*order,
 	lines []Line, torn int, final reconcile.Report, dialect string, every time.Duration) []string {
 	var bad []string
-	rows, err := db.QueryContext(ctx, "SELECT order_no, user_id, show_id, status, expire_at_ms, updated_at_ms, COALESCE(cancel_reason, ''), COALESCE(payment_id, '') FROM oe_order")
+	rows, err := db.QueryContext(ctx, "SELECT order_no, user_id, show_id, status, expire_at_ms, updated_at_ms, COALESCE(cancel_reason, ''), COALESCE(payment_id, ''), COALESCE(lock_id, '') FROM oe_order")
 	require.NoError(t, err)
 	inSQL := map[string]*sqlOrder{}
 	for rows.Next() {
 		o := &sqlOrder{}
-		require.NoError(t, rows.Scan(&o.name, &o.user, &o.show, &o.status, &o.expire, &o.updated, &o.reason, &o.payment))
+		require.NoError(t, rows.Scan(&o.name, &o.user, &o.show, &o.status, &o.expire, &o.updated, &o.reason, &o.payment, &o.lockID))
 		inSQL[o.name] = o
 	}
 	require.NoError(t, rows.Err())
@@ -679,6 +683,12 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	lost1 := s.marks["redis_promoted"]
 	released := map[string]int{}
 	releasedLost := map[string]int{}
+	// releasedLive counts the releases of the lock the order holds in SQL
+	// (or of a lock whose id the release did not name): a placement's try
+	// that locked, failed before its commit (a deadlock, a 500) and released
+	// its own lock, before another try placed the order under a new lock,
+	// freed no seat of the order.
+	releasedLive := map[string]int{}
 	locked := map[string]int{} // seats locked per order: by its placement, and again by a reinstatement's claim
 	cancelEvents := map[string]int{}
 	handled := map[string]int{}
@@ -711,6 +721,9 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 				releasedLost[l.O] += l.N
 			} else {
 				released[l.O] += l.N
+				if so := inSQL[l.O]; so == nil || l.Extra == "" || so.lockID == "" || l.Extra == so.lockID {
+					releasedLive[l.O] += l.N
+				}
 			}
 		case "cancelled":
 			cancelEvents[l.O]++
@@ -854,8 +867,8 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 			if o.paidWith != "" && so.payment != o.paidWith {
 				bad = append(bad, fmt.Sprintf("I1: order %s paid by %q, but %q answered 200", o.no, so.payment, o.paidWith))
 			}
-			if n := released[o.no]; n > 0 {
-				bad = append(bad, fmt.Sprintf("I2: %d seats of paid order %s released", n, o.no))
+			if n := releasedLive[o.no]; n > 0 {
+				bad = append(bad, fmt.Sprintf("I2: %d seats of paid order %s (lock %s) released; its events:\n%s", n, o.no, so.lockID, timeline(lines, o.no)))
 			}
 			if cancelEvents[o.no] > 0 {
 				bad = append(bad, fmt.Sprintf("I1: paid order %s was also reported cancelled", o.no))
@@ -995,6 +1008,15 @@ func (s *soakRun) check(ctx context.Context, t *testing.T, db *sql.DB, seats *re
 	}
 	t.Logf("FIGURE soak %s: messages handled per instance: %s; queue handovers between instances (rebalances seen) %d; redeliveries %d; torn event lines %d",
 		dialect, strings.Join(per, ", "), handovers, redeliveries, torn)
+	relAll, relLive := 0, 0
+	for no, n := range released {
+		relAll += n
+		relLive += releasedLive[no]
+	}
+	t.Logf("FIGURE soak %s: seats released outside the lost window %d, of them naming the lock SQL keeps for the order (or no lock) %d", dialect, relAll, relLive)
+	if relAll > 0 && relLive == 0 {
+		bad = append(bad, "soak: no release named the lock SQL keeps for its order: the lock ids of the events and of SQL do not match")
+	}
 	noMsg := 0
 	for no, so := range inSQL {
 		if so.status == 2 && so.reason == string(cancel.ReasonReconcile) && handled[no] == 0 {

@@ -151,7 +151,9 @@ func (e *events) Observe(ctx context.Context, ev expiry.Event) {
 }
 
 // seats is the Redis seat store with every Lock and Release recorded: how
-// many seats each call took or gave back, per order and instance.
+// many seats each call took or gave back, per order and instance, and the
+// lock's id (Line.Extra), so that a failed try's release of its own lock is
+// told from a release of the lock the order holds.
 type seats struct {
 	*redisseat.Seats
 	ev *events
@@ -163,7 +165,7 @@ type seats struct {
 func (s seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, error) {
 	id, err := s.Seats.Lock(ctx, h, limit)
 	if err == nil {
-		s.ev.put(Line{K: "lock", O: h.OrderNo, N: len(h.Seats)})
+		s.ev.put(Line{K: "lock", O: h.OrderNo, N: len(h.Seats), Extra: id})
 	}
 	return id, err
 }
@@ -171,7 +173,7 @@ func (s seats) Lock(ctx context.Context, h cancel.Hold, limit int) (string, erro
 func (s seats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 	n, err := s.Seats.Release(ctx, h)
 	if err == nil && n > 0 {
-		s.ev.put(Line{K: "release", O: h.OrderNo, N: n})
+		s.ev.put(Line{K: "release", O: h.OrderNo, N: n, Extra: h.LockID})
 	}
 	return n, err
 }
@@ -181,7 +183,7 @@ func (s seats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, erro
 	ns, err := s.Seats.ReleaseAll(ctx, holds)
 	for i, n := range ns {
 		if n > 0 {
-			s.ev.put(Line{K: "release", O: holds[i].OrderNo, N: n})
+			s.ev.put(Line{K: "release", O: holds[i].OrderNo, N: n, Extra: holds[i].LockID})
 		}
 	}
 	return ns, err
