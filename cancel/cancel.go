@@ -289,8 +289,9 @@ type Discrepancy struct {
 	PaymentID string
 	OrderNo   string
 	UserID    string
-	// Status is the order's status when the payment arrived: cancelled, or
-	// paid (by another payment); pending when the payment was refused
+	// Status is the order's status when the payment arrived: cancelled
+	// (also for an order that was gone: deleted by the host, or never
+	// placed in the store's scope), or paid (by another payment); pending when the payment was refused
 	// because the seat store recorded it refunded although SQL has its
 	// order pending again (SQL went back in time, backintime.go).
 	Status expiry.Status

@@ -181,7 +181,10 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 		return res, fmt.Errorf("cancel: late payment %s of order %s: %w", p.PaymentID, p.OrderNo, err)
 	case errors.Is(err, ErrSeatUnavailable), errors.Is(err, ErrNoSeatRecord), errors.Is(err, ErrLimitExceeded), errors.Is(err, ErrDiscrepancy):
 		return s.refuse(ctx, p, res, expiry.StatusCancelled, false)
-	default: // transient, ErrNotOwner, ErrNotFound: the provider's retry decides
+	case errors.Is(err, expiry.ErrNotFound):
+		// Deleted by the host since the payment found it cancelled.
+		return s.refuseGone(ctx, p)
+	default: // transient, ErrNotOwner: the provider's retry decides
 		return res, fmt.Errorf("cancel: late payment %s of order %s: %w", p.PaymentID, p.OrderNo, err)
 	}
 }

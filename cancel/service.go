@@ -354,8 +354,9 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 // Config.AcceptLatePayments, paying an order cancelled by its timeout or the
 // reconciler reinstates it as paid when every seat can be claimed again
 // (Changed true, expiry.KindReinstated; see Reinstater). Paying a cancelled
-// order otherwise, or a paid one with another payment id, is a
-// discrepancy: nothing changes, it is recorded once per payment id (with
+// order otherwise, a paid one with another payment id, or an order that is
+// not in the store (the host deleted it, or it was never placed in this
+// scope), is a discrepancy: nothing changes, it is recorded once per payment id (with
 // Config.Discrepancies) and handed to the refund hook, and the error wraps
 // ErrDiscrepancy (a repeated callback gets it too). A store's failed Hook
 // is an error wrapping ErrHook (checked first: never a discrepancy, even
@@ -395,6 +396,9 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 		// The id was decided before (refunded, or it paid another order):
 		// it pays nothing, and is never refunded twice.
 		return s.refuse(ctx, p, res, res.Order.Status, false)
+	}
+	if errors.Is(err, expiry.ErrNotFound) {
+		return s.refuseGone(ctx, p)
 	}
 	if err != nil {
 		return res, err
@@ -472,6 +476,18 @@ func (s *Service) refuse(ctx context.Context, p Payment, res Result, status expi
 		s.runHook(ctx, d)
 	}
 	return res, fmt.Errorf("cancel: order %s: payment %s: %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
+}
+
+// refuseGone is Pay's answer to a payment whose order is not in the store:
+// the host deleted it (a closed order the buyer removed, soft or hard), or
+// it was never placed in this scope. The provider took the money all the
+// same, and no retry of the callback will find the order: it is a
+// discrepancy (Status cancelled), recorded once per payment id and
+// refunded, never an expiry.ErrNotFound the provider repeats for ever.
+func (s *Service) refuseGone(ctx context.Context, p Payment) (Result, error) {
+	s.log.WarnContext(ctx, "payment for an order that is not in the store (deleted, or never placed in this scope); it is refunded", "order", p.OrderNo, "payment", p.PaymentID)
+	res := Result{Order: expiry.Order{No: p.OrderNo, UserID: p.UserID, Status: expiry.StatusCancelled}}
+	return s.refuse(ctx, p, res, expiry.StatusCancelled, false)
 }
 
 // runHook calls the refund hook for d and settles d when it succeeds.

@@ -11,10 +11,12 @@ import (
 )
 
 // RecordDiscrepancy implements cancel.DiscrepancyStore: it inserts d into
-// oe_payment_discrepancy keyed by d.PaymentID, tried now by the database's
-// clock. recorded is false, and nothing changes, when the payment id is
-// there already (settled or not); the primary key makes one of concurrent
-// calls the winner.
+// oe_payment_discrepancy keyed by the store's scope and d.PaymentID, tried
+// now by the database's clock. recorded is false, and nothing changes, when
+// the payment id is there already in this scope (settled or not); the
+// primary key makes one of concurrent calls the winner. Another scope's
+// record of the same id is another payment (another tenant's provider
+// account), and does not answer for this one.
 func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bool, error) {
 	if err := d.Validate(); err != nil {
 		return false, fmt.Errorf("sqlstore: record discrepancy: %w", err)
@@ -94,7 +96,7 @@ func (s *Store) ClaimDiscrepancies(ctx context.Context, lease time.Duration, lim
 	}
 	var out []cancel.Discrepancy
 	for _, c := range cands {
-		r, err := claim.ExecContext(ctx, c.d.PaymentID, c.triedMS)
+		r, err := claim.ExecContext(ctx, c.d.PaymentID, s.m.scope, c.triedMS)
 		if err != nil {
 			if retryable(err) {
 				continue // a concurrent claimer holds it: it is theirs

@@ -211,7 +211,7 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	}
 	decide := "INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)"
 	if s.dialect != MySQL {
-		decide += " ON CONFLICT (payment_id) DO NOTHING"
+		decide += " ON CONFLICT (scope, payment_id) DO NOTHING"
 	}
 	r, err = tx.ExecContext(ctx, s.lateSQL(decide), p.PaymentID, s.m.scope, p.OrderNo, o.UserID)
 	if err != nil {

@@ -19,7 +19,9 @@ import (
 // oe_payment_discrepancy and oe_order_side (the statements of Schema that
 // name them), and never touches the host's tables: their migrations are the
 // host's. On every store it adds oe_payment_discrepancy.scope where it is
-// missing (rows recorded before it are the library's schema's, scope "").
+// missing (rows recorded before it are the library's schema's, scope ""),
+// and makes (scope, payment_id) its primary key where it was payment_id
+// alone (payment ids are per scope: see RecordDiscrepancy).
 func (s *Store) Migrate(ctx context.Context) error {
 	stmts, err := Schema(s.dialect)
 	if err != nil {
@@ -39,6 +41,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 	}
 	if err := s.upgradeScope(ctx); err != nil {
+		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
+	}
+	if err := s.upgradeDiscrepancyKey(ctx); err != nil {
 		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
 	}
 	for _, q := range onScope {
@@ -95,6 +100,93 @@ func (s *Store) upgradeScope(ctx context.Context) error {
 		return fmt.Errorf("add oe_payment_discrepancy.scope: %w", err)
 	}
 	return nil
+}
+
+// discrepancyKeyColumns counts the columns of oe_payment_discrepancy's
+// primary key: 1 in versions before payment ids were per scope, 2 now.
+func (s *Store) discrepancyKeyColumns(ctx context.Context) (int, error) {
+	var q string
+	switch s.dialect {
+	case MySQL:
+		q = "SELECT COUNT(*) FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'oe_payment_discrepancy' AND CONSTRAINT_NAME = 'PRIMARY'"
+	case Postgres:
+		q = "SELECT COUNT(*) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'oe_payment_discrepancy'::regclass AND i.indisprimary"
+	default:
+		q = "SELECT COUNT(*) FROM pragma_table_info('oe_payment_discrepancy') WHERE pk > 0"
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("primary key of oe_payment_discrepancy: %w", err)
+	}
+	return n, nil
+}
+
+// upgradeDiscrepancyKey makes (scope, payment_id) the primary key of an
+// oe_payment_discrepancy whose key is payment_id alone (Migrate, on every
+// store). Rows keep their scope; no two rows of the old key can collide in
+// the new one. SQLite cannot change a key in place: the table is copied
+// into a new one, in one transaction.
+func (s *Store) upgradeDiscrepancyKey(ctx context.Context) error {
+	n, err := s.discrepancyKeyColumns(ctx)
+	if err != nil || n != 1 {
+		return err
+	}
+	switch s.dialect {
+	case MySQL:
+		_, err = s.db.ExecContext(ctx, "ALTER TABLE oe_payment_discrepancy DROP PRIMARY KEY, ADD PRIMARY KEY (scope, payment_id)")
+	case Postgres:
+		var name string
+		if err := s.db.QueryRowContext(ctx, "SELECT conname FROM pg_constraint WHERE conrelid = 'oe_payment_discrepancy'::regclass AND contype = 'p'").Scan(&name); err != nil {
+			return fmt.Errorf("primary key of oe_payment_discrepancy: %w", err)
+		}
+		_, err = s.db.ExecContext(ctx, "ALTER TABLE oe_payment_discrepancy DROP CONSTRAINT "+quoteIdent(Postgres, name)+", ADD PRIMARY KEY (scope, payment_id)")
+	default:
+		err = s.rebuildDiscrepancySQLite(ctx)
+	}
+	if err != nil {
+		// A concurrent Migrate may have upgraded it first.
+		if n, cerr := s.discrepancyKeyColumns(ctx); cerr == nil && n == 2 {
+			return nil
+		}
+		return fmt.Errorf("oe_payment_discrepancy: key by scope and payment id: %w", err)
+	}
+	return nil
+}
+
+// rebuildDiscrepancySQLite is upgradeDiscrepancyKey on SQLite.
+func (s *Store) rebuildDiscrepancySQLite(ctx context.Context) error {
+	stmts, err := Schema(SQLite)
+	if err != nil {
+		return err
+	}
+	var create string
+	for _, q := range stmts {
+		if strings.HasPrefix(q, "CREATE TABLE IF NOT EXISTS oe_payment_discrepancy ") {
+			create = strings.Replace(q, "oe_payment_discrepancy", "oe_payment_discrepancy_rekeyed", 1)
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	var n int
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM pragma_table_info('oe_payment_discrepancy') WHERE pk > 0").Scan(&n); err != nil || n != 1 {
+		return err // upgraded meanwhile
+	}
+	const cols = "payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms"
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS oe_payment_discrepancy_rekeyed",
+		create,
+		"INSERT INTO oe_payment_discrepancy_rekeyed (" + cols + ") SELECT " + cols + " FROM oe_payment_discrepancy",
+		"DROP TABLE oe_payment_discrepancy",
+		"ALTER TABLE oe_payment_discrepancy_rekeyed RENAME TO oe_payment_discrepancy",
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // upgrade is Migrate's second half: see there.

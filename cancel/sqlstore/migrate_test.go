@@ -95,3 +95,52 @@ func stripComments(q string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestMigrateKeysDiscrepanciesByScope: an oe_payment_discrepancy of the
+// version before payment ids were per scope (primary key payment_id alone)
+// is re-keyed by (scope, payment_id) by Migrate, twice in a row, keeping
+// its rows; then another scope records the same payment id as its own.
+func TestMigrateKeysDiscrepanciesByScope(t *testing.T) {
+	ctx := context.Background()
+	dialects(t, func(t *testing.T, d Dialect, db *sql.DB) {
+		stmts, err := Schema(d)
+		require.NoError(t, err)
+		for _, q := range stmts {
+			if !strings.Contains(q, "TABLE IF NOT EXISTS oe_payment_discrepancy ") {
+				continue
+			}
+			// The previous version's key.
+			q = strings.Replace(q, "PRIMARY KEY (scope, payment_id)", "PRIMARY KEY (payment_id)", 1)
+			_, err := db.ExecContext(ctx, q)
+			require.NoError(t, err, q)
+		}
+		_, err = db.ExecContext(ctx, "INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES ('pay-1', 'other?tenant=1', 'o1', 'u1', 2, 1, 1)")
+		require.NoError(t, err)
+		s, err := New(db, d)
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		n, err := s.discrepancyKeyColumns(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the previous version's key")
+
+		require.NoError(t, s.Migrate(ctx))
+		require.NoError(t, s.Migrate(ctx), "idempotent")
+		n, err = s.discrepancyKeyColumns(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "keyed by (scope, payment_id)")
+		var rows int
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM oe_payment_discrepancy WHERE payment_id = 'pay-1' AND scope = 'other?tenant=1' AND settled_at_ms IS NULL").Scan(&rows))
+		assert.Equal(t, 1, rows, "the row recorded before is kept")
+
+		recorded, err := s.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: "pay-1", OrderNo: "o1", UserID: "u2", Status: expiry.StatusCancelled})
+		require.NoError(t, err)
+		assert.True(t, recorded, "the same payment id in this scope is another payment")
+		recorded, err = s.RecordDiscrepancy(ctx, cancel.Discrepancy{PaymentID: "pay-1", OrderNo: "o1", UserID: "u2", Status: expiry.StatusCancelled})
+		require.NoError(t, err)
+		assert.False(t, recorded, "once per payment id of the scope")
+		ds, err := s.ClaimDiscrepancies(ctx, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, ds, 1, "a store claims its own scope's records only")
+		assert.Equal(t, "u2", ds[0].UserID)
+	})
+}

@@ -61,11 +61,16 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 		}
 		defer tx.Rollback() //nolint:errcheck // ends the transaction after an error or a panic; after Commit, a no-op
 		if rows != nil {
-			// The host's rows may read: on a Galera node a read can lose
-			// the report of an abort (galera.go), and COMMIT would then
-			// commit nothing and report the placement made. The placement
-			// alone only writes, and a write is told of the abort.
-			if err := s.beginProof(ctx, tx); err != nil {
+			// The host's rows may end the transaction without saying so:
+			// a statement of theirs that lost a deadlock took the whole
+			// transaction with it on MariaDB, and the host logged the
+			// error and went on; on a Galera node a read can lose the
+			// report of an abort (galera.go). COMMIT would then commit
+			// nothing and report the placement made, and Place would send
+			// a message for an order that does not exist (I6). So the
+			// placement holds a savepoint from its start, and proves it
+			// still exists before COMMIT (two round trips, with rows only).
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT oe_tx"); err != nil {
 				return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 			}
 		}
@@ -76,8 +81,8 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 			if err := rows(ctx, tx, p); err != nil {
 				return err
 			}
-			if err := s.proveTx(ctx, tx, false); err != nil {
-				return fmt.Errorf("sqlstore: place order %s: nothing was placed: %w", p.OrderNo, err)
+			if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_tx"); err != nil {
+				return s.endedInRows(ctx, p.OrderNo, err)
 			}
 		}
 		if err := tx.Commit(); err != nil {
@@ -88,6 +93,23 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 		}
 		return nil
 	}
+}
+
+// endedInRows is Insert's answer when the placing transaction is gone after
+// the host's rows returned nil (err: the failed RELEASE SAVEPOINT). An
+// abort (a deadlock, a Galera conflict, PostgreSQL refusing statements
+// after one that failed) committed nothing: a plain error, so Place
+// releases the seats and sends nothing. A COMMIT of the rows' own, against
+// the doc, may have committed the placement: the order is read back, and if
+// it is there the outcome is reported unknown (expiry.ErrCommitUnknown), so
+// Place schedules it only as the store shows it.
+func (s *Store) endedInRows(ctx context.Context, orderNo string, err error) error {
+	if savepointGone(err) && ctx.Err() == nil {
+		if _, _, rerr := s.orderRow(ctx, orderNo); !errors.Is(rerr, expiry.ErrNotFound) {
+			return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (a COMMIT of theirs?): %w: %w", orderNo, expiry.ErrCommitUnknown, err)
+		}
+	}
+	return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (an error of theirs that aborted it, such as a deadlock, was not returned): nothing was placed: %w", orderNo, err)
 }
 
 // pgconnPkg is the package of pgx's connection errors.

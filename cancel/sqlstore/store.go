@@ -209,21 +209,23 @@ func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
 	// errors, and ON DUPLICATE KEY UPDATE reports 1 row either way with
 	// clientFoundRows). The others: 0 rows when recorded before.
 	//
-	// Every row carries the store's scope: a store claims, settles and
-	// looks up only its own (one tenant's refunds are never another's),
-	// while the primary key decides each payment id once across scopes.
+	// Every row carries the store's scope, and the primary key is (scope,
+	// payment_id): a store records, claims, settles and looks up only its
+	// own, and decides each of its payment ids once. One tenant's refunds
+	// are never another's, and another tenant's decision of the same id
+	// (its own provider account's) never answers for this one's.
 	recordSQL := "INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms) VALUES (?, ?, ?, ?, ?, NOW_MS, NOW_MS)"
 	if d != MySQL {
-		recordSQL += " ON CONFLICT (payment_id) DO NOTHING"
+		recordSQL += " ON CONFLICT (scope, payment_id) DO NOTHING"
 	}
 	// The compare-and-set of a claim: only the claimer that read this
 	// tried_at wins. The new tried_at is always greater than the old, so the
 	// row always changes (changed and matched rows agree, whatever
 	// clientFoundRows says, even if the clock stepped back). SQLite's
 	// GREATEST is its scalar MAX of several arguments.
-	claimSQL := "UPDATE oe_payment_discrepancy SET tried_at_ms = GREATEST(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"
+	claimSQL := "UPDATE oe_payment_discrepancy SET tried_at_ms = GREATEST(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND scope = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"
 	if d == SQLite {
-		claimSQL = "UPDATE oe_payment_discrepancy SET tried_at_ms = MAX(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"
+		claimSQL = "UPDATE oe_payment_discrepancy SET tried_at_ms = MAX(NOW_MS, tried_at_ms + 1) WHERE payment_id = ? AND scope = ? AND tried_at_ms = ? AND settled_at_ms IS NULL"
 	}
 	q.recordDiscrepancy = bind(recordSQL)
 	q.dueDiscrepancies = bind("SELECT payment_id, order_no, user_id, status, tried_at_ms FROM oe_payment_discrepancy WHERE scope = ? AND settled_at_ms IS NULL AND tried_at_ms <= (SELECT NOW_MS) - ? ORDER BY tried_at_ms, payment_id LIMIT ?")

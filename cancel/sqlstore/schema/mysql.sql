@@ -36,10 +36,12 @@ CREATE TABLE IF NOT EXISTS oe_order_seat (
     KEY oe_order_seat_order (order_no)
 ) ENGINE=InnoDB;
 
--- Payments that could not be honoured (the order was cancelled, or paid by
--- another payment), once per payment id, so that the host's refund hook runs
--- once per payment however often the provider repeats its callback, and is
--- tried again until it succeeds (invariant I9).
+-- Payments that could not be honoured (the order was cancelled, paid by
+-- another payment, or is gone), once per payment id of a scope, so that the
+-- host's refund hook runs once per payment however often the provider
+-- repeats its callback, and is tried again until it succeeds (invariant I9).
+-- Payment ids are per scope: each tenant of a shared table may have its own
+-- provider account, whose ids can repeat another's.
 CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     payment_id     VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     scope          VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '', -- the store's (Store.Scope): its rows only are its
@@ -49,7 +51,7 @@ CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     recorded_at_ms BIGINT      NOT NULL,
     tried_at_ms    BIGINT      NOT NULL, -- the hook's last start: claimed again a lease later
     settled_at_ms  BIGINT      NULL,     -- the hook succeeded
-    PRIMARY KEY (payment_id),
+    PRIMARY KEY (scope, payment_id),
     -- The retry scan of one scope: unsettled by last try (InnoDB appends
     -- payment_id), and the payment that paid an order.
     KEY oe_payment_discrepancy_scope_due (scope, settled_at_ms, tried_at_ms),

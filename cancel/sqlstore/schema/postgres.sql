@@ -32,19 +32,22 @@ CREATE TABLE IF NOT EXISTS oe_order_seat (
 );
 CREATE INDEX IF NOT EXISTS oe_order_seat_order ON oe_order_seat (order_no);
 
--- Payments that could not be honoured (the order was cancelled, or paid by
--- another payment), once per payment id, so that the host's refund hook runs
--- once per payment however often the provider repeats its callback, and is
--- tried again until it succeeds (invariant I9).
+-- Payments that could not be honoured (the order was cancelled, paid by
+-- another payment, or is gone), once per payment id of a scope, so that the
+-- host's refund hook runs once per payment however often the provider
+-- repeats its callback, and is tried again until it succeeds (invariant I9).
+-- Payment ids are per scope: each tenant of a shared table may have its own
+-- provider account, whose ids can repeat another's.
 CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
-    payment_id     VARCHAR(64) PRIMARY KEY,
+    payment_id     VARCHAR(64) NOT NULL,
     scope          VARCHAR(255) NOT NULL DEFAULT '', -- the store's (Store.Scope): its rows only are its
     order_no       VARCHAR(64) NOT NULL,
     user_id        VARCHAR(64) NOT NULL,
     status         SMALLINT    NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled, 0 it reinstated the order (honoured, settled at once)
     recorded_at_ms BIGINT      NOT NULL,
     tried_at_ms    BIGINT      NOT NULL, -- the hook's last start: claimed again a lease later
-    settled_at_ms  BIGINT                -- the hook succeeded
+    settled_at_ms  BIGINT,               -- the hook succeeded
+    PRIMARY KEY (scope, payment_id)
 );
 -- The retry scan of one scope: unsettled by last try. And the payment that
 -- paid an order.
