@@ -16,7 +16,6 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
 // The host is an actor: it deletes its closed orders, reuses payment ids
@@ -189,81 +188,84 @@ func TestHostDeletedOrderPaymentRefunded(t *testing.T) {
 // rolled the whole transaction back, the placement with it: Place must not
 // report the order placed, and no expiry message may be sent for an order
 // that does not exist (I6); the seats go back.
+// SQLite has no deadlocks (its writers are serialised by the database
+// lock), so the case is MariaDB's and PostgreSQL's.
 func TestHostRowsSwallowedDeadlockPlacesNothing(t *testing.T) {
-	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
-		if d == sqlstore.SQLite {
-			t.Skip("SQLite has no deadlocks: its writers are serialised by the database lock")
-		}
-		ctx := context.Background()
-		s, err := sqlstore.New(db, d, sqlstore.Mapping{})
-		require.NoError(t, err)
-		t.Cleanup(func() { s.Close() })
-		require.NoError(t, s.Migrate(ctx))
-		_, err = db.ExecContext(ctx, "CREATE TABLE host_counter (id INT PRIMARY KEY, n INT NOT NULL)")
-		require.NoError(t, err)
-		for id := 1; id <= 200; id++ {
-			_, err = db.ExecContext(ctx, bindQ(d, "INSERT INTO host_counter (id, n) VALUES (?, 0)"), id)
-			require.NoError(t, err)
-		}
-		sent := &countingSender{}
-		sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sent})
-		require.NoError(t, err)
-		seats := memstore.NewSeats(nil)
-		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Scheduler: sched})
-		require.NoError(t, err)
-		now, err := s.Now(ctx)
-		require.NoError(t, err)
+	for _, d := range []sqlstore.Dialect{sqlstore.MySQL, sqlstore.Postgres} {
+		t.Run(string(d), func(t *testing.T) { hostRowsSwallowedDeadlock(t, d, openDB(t, d)) })
+	}
+}
 
-		// The other side of the deadlock: a transaction that holds rows
-		// 2-200 and then wants row 1, which the host's rows function holds.
-		// It has changed more rows, so InnoDB picks the host's transaction
-		// as the deadlock's victim (PostgreSQL picks the first waiter).
-		other, err := db.BeginTx(ctx, nil)
+func hostRowsSwallowedDeadlock(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+	ctx := context.Background()
+	s, err := sqlstore.New(db, d, sqlstore.Mapping{})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	require.NoError(t, s.Migrate(ctx))
+	_, err = db.ExecContext(ctx, "CREATE TABLE host_counter (id INT PRIMARY KEY, n INT NOT NULL)")
+	require.NoError(t, err)
+	for id := 1; id <= 200; id++ {
+		_, err = db.ExecContext(ctx, bindQ(d, "INSERT INTO host_counter (id, n) VALUES (?, 0)"), id)
 		require.NoError(t, err)
-		defer other.Rollback() //nolint:errcheck
-		_, err = other.ExecContext(ctx, "UPDATE host_counter SET n = n + 1 WHERE id >= 2")
-		require.NoError(t, err)
+	}
+	sent := &countingSender{}
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sent})
+	require.NoError(t, err)
+	seats := memstore.NewSeats(nil)
+	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Scheduler: sched})
+	require.NoError(t, err)
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
 
-		var swallowed error
-		rows := func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
-			if _, err := tx.ExecContext(ctx, bindQ(d, "UPDATE host_counter SET n = n + 1 WHERE id = ?"), 1); err != nil {
-				return err
-			}
-			done := make(chan error, 1)
-			go func() {
-				time.Sleep(200 * time.Millisecond) // the host's statement below waits first
-				_, err := other.ExecContext(ctx, bindQ(d, "UPDATE host_counter SET n = n + 1 WHERE id = ?"), 1)
-				done <- err
-			}()
-			_, err := tx.ExecContext(ctx, bindQ(d, "UPDATE host_counter SET n = n + 1 WHERE id = ?"), 2)
-			oerr := <-done
-			if err == nil {
-				err = oerr // the other side lost the deadlock instead: no case for this test
-				if err == nil {
-					return errors.New("no deadlock happened")
-				}
-				return fmt.Errorf("the other transaction lost the deadlock: %w", err)
-			}
-			swallowed = err // the host logs it and carries on
-			return nil
+	// The other side of the deadlock: a transaction that holds rows
+	// 2-200 and then wants row 1, which the host's rows function holds.
+	// It has changed more rows, so InnoDB picks the host's transaction
+	// as the deadlock's victim (PostgreSQL picks the first waiter).
+	other, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer other.Rollback() //nolint:errcheck
+	_, err = other.ExecContext(ctx, "UPDATE host_counter SET n = n + 1 WHERE id >= 2")
+	require.NoError(t, err)
+
+	var swallowed error
+	rows := func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+		if _, err := tx.ExecContext(ctx, bindQ(d, "UPDATE host_counter SET n = n + 1 WHERE id = ?"), 1); err != nil {
+			return err
 		}
-		p := cancel.Placement{OrderNo: "o-dl", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: now.Add(time.Hour)}
-		err = svc.Place(ctx, p, s.Insert(db, rows))
-		require.Error(t, swallowed, "the host's statement lost a deadlock")
-		_, oerr := s.Order(ctx, "o-dl")
+		done := make(chan error, 1)
+		go func() {
+			time.Sleep(200 * time.Millisecond) // the host's statement below waits first
+			_, err := other.ExecContext(ctx, bindQ(d, "UPDATE host_counter SET n = n + 1 WHERE id = ?"), 1)
+			done <- err
+		}()
+		_, err := tx.ExecContext(ctx, bindQ(d, "UPDATE host_counter SET n = n + 1 WHERE id = ?"), 2)
+		oerr := <-done
 		if err == nil {
-			require.NoError(t, oerr, "I6: Place said placed, so the order must exist")
-		}
-		if errors.Is(oerr, expiry.ErrNotFound) {
-			require.Error(t, err, "the order does not exist: Place must not say it was placed")
-			assert.Zero(t, sent.count(), "I6: no message for an order that does not exist")
-			st, serr := seats.Show(ctx, "ev")
-			require.NoError(t, serr)
-			if !errors.Is(err, expiry.ErrCommitUnknown) {
-				assert.Empty(t, st, "nothing placed: the seat goes back")
+			err = oerr // the other side lost the deadlock instead: no case for this test
+			if err == nil {
+				return errors.New("no deadlock happened")
 			}
+			return fmt.Errorf("the other transaction lost the deadlock: %w", err)
 		}
-	})
+		swallowed = err // the host logs it and carries on
+		return nil
+	}
+	p := cancel.Placement{OrderNo: "o-dl", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: now.Add(time.Hour)}
+	err = svc.Place(ctx, p, s.Insert(db, rows))
+	require.Error(t, swallowed, "the host's statement lost a deadlock")
+	_, oerr := s.Order(ctx, "o-dl")
+	if err == nil {
+		require.NoError(t, oerr, "I6: Place said placed, so the order must exist")
+	}
+	if errors.Is(oerr, expiry.ErrNotFound) {
+		require.Error(t, err, "the order does not exist: Place must not say it was placed")
+		assert.Zero(t, sent.count(), "I6: no message for an order that does not exist")
+		st, serr := seats.Show(ctx, "ev")
+		require.NoError(t, serr)
+		if !errors.Is(err, expiry.ErrCommitUnknown) {
+			assert.Empty(t, st, "nothing placed: the seat goes back")
+		}
+	}
 }
 
 // countingSender counts the messages it is asked to send.
@@ -285,4 +287,62 @@ func (c *countingSender) count() int {
 	return c.n
 }
 
-var _ = testenv.MySQL
+// The host holds one due order's row (SELECT … FOR UPDATE while its
+// checkout calls the payment provider). A batch of due orders that lists
+// it must cancel the others at once and leave the held one to a later
+// round (I12), on the library's schema and on a host's table alike.
+func TestHostHeldRowDoesNotHoldTheBatch(t *testing.T) {
+	for _, d := range []sqlstore.Dialect{sqlstore.MySQL, sqlstore.Postgres} {
+		for _, schema := range []string{"library", "shop"} {
+			t.Run(string(d)+"/"+schema, func(t *testing.T) {
+				ctx := context.Background()
+				db := openDB(t, d)
+				var m sqlstore.Mapping
+				table, where := "oe_order", "order_no = ?"
+				if schema == "shop" {
+					applyDDL(t, db, shop.ddl(d))
+					// By its primary key: a scan would lock every row it
+					// passes on MariaDB (REPEATABLE READ).
+					m, table, where = shop.mapping, "shop_order", "tenant_id = 7 AND order_code = ?"
+				}
+				s, err := sqlstore.New(db, d, m)
+				require.NoError(t, err)
+				t.Cleanup(func() { s.Close() })
+				require.NoError(t, s.Migrate(ctx))
+				now, err := s.Now(ctx)
+				require.NoError(t, err)
+				var nos []string
+				for i := 0; i < 21; i++ {
+					no := fmt.Sprintf("h%02d", i)
+					nos = append(nos, no)
+					p := cancel.Placement{OrderNo: no, UserID: "u", ShowID: "ev", Seats: []string{no + "-x"}, ExpireAt: now.Add(-2 * time.Second)}
+					require.NoError(t, s.Insert(db, nil)(ctx, p))
+				}
+				held, err := db.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = held.Rollback() })
+				var got int
+				require.NoError(t, held.QueryRowContext(ctx, bindQ(d, "SELECT 1 FROM "+table+" WHERE "+where+" FOR UPDATE"), "h07").Scan(&got))
+
+				bctx, cancelCtx := context.WithTimeout(ctx, 10*time.Second)
+				defer cancelCtx()
+				t0 := time.Now()
+				res, err := s.CancelDue(bctx, nos, cancel.ReasonReconcile)
+				waited := time.Since(t0)
+				t.Logf("FIGURE held row, %s/%s: the batch of 21 with one held row answered in %v", d, schema, waited.Round(time.Millisecond))
+				require.NoError(t, err, "a held row must not fail the batch (it waited %v)", waited)
+				var done []string
+				for _, r := range res {
+					done = append(done, r.Order.No)
+				}
+				assert.Len(t, done, 20, "I12: every due order but the held one is cancelled")
+				assert.NotContains(t, done, "h07", "the held order is left to its holder and a later round")
+				assert.Less(t, waited, 5*time.Second, "I12: the others do not wait for the held row")
+				require.NoError(t, held.Rollback())
+				res, err = s.CancelDue(ctx, []string{"h07"}, cancel.ReasonReconcile)
+				require.NoError(t, err)
+				require.Len(t, res, 1, "released, the held order is cancelled by the next batch")
+			})
+		}
+	}
+}
