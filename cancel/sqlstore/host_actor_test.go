@@ -16,6 +16,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // The host is an actor: it deletes its closed orders, reuses payment ids
@@ -345,4 +346,76 @@ func TestHostHeldRowDoesNotHoldTheBatch(t *testing.T) {
 			})
 		}
 	}
+}
+
+// The database's clock steps back an hour (a failover to a node whose clock
+// was behind, an operator's correction) just after an order was cancelled
+// by a host that crashed before its seat release. The reconciler's lock
+// pass promises to repair it at its first pass after Settle, in wall time,
+// whatever the database's clock did: the seat must be free within a few
+// passes, not an hour later (I3).
+//
+// A step back of the clock is written as a step forward of the order's
+// last-write time: the lock pass compares the two, and PostgreSQL has no
+// per-session clock to step.
+func TestHostClockStepBackKeepsSettle(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, _ *sql.DB) {
+		for _, hs := range []*hostSchema{nil, &seatflow} {
+			name := "library"
+			if hs != nil {
+				name = hs.name
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := context.Background()
+				db := openDB(t, d)
+				var m sqlstore.Mapping
+				shift := "UPDATE oe_order SET updated_at_ms = updated_at_ms + 3600000 WHERE order_no = 'c1'"
+				if hs != nil {
+					applyDDL(t, db, hs.ddl(d))
+					m = hs.mapping
+					shift = map[sqlstore.Dialect]string{
+						sqlstore.MySQL:    "UPDATE order_info SET update_time = update_time + INTERVAL 1 HOUR WHERE order_no = 'c1'",
+						sqlstore.Postgres: "UPDATE order_info SET update_time = update_time + INTERVAL '1 hour' WHERE order_no = 'c1'",
+						sqlstore.SQLite:   "UPDATE order_info SET update_time = datetime(update_time, '+1 hour') WHERE order_no = 'c1'",
+					}[d]
+				}
+				s, err := sqlstore.New(db, d, m)
+				require.NoError(t, err)
+				t.Cleanup(func() { s.Close() })
+				require.NoError(t, s.Migrate(ctx))
+				seats := memstore.NewSeats(nil).Scoped(s.Scope())
+				svc, err := cancel.New(cancel.Config{Store: s, Seats: seats})
+				require.NoError(t, err)
+				now, err := s.Now(ctx)
+				require.NoError(t, err)
+				p := cancel.Placement{OrderNo: "c1", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: now.Add(time.Hour)}
+				require.NoError(t, svc.Place(ctx, p, s.Insert(db, nil)))
+				// The decider commits the cancel and dies before its release.
+				res, err := s.CancelPending(ctx, cancel.Request{OrderNo: "c1", Reason: cancel.ReasonUser, UserID: "u1"})
+				require.NoError(t, err)
+				require.True(t, res.Changed)
+				r, err := db.ExecContext(ctx, shift)
+				require.NoError(t, err)
+				n, err := r.RowsAffected()
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n)
+
+				const settle = 200 * time.Millisecond
+				rec, err := reconcile.New(reconcile.Config{Orders: s, Seats: seats, Service: svc, Settle: settle})
+				require.NoError(t, err)
+				t0 := time.Now()
+				var free bool
+				for pass := 0; pass < 10 && !free; pass++ {
+					time.Sleep(settle)
+					_, err := rec.Round(ctx)
+					require.NoError(t, err)
+					st, err := seats.Show(ctx, "ev")
+					require.NoError(t, err)
+					free = len(st) == 0
+				}
+				t.Logf("FIGURE clock step back, %s/%s: the cancelled order's seat freed after %v (Settle %v)", d, name, time.Since(t0).Round(time.Millisecond), settle)
+				assert.True(t, free, "I3: a cancelled order's seat is freed by the first passes after Settle, whatever the database's clock did")
+			})
+		}
+	})
 }
