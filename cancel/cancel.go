@@ -448,7 +448,8 @@ type OrderState struct {
 	// Age is how long ago the order was last written (placed, decided,
 	// reinstated, its deadline moved), by the store's clock: for a decided
 	// order, how long it has been decided. AgeUnknown when the store does
-	// not record it (a host's table mapped without an updated-at column).
+	// not record it (a host's table mapped without an updated-at column),
+	// or when the write is later than the store's clock now (see OrderAge).
 	Age time.Duration
 	// ShowID is the order's show; "" when the store could not read it (a
 	// legacy row with none): the lock pass then does not judge the order's
@@ -470,6 +471,32 @@ type OrderState struct {
 // when it was last written. The lock pass then fixes the order's locks at once
 // (see reconcile.Config.Settle).
 const AgeUnknown time.Duration = -1
+
+// ClockStepTolerance is how far an order's last write may lie ahead of the
+// store's clock before OrderAge calls its age unknown: more than any time
+// column rounds (MySQL rounds DATETIME to the second).
+const ClockStepTolerance = time.Second
+
+// OrderAge is the OrderState.Age of an order last written sinceWrite ago by
+// the store's clock (now minus the write's time): sinceWrite itself, or 0
+// for a write up to ClockStepTolerance ahead (a time column that rounds
+// up). A write further ahead means the store's clock stepped back since (a
+// failover to a node whose clock was behind, an operator's correction):
+// counting such an order as just decided would keep the lock pass off its
+// locks until the clock caught up, an hour for a step of an hour, where
+// Settle promises a repair at the first pass after it. Its age is then
+// AgeUnknown, and the lock pass fixes its locks at once, as for a store
+// that keeps no write time. Every adapter computes Age with it, so that
+// none disagrees.
+func OrderAge(sinceWrite time.Duration) time.Duration {
+	switch {
+	case sinceWrite < -ClockStepTolerance:
+		return AgeUnknown
+	case sinceWrite < 0:
+		return 0
+	}
+	return sinceWrite
+}
 
 // SeatStatus is what a seat is in the seat store. A free seat has none.
 type SeatStatus uint8

@@ -401,7 +401,7 @@ func (s *Store) Statuses(_ context.Context, nos []string) (map[string]cancel.Ord
 	out := make(map[string]cancel.OrderState, len(nos))
 	for _, no := range nos {
 		if o, ok := s.orders[no]; ok {
-			out[no] = cancel.OrderState{Status: o.o.Status, Age: max(0, now.Sub(o.written)).Truncate(time.Millisecond), ShowID: o.o.ShowID, LockID: o.lockID, Seats: slices.Clone(o.placed)}
+			out[no] = cancel.OrderState{Status: o.o.Status, Age: cancel.OrderAge(now.Sub(o.written).Truncate(time.Millisecond)), ShowID: o.o.ShowID, LockID: o.lockID, Seats: slices.Clone(o.placed)}
 		}
 	}
 	return out, nil

@@ -153,9 +153,9 @@ const maxIn = 500
 
 // Statuses returns the state of each existing order among nos (missing ones
 // are absent from the map): its status and the time since its last write
-// by the database's clock (whole milliseconds, never negative; the
-// resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
-// without one). Only rows whose number equals a requested one byte for byte
+// by the database's clock (whole milliseconds, as cancel.OrderAge gives it;
+// the resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
+// without one or after the clock stepped back past the write). Only rows whose number equals a requested one byte for byte
 // are kept, so a case-insensitive collation of the host's table cannot
 // answer for a case variant (I10). It implements reconcile.Orders.
 func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
@@ -195,7 +195,7 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.O
 			}
 			age := cancel.AgeUnknown
 			if ageMS.Valid {
-				age = time.Duration(max(0, ageMS.Int64)) * time.Millisecond
+				age = cancel.OrderAge(time.Duration(ageMS.Int64) * time.Millisecond)
 			}
 			if want[no] {
 				out[no] = cancel.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
