@@ -17,12 +17,14 @@ import (
 // transaction: the listed orders still pending and due by the database's
 // clock are locked (SELECT … FOR UPDATE; SQLite's write transaction), set
 // cancelled by one UPDATE … WHERE order IN (…), their live claims read and
-// freed by one statement each; four statements whatever the batch's size.
-// A serialization failure or a deadlock is retried as CancelPending's. On
-// PostgreSQL with the library's schema the whole batch is one statement
-// (cancelDueOne), as a single cancel is there, unless a hook is set (see
-// SetHook): then each changed order's hook runs in the batch's transaction,
-// and one that fails rolls the whole batch back (an error wrapping
+// freed by one statement each; four statements whatever the batch's size,
+// on every dialect and schema. An order another transaction holds (a
+// payment deciding it, the host's own row lock while it calls its payment
+// provider) is skipped (SKIP LOCKED), left to its holder and a later
+// round: one held row never holds the batch back (I12). A serialization
+// failure or a deadlock is retried as CancelPending's. With a hook (see
+// SetHook) each changed order's hook runs in the batch's transaction, and
+// one that fails rolls the whole batch back (an error wrapping
 // cancel.ErrHook).
 func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
 	if err := cancel.ValidateBatch(orderNos, reason); err != nil {
@@ -36,9 +38,6 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 	}
 	size := batchSize(len(nos))
 	hook := hooked{hook: s.hook.Load(), to: expiry.StatusCancelled}
-	if one := s.m.batchOne(size); one.sql != "" && hook.hook == nil {
-		return s.cancelDueOne(ctx, one, nos, size, reason)
-	}
 	var sts [4]stmt
 	var prep [4]*sql.Stmt
 	for i, build := range [...]func(*resolved, int) stmt{(*resolved).batchLock, (*resolved).batchCAS, (*resolved).batchSeats, (*resolved).batchRelease} {
@@ -231,60 +230,4 @@ func (s *Store) batchArgs(st stmt, v vals, nos []string, size int) []any {
 		}
 	}
 	return out
-}
-
-// cancelDueOne is CancelDue as the one statement of batchOne: rows of
-// (order, user, show, deadline ms, clock ms, lock id, seat or NULL), one
-// per seat of each changed order. A serialization failure or a deadlock is
-// retried as transitionOne retries it.
-func (s *Store) cancelDueOne(ctx context.Context, one stmt, nos []string, size int, reason cancel.Reason) ([]cancel.Result, error) {
-	st, err := s.prepared(ctx, one.sql)
-	if err != nil {
-		return nil, fmt.Errorf("sqlstore: cancel due: prepare: %w", err)
-	}
-	args := s.batchArgs(one, vals{reason: string(reason), status: s.m.cancelStatus(reason)}, nos, size)
-	for attempt := 1; ; attempt++ {
-		out, err := s.readDueOne(ctx, st, args)
-		if err == nil || !retryable(err) || ctx.Err() != nil || attempt == maxAttempts {
-			if err != nil {
-				return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
-			}
-			return out, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
-		case <-time.After(time.Duration(attempt) * time.Millisecond):
-		}
-	}
-}
-
-func (s *Store) readDueOne(ctx context.Context, st *sql.Stmt, args []any) ([]cancel.Result, error) {
-	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []cancel.Result
-	for rows.Next() {
-		var r cancel.Result
-		var expireMS, nowMS int64
-		// The statement has committed by the time a row is read: a NULL
-		// user or show (see readForTransition) must not turn the cancels
-		// it made into an error.
-		var user, show, lockID, seat sql.NullString
-		if err := rows.Scan(&r.Order.No, &user, &show, &expireMS, &nowMS, &lockID, &seat); err != nil {
-			return nil, err
-		}
-		r.Order.UserID, r.Order.ShowID = user.String, show.String
-		if n := len(out); n == 0 || out[n-1].Order.No != r.Order.No {
-			r.Changed, r.Order.Status, r.LockID = true, expiry.StatusCancelled, lockID.String
-			r.Order.ExpireAt, r.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
-			out = append(out, r)
-		}
-		if seat.Valid {
-			out[len(out)-1].Seats = append(out[len(out)-1].Seats, seat.String)
-		}
-	}
-	return out, rows.Err()
 }

@@ -103,27 +103,3 @@ func (r *resolved) batchSeats(n int) stmt {
 func (r *resolved) batchRelease(n int) stmt {
 	return r.releaseOf(func(b *sb) { r.inNos(b, r.cNo, n) })
 }
-
-// batchOne is a batch as one PostgreSQL statement on the library's schema
-// (a data-modifying CTE, as build.go's oneRenamed is for one order): the
-// compare-and-set of every listed order still pending and due, then the
-// claims of those it changed deleted, returning each changed order with its
-// seats (no seat: a NULL row), ordered by order and seat. "" elsewhere: a
-// host's table keeps its lock id and seats in the side table, read by
-// order number.
-func (r *resolved) batchOne(n int) stmt {
-	if r.d != Postgres || !r.defaultSchema || !r.claims || r.cReleased != nil {
-		return stmt{}
-	}
-	b := (&sb{}).w("WITH cas AS (UPDATE ", r.o)
-	r.set(b, r.reason, aReason)
-	b.w(" WHERE ")
-	r.batchPending(b, "", n)
-	b.w(" RETURNING ", r.no, " AS n, ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ", r.ownLock(""), " AS lk)",
-		", rel AS (DELETE FROM ", r.c, " c USING cas WHERE c.", r.cNo, " = cas.n")
-	conds(b, "c.", r.cWhere)
-	r.lockedOnly(b, "c.")
-	b.w(" RETURNING c.", r.cNo, " AS rn, c.", r.cSeat, " AS seat)",
-		" SELECT cas.n, cas.u, cas.sh, cas.ex, cas.nw, cas.lk, rel.seat FROM cas LEFT JOIN rel ON rel.rn = cas.n ORDER BY cas.n, rel.seat")
-	return b.done(r.d)
-}

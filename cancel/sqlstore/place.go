@@ -109,6 +109,9 @@ func (s *Store) endedInRows(ctx context.Context, orderNo string, err error) erro
 			return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (a COMMIT of theirs?): %w: %w", orderNo, expiry.ErrCommitUnknown, err)
 		}
 	}
+	if savepointGone(err) {
+		err = fmt.Errorf("%w: %w", errTxAborted, err)
+	}
 	return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (an error of theirs that aborted it, such as a deadlock, was not returned): nothing was placed: %w", orderNo, err)
 }
 
