@@ -1,0 +1,132 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
+	"github.com/seatflow/orderexpiry/cancel/sqlstore"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// Column types and collations the host picked, which Check accepts: each
+// must keep I10 (ids match byte for byte) and keep every order readable.
+
+// foldingIDs is SeatFlow's schema with every id column on a collation that
+// folds case: SQLite's NOCASE, a PostgreSQL nondeterministic collation.
+func foldingIDs(t *testing.T, d sqlstore.Dialect, db *sql.DB) []string {
+	coll := " COLLATE NOCASE"
+	if d == sqlstore.Postgres {
+		_, err := db.Exec("CREATE COLLATION IF NOT EXISTS oe_fold (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
+		require.NoError(t, err)
+		coll = " COLLATE oe_fold"
+	}
+	var out []string
+	for _, q := range seatflow.ddl(d) {
+		out = append(out, strings.ReplaceAll(q, "VARCHAR(64) NOT NULL", "VARCHAR(64)"+coll+" NOT NULL"))
+	}
+	return out
+}
+
+// Ids on a folding collation outside MySQL: "ALICE" is not alice, "O1" is
+// not o1, on the one-order path as on the batch path (I10).
+func TestHostFoldingCollationKeepsIDsExact(t *testing.T) {
+	for _, d := range []sqlstore.Dialect{sqlstore.SQLite, sqlstore.Postgres} {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			db := openDB(t, d)
+			applyDDL(t, db, foldingIDs(t, d, db))
+			s, err := sqlstore.New(db, d, seatflow.mapping)
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			require.NoError(t, s.Migrate(ctx))
+			require.NoError(t, s.Check(ctx))
+			seats := memstore.NewSeats(nil).Scoped(s.Scope())
+			svc, err := cancel.New(cancel.Config{Store: s, Seats: seats})
+			require.NoError(t, err)
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			for _, no := range []string{"o1", "o2"} {
+				p := cancel.Placement{OrderNo: no, UserID: "alice", ShowID: "ev", Seats: []string{no + "-a"}, ExpireAt: now.Add(time.Hour)}
+				require.NoError(t, svc.Place(ctx, p, s.Insert(db, nil)))
+			}
+
+			_, err = svc.UserCancel(ctx, "o1", "ALICE")
+			assert.ErrorIs(t, err, cancel.ErrNotOwner, "I10: ALICE is not alice")
+			res, err := svc.UserCancel(ctx, "O1", "alice")
+			if err == nil {
+				assert.False(t, res.Changed, "I10: O1 is not o1")
+			}
+			res, err = s.PayPending(ctx, cancel.Payment{OrderNo: "O2", PaymentID: "pay-x"})
+			if err == nil {
+				assert.False(t, res.Changed, "I10: O2 is not o2")
+			}
+			for _, no := range []string{"o1", "o2"} {
+				o, err := s.Order(ctx, no)
+				require.NoError(t, err)
+				assert.Equal(t, expiry.StatusPending, o.Status, "%s untouched by its case variants", no)
+			}
+			_, err = s.Order(ctx, "O1")
+			assert.ErrorIs(t, err, expiry.ErrNotFound)
+		})
+	}
+}
+
+// PostgreSQL pads CHAR(n) on read: a status and a payment id in CHAR
+// columns must read as the values the mapping names and the provider sent.
+func TestHostPaddedCharStatusAndPaymentID(t *testing.T) {
+	ctx := context.Background()
+	d := sqlstore.Postgres
+	db := openDB(t, d)
+	var ddl []string
+	for _, q := range shop.ddl(d) {
+		q = strings.Replace(q, "state        VARCHAR(16) NOT NULL", "state        CHAR(12) NOT NULL", 1)
+		q = strings.Replace(q, "payment_ref  VARCHAR(64) NULL", "payment_ref  CHAR(40) NULL", 1)
+		ddl = append(ddl, q)
+	}
+	applyDDL(t, db, ddl)
+	s, err := sqlstore.New(db, d, shop.mapping)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Check(ctx))
+	book := &refundBook{}
+	seats := memstore.NewSeats(nil).Scoped(s.Scope())
+	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, OnDiscrepancy: book.hook(s.Scope())})
+	require.NoError(t, err)
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
+	for _, no := range []string{"p1", "p2"} {
+		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "ev", Seats: []string{no + "-a"}, ExpireAt: now.Add(time.Hour)}
+		require.NoError(t, svc.Place(ctx, p, s.Insert(db, nil)))
+	}
+	o, err := s.Order(ctx, "p1")
+	require.NoError(t, err, "an order with a padded status is readable")
+	assert.Equal(t, expiry.StatusPending, o.Status)
+	cancelled, o, err := svc.Timeout(ctx, "p1")
+	require.NoError(t, err, "an early message is a re-arm, not an error")
+	assert.False(t, cancelled)
+	assert.Equal(t, expiry.StatusPending, o.Status)
+
+	res, err := svc.Pay(ctx, cancel.Payment{OrderNo: "p1", PaymentID: "pay-1"})
+	require.NoError(t, err)
+	require.True(t, res.Changed)
+	for i := 0; i < 2; i++ {
+		_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "p1", PaymentID: "pay-1"})
+		require.NoError(t, err, "a repeated callback of the payment that paid is not a second payment")
+	}
+	assert.Zero(t, book.count(s.Scope(), "pay-1"), "I14: the payment that paid is never refunded")
+
+	_, err = svc.UserCancel(ctx, "p2", "u1")
+	require.NoError(t, err)
+	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "p2", PaymentID: "pay-2"})
+	require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+	assert.Equal(t, 1, book.count(s.Scope(), "pay-2"), "I9: a payment for a cancelled order is refunded once")
+}
