@@ -130,3 +130,50 @@ func TestHostPaddedCharStatusAndPaymentID(t *testing.T) {
 	require.ErrorIs(t, err, cancel.ErrDiscrepancy)
 	assert.Equal(t, 1, book.count(s.Scope(), "pay-2"), "I9: a payment for a cancelled order is refunded once")
 }
+
+// An order number column of INTEGER (32 bits), mapped with NumericOrderNo:
+// a number it cannot hold is no order of the table ("missing"), never an
+// error that a consumer retries for ever, on every read and transition.
+func TestHostNarrowIntegerOrderNumber(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		var ddl []string
+		for _, q := range numericOrder.ddl(d) {
+			q = strings.Replace(q, "number       BIGINT      NOT NULL", "number       INTEGER     NOT NULL", 1)
+			q = strings.Replace(q, "order_number BIGINT      NOT NULL", "order_number INTEGER     NOT NULL", 1)
+			ddl = append(ddl, q)
+		}
+		applyDDL(t, db, ddl)
+		s, err := sqlstore.New(db, d, numericOrder.mapping)
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		require.NoError(t, s.Migrate(ctx))
+		require.NoError(t, s.Check(ctx))
+		seats := memstore.NewSeats(nil).Scoped(s.Scope())
+		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s})
+		require.NoError(t, err)
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		p := cancel.Placement{OrderNo: "2147483647", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: now.Add(-2 * time.Second)}
+		require.NoError(t, svc.Place(ctx, p, s.Insert(db, nil)))
+
+		for _, no := range []string{"2147483648", "99999999999", "9223372036854775807"} {
+			_, err := s.Order(ctx, no)
+			assert.ErrorIs(t, err, expiry.ErrNotFound, "%s: no order", no)
+			cancelled, _, err := svc.Timeout(ctx, no)
+			assert.False(t, cancelled)
+			assert.ErrorIs(t, err, expiry.ErrNotFound, "%s: a message for it is final, not retried", no)
+			_, err = svc.UserCancel(ctx, no, "u1")
+			assert.ErrorIs(t, err, expiry.ErrNotFound, "%s", no)
+			st, err := s.Statuses(ctx, []string{no, "2147483647"})
+			require.NoError(t, err, "%s: one number the column cannot hold does not fail the page", no)
+			assert.Len(t, st, 1)
+			res, err := s.CancelDue(ctx, []string{no}, cancel.ReasonReconcile)
+			require.NoError(t, err, "%s", no)
+			assert.Empty(t, res)
+		}
+		res, err := s.CancelDue(ctx, []string{"99999999999", "2147483647"}, cancel.ReasonReconcile)
+		require.NoError(t, err)
+		require.Len(t, res, 1, "the due order beside it is cancelled")
+	})
+}
