@@ -177,3 +177,49 @@ func TestHostNarrowIntegerOrderNumber(t *testing.T) {
 		require.Len(t, res, 1, "the due order beside it is cancelled")
 	})
 }
+
+// The host edits the setting the mapping reads its payment window from
+// (WindowFrom) to something that is not a number: an empty string, a word.
+// No pending order may become due for it (a zero window would cancel every
+// pending order at once); Check names the setting.
+func TestHostWindowSettingNotANumber(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		var ddl []string
+		for _, q := range setting.ddl(d) {
+			q = strings.Replace(q, "unpaid_minutes INT NULL", "unpaid_minutes VARCHAR(32) NULL", 1)
+			q = strings.Replace(q, "VALUES (1, 60, 120)", "VALUES (1, 60, '120')", 1)
+			ddl = append(ddl, q)
+		}
+		applyDDL(t, db, ddl)
+		s, err := sqlstore.New(db, d, setting.mapping)
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		require.NoError(t, s.Migrate(ctx))
+		require.NoError(t, s.Check(ctx))
+		seats := memstore.NewSeats(nil).Scoped(s.Scope())
+		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats})
+		require.NoError(t, err)
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		p := cancel.Placement{OrderNo: "w1", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: now.Add(time.Hour).Truncate(time.Second)}
+		require.NoError(t, svc.Place(ctx, p, s.Insert(db, nil)))
+
+		for _, v := range []string{"", "abc", "12abc", " "} {
+			_, err := db.ExecContext(ctx, bindQ(d, "UPDATE shop_setting SET unpaid_minutes = ? WHERE id = 1"), v)
+			require.NoError(t, err)
+			nos, _, err := s.Expired(ctx, "", 10)
+			if err == nil {
+				assert.Empty(t, nos, "setting %q: no order is due for a setting that is not a number", v)
+			}
+			cancelled, _, _ := svc.Timeout(ctx, "w1")
+			assert.False(t, cancelled, "setting %q: the order is not cancelled", v)
+			err = s.Check(ctx)
+			require.ErrorIs(t, err, sqlstore.ErrMapping, "setting %q", v)
+			assert.ErrorContains(t, err, "unpaid_minutes")
+		}
+		o, err := s.Order(ctx, "w1")
+		require.NoError(t, err)
+		assert.Equal(t, expiry.StatusPending, o.Status)
+	})
+}
