@@ -223,3 +223,78 @@ func TestHostWindowSettingNotANumber(t *testing.T) {
 		assert.Equal(t, expiry.StatusPending, o.Status)
 	})
 }
+
+// Claims keys Check must refuse, each a way to two live claims of one seat
+// (a double sale once the seat store has lost its data), and tenant-scoped
+// orders whose claims carry no tenant (one tenant's cancel frees another's
+// claims). Each refusal names the table and says what to add.
+func TestHostCheckRefusesClaimsThatDoNotStopADoubleSale(t *testing.T) {
+	stateKey := func(d sqlstore.Dialect) []string { // (tenant, event, seat, status): HELD and SOLD may coexist
+		var out []string
+		for _, q := range shop.ddl(d) {
+			switch {
+			case strings.Contains(q, "live       TINYINT AS"):
+				q = strings.Replace(q, "				live       TINYINT AS (IF(status = 'FREE', NULL, 1)) STORED,\n", "", 1)
+				q = strings.Replace(q, "UNIQUE KEY shop_ticket_live (tenant_id, event_id, seat_code, live)", "UNIQUE KEY shop_ticket_live (tenant_id, event_id, seat_code, status)", 1)
+			case strings.HasPrefix(q, "CREATE UNIQUE INDEX shop_ticket_live"):
+				q = "CREATE UNIQUE INDEX shop_ticket_live ON shop_ticket (tenant_id, event_id, seat_code, status)"
+			}
+			out = append(out, q)
+		}
+		return out
+	}
+	softKey := func(d sqlstore.Dialect) []string { // claims soft-deleted: (show, seat, deleted_at), NULLs distinct
+		return []string{
+			sub(d, `CREATE TABLE sd_orders ({pk}, order_no VARCHAR(64) NOT NULL, user_id VARCHAR(64) NOT NULL, show_id VARCHAR(64) NOT NULL,
+				status SMALLINT NOT NULL, expire_time BIGINT NOT NULL)`),
+			"CREATE UNIQUE INDEX sd_orders_no ON sd_orders (order_no)",
+			"CREATE INDEX sd_orders_due ON sd_orders (status, expire_time, order_no)",
+			sub(d, `CREATE TABLE sd_seats ({pk}, show_id VARCHAR(64) NOT NULL, seat_id VARCHAR(64) NOT NULL, order_no VARCHAR(64) NOT NULL, deleted_at BIGINT NULL)`),
+			"CREATE UNIQUE INDEX sd_seats_live ON sd_seats (show_id, seat_id, deleted_at)",
+			"CREATE INDEX sd_seats_order ON sd_seats (order_no)",
+		}
+	}
+	softMapping := sqlstore.Mapping{
+		Orders: sqlstore.Orders{Table: "sd_orders", OrderNo: "order_no", UserID: "user_id", ShowID: "show_id", Status: "status",
+			Statuses: sqlstore.Statuses{Pending: 0, Paid: []any{1}, Cancelled: []any{2}},
+			Deadline: sqlstore.Time{Column: "expire_time", Type: sqlstore.EpochMillis}},
+		Claims: &sqlstore.Claims{Table: "sd_seats", ShowID: "show_id", SeatID: "seat_id", OrderNo: "order_no",
+			Where: []sqlstore.Condition{{Column: "deleted_at", Value: sqlstore.IsNull}}},
+	}
+	untenanted := func() sqlstore.Mapping { // orders per tenant, claims without the tenant
+		m := shop.mapping
+		c := *m.Claims
+		c.Where = nil
+		m.Claims = &c
+		return m
+	}()
+	for _, tc := range []struct {
+		name    string
+		ddl     func(sqlstore.Dialect) []string
+		m       sqlstore.Mapping
+		mention []string
+	}{
+		{"state in the key", stateKey, shop.mapping, []string{"shop_ticket", "status"}},
+		{"soft delete in the key", softKey, softMapping, []string{"sd_seats", "deleted_at"}},
+		{"claims without the tenant", func(d sqlstore.Dialect) []string {
+			return append(shop.ddl(d), "CREATE INDEX shop_ticket_code ON shop_ticket (order_code)")
+		}, untenanted, []string{"shop_ticket", "tenant_id"}},
+	} {
+		for _, d := range allDialects {
+			t.Run(tc.name+"/"+string(d), func(t *testing.T) {
+				ctx := context.Background()
+				db := openDB(t, d)
+				applyDDL(t, db, tc.ddl(d))
+				s, err := sqlstore.New(db, d, tc.m)
+				require.NoError(t, err)
+				t.Cleanup(func() { s.Close() })
+				require.NoError(t, s.Migrate(ctx))
+				err = s.Check(ctx)
+				require.ErrorIs(t, err, sqlstore.ErrMapping)
+				for _, w := range tc.mention {
+					assert.ErrorContains(t, err, w)
+				}
+			})
+		}
+	}
+}
