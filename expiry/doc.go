@@ -83,6 +83,47 @@
 //   - I17: Limits: a user never holds more seats of a show than its limit,
 //     whichever path gave them (placing, a late payment's reinstatement); an
 //     extension never moves a deadline past placement + cancel.Config.MaxHold.
+//   - I18: Payments in flight: an order whose buyer has started paying is
+//     not cancelled before that payment's own deadline (never past the
+//     maximum hold); where the host wires its provider, the provider is
+//     asked before a cancel, and the session of every cancelled order whose
+//     payment had started is closed exactly once in the end. (Not built yet:
+//     issue 39.)
+//   - I19: Statuses the host owns: a status outside the mapping means "not
+//     the library's": its message is final, the passes skip and count it,
+//     and it never holds another order back. (In part: issue 37.)
+//
+// # The host is an actor
+//
+// A real order service writes the same tables as the library. Each of its
+// actions below is part of the world the tests explore, and the library's
+// answer to it is decided here:
+//
+//   - It reuses payment ids across tenants (one provider account each):
+//     payment ids are per scope. A payment id is decided (honoured or
+//     refunded) once per scope; another scope's decision of the same id is
+//     another payment and never answers for this one (cancel/sqlstore keys
+//     its record by scope and payment id).
+//   - It deletes closed orders, soft or hard: a payment for an order that is
+//     not in the store (deleted, or never placed in this scope) is a
+//     discrepancy, recorded once per payment id and refunded; never an
+//     expiry.ErrNotFound that the provider repeats for ever.
+//   - It runs statements of its own in the placing transaction, and may
+//     swallow their errors: a transaction that ended inside them (a deadlock
+//     that rolled it back) places nothing, and no message is sent (I6).
+//   - It holds an order's row while it calls its payment provider: a batch
+//     of cancels skips the held row (SKIP LOCKED) and leaves it to a later
+//     round, on every dialect (I12).
+//   - Its database's clock steps back: an order written later than the
+//     clock now is of unknown age (cancel.OrderAge), so the reconciler's
+//     lock pass repairs it at once, and Settle holds in wall time.
+//   - It picks column types and collations: ids compare byte for byte on
+//     every dialect (I10) over a host's columns, whatever their collation;
+//     PostgreSQL's padded CHAR(n) statuses and payment ids read as the
+//     values they hold; an id an integer column cannot hold is no order.
+//   - It edits the settings the mapping reads: a window setting that is not
+//     a whole number makes no order due (its deadline is none, Order.ExpireAt
+//     zero) until it is one again, and Check names it.
 //
 // The state machine is the idempotency: a duplicate, late or early message
 // finds the order no longer pending (ignore) or not yet due (re-arm). There

@@ -127,7 +127,8 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 
 // Handle decides what a delivered message means:
 //
-//   - order missing, or not pending: nothing (OutcomeMissing, OutcomeFinal);
+//   - order missing, not pending, or pending without a deadline
+//     (Order.ExpireAt zero): nothing (OutcomeMissing, OutcomeFinal);
 //   - pending but not due by the store's clock: re-arm with the time left
 //     (OutcomeRearmed);
 //   - due: cancelled with reason timeout (OutcomeCancelled).
@@ -167,6 +168,11 @@ func (h *Handler) Handle(ctx context.Context, m Message) (Outcome, error) {
 		// it would spin every minRearm for ever.
 		return OutcomeFailed, fmt.Errorf("expiry: order %s: the canceller answered with order %q and no error", m.OrderNo, o.No)
 	case o.Status != StatusPending:
+		return OutcomeFinal, nil
+	case o.ExpireAt.IsZero():
+		// Pending without a deadline (Order.ExpireAt): nothing to re-arm
+		// for; the reconciler's expired pass cancels it once it has one
+		// and it is due.
 		return OutcomeFinal, nil
 	default: // pending, not due by the store's clock
 		return h.rearm(ctx, m, max(o.Remaining(), minRearm))

@@ -210,6 +210,7 @@ func TestHandlerBranches(t *testing.T) {
 		{name: "not due", canceller: stubCanceller{order: pending(3 * time.Second)}, want: expiry.OutcomeRearmed, wantSent: 3 * time.Second},
 		{name: "re-arm send fails", canceller: stubCanceller{order: pending(time.Second)}, sendErr: boom, want: expiry.OutcomeFailed, wantErr: true},
 		{name: "boundary never spins", canceller: stubCanceller{order: pending(0)}, want: expiry.OutcomeRearmed, wantSent: 100 * time.Millisecond},
+		{name: "no deadline is final", canceller: stubCanceller{order: expiry.Order{No: "o1", Status: expiry.StatusPending, ReadAt: time.Now()}}, want: expiry.OutcomeFinal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{err: tc.sendErr}

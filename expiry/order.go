@@ -33,10 +33,15 @@ func (s Status) String() string {
 
 // Order is what the Handler needs to know of an order.
 type Order struct {
-	No       string
-	UserID   string
-	ShowID   string
-	Status   Status
+	No     string
+	UserID string
+	ShowID string
+	Status Status
+	// ExpireAt is the order's deadline. The zero time means the order has
+	// none now (a host's nullable deadline column that holds NULL, a window
+	// setting that is not a number): it is never due until it gets one, its
+	// expiry message is final (the Handler acknowledges it), and the
+	// reconciler's expired pass cancels it once it is due.
 	ExpireAt time.Time
 	// ReadAt is the store's clock when the order was read. Remaining time is
 	// measured against it, never against the application host's clock, so a
@@ -45,7 +50,8 @@ type Order struct {
 }
 
 // Remaining returns how long the order still has before it is due, by the
-// store's clock; zero or negative means due.
+// store's clock; zero or negative means due. Meaningless for an order
+// without a deadline (ExpireAt zero): check ExpireAt.IsZero first.
 func (o Order) Remaining() time.Duration { return o.ExpireAt.Sub(o.ReadAt) }
 
 // ErrNotFound reports that no order has the given number.

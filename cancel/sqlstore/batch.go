@@ -76,9 +76,9 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		byNo := map[string]int{}
 		for rows.Next() {
 			var r cancel.Result
-			var expireMS, nowMS int64
+			var nowMS int64
 			var user, show, lockID sql.NullString // NULL ids: see readForTransition
-			if err := rows.Scan(&r.Order.No, &user, &show, &expireMS, &nowMS, &lockID); err != nil {
+			if err := rows.Scan(&r.Order.No, &user, &show, deadlineCol{&r.Order.ExpireAt}, &nowMS, &lockID); err != nil {
 				rows.Close()
 				return err
 			}
@@ -88,7 +88,7 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 				continue // a case variant a folding collation matched (I10)
 			}
 			r.Changed, r.Order.Status, r.LockID = true, expiry.StatusCancelled, lockID.String
-			r.Order.ExpireAt, r.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+			r.Order.ReadAt = time.UnixMilli(nowMS)
 			byNo[r.Order.No] = len(out)
 			out = append(out, r)
 		}

@@ -182,31 +182,108 @@ type queries struct {
 	extend, shorten stmt
 }
 
-// eq writes "col = ?" for an id, and on MySQL over a host's columns (whose
-// collation may be case-insensitive) "col = ? AND col = CAST(? AS BINARY)":
-// the first comparison, in the column's collation, is the index lookup; the
-// second, on the argument's bytes, keeps "ALICE" from matching "alice" (I10).
-func (r *resolved) eq(b *sb, col string, s slot) {
-	b.w(col, " = ").p(s)
-	if r.exactIDs && !(s == aUser && r.raw.Orders.NumericUserID) && !(s == aNo && r.raw.Orders.NumericOrderNo) {
-		b.w(" AND ", col, " = CAST(").p(s).w(" AS BINARY)")
+// asText is column col as a read gives it to Go: on PostgreSQL cast to
+// text, which drops a CHAR(n)'s padding (a padded status would be none of
+// the mapping's, a padded payment id another payment) and keeps a varchar's
+// trailing space (which SQL's comparisons keep too: 'NEW ' is not 'NEW').
+// MySQL and SQLite return CHAR(n) unpadded already.
+func asText(d Dialect, col string) string {
+	if d == Postgres {
+		return "CAST(" + col + " AS TEXT)"
+	}
+	return col
+}
+
+// numeric reports whether slot s is an id the mapping keeps in an integer
+// column (NumericOrderNo, NumericUserID, NumericShowID).
+func (r *resolved) numeric(s slot) bool {
+	o := r.raw.Orders
+	return s == aNo && o.NumericOrderNo || s == aUser && o.NumericUserID || s == aShow && o.NumericShowID
+}
+
+// numArg is placeholder ph compared with an integer id column: on
+// PostgreSQL as a BIGINT, so that a number the column cannot hold (above
+// 2^31-1 for an INTEGER) is a value no row has, not an error the driver
+// gives before the statement runs (a message for it would be retried for
+// ever). A btree index on an int2 or int4 column serves the int8
+// comparison.
+func numArg(d Dialect, ph string) string {
+	if d == Postgres {
+		return "CAST(" + ph + " AS BIGINT)"
+	}
+	return ph
+}
+
+// binCol writes column col as a byte-for-byte comparison (binVal) needs it:
+// as it is on MySQL, where comparing a column with a binary string compares
+// bytes; otherwise as binVal writes a value.
+func binCol(b *sb, d Dialect, col string) {
+	if d == MySQL {
+		b.w(col)
+		return
+	}
+	binVal(b, d, func() { b.w(col) })
+}
+
+// binVal writes the value val writes (a placeholder, a constant, a column)
+// so that comparing it compares bytes, whatever the collation of the other
+// side: MySQL's binary string, SQLite's blob, PostgreSQL's "C" collation
+// (deterministic, byte order). Dialect differences are data here: the
+// statements that use it are the same on every dialect.
+func binVal(b *sb, d Dialect, val func()) {
+	switch d {
+	case Postgres:
+		val()
+		b.w(` COLLATE "C"`)
+	case SQLite:
+		b.w("CAST(")
+		val()
+		b.w(" AS BLOB)")
+	default:
+		b.w("CAST(")
+		val()
+		b.w(" AS BINARY)")
 	}
 }
 
-// exactLit writes " AND col = CAST(const AS BINARY)" after the comparison
-// of col with a string constant of the mapping (a status, a claim state) on
-// MySQL over a host's columns, whose collation may fold case and ignore
-// trailing spaces: the host's 'new' or 'NEW ' is not the mapping's 'NEW'
-// (I10). The first comparison keeps the index; nothing elsewhere.
+// eq writes "col = ?" for an id, and over a host's columns (whose
+// collation may fold case: MySQL's defaults, SQLite's NOCASE, a
+// PostgreSQL nondeterministic collation) "col = ? AND <col = ?, by bytes>":
+// the first comparison, in the column's collation, is the index lookup; the
+// second, on the bytes, keeps "ALICE" from matching "alice" (I10).
+func (r *resolved) eq(b *sb, col string, s slot) {
+	b.w(col, " = ")
+	if r.numeric(s) {
+		b.w(numArg(r.d, "?")).slots = append(b.slots, s)
+		return
+	}
+	b.p(s)
+	if r.exactIDs && !(s == aUser && r.raw.Orders.NumericUserID) && !(s == aNo && r.raw.Orders.NumericOrderNo) {
+		b.w(" AND ")
+		binCol(b, r.d, col)
+		b.w(" = ")
+		binVal(b, r.d, func() { b.p(s) })
+	}
+}
+
+// exactLit writes " AND <col = const, by bytes>" after the comparison of
+// col with a string constant of the mapping (a status, a claim state) over
+// a host's columns, whose collation may fold case and ignore trailing
+// spaces: the host's 'new' or 'NEW ' is not the mapping's 'NEW' (I10). The
+// first comparison keeps the index; nothing on the library's own schema.
 func (r *resolved) exactLit(b *sb, col string, l lit) {
 	if r.exactIDs && l.str {
-		b.w(" AND ", col, " = CAST(", l.sql, " AS BINARY)")
+		b.w(" AND ")
+		binCol(b, r.d, col)
+		b.w(" = ")
+		binVal(b, r.d, func() { b.w(l.sql) })
 	}
 }
 
 // conds writes " AND col = const" (or " AND col IS NULL") for each
-// condition, columns prefixed by alias ("" or "o.").
-func conds(b *sb, alias string, cs []cond) {
+// condition, columns prefixed by alias ("" or "o."), and compares a string
+// constant a second time by bytes over a host's columns (exactLit).
+func (r *resolved) conds(b *sb, alias string, cs []cond) {
 	for _, c := range cs {
 		if c.null {
 			b.w(" AND ", alias, c.col, " IS NULL")
@@ -214,7 +291,10 @@ func conds(b *sb, alias string, cs []cond) {
 		}
 		b.w(" AND ", alias, c.col, " = ", c.v.sql)
 		if c.exact {
-			b.w(" AND ", alias, c.col, " = CAST(", c.v.sql, " AS BINARY)")
+			b.w(" AND ")
+			binCol(b, r.d, alias+c.col)
+			b.w(" = ")
+			binVal(b, r.d, func() { b.w(c.v.sql) })
 		}
 	}
 }
@@ -279,7 +359,7 @@ func (r *resolved) cas(b *sb, extra string, extraSlot slot, owner, due bool) {
 	r.eq(b, r.no, aNo)
 	b.w(" AND ", r.status, " = ", r.pending.sql)
 	r.exactLit(b, r.status, r.pending)
-	conds(b, "", r.where)
+	r.conds(b, "", r.where)
 	if owner {
 		b.w(" AND ")
 		r.eq(b, r.user, aUser)
@@ -318,7 +398,7 @@ func (r *resolved) releaseOf(which func(b *sb)) stmt {
 		b.w("DELETE FROM ", r.c, " WHERE ")
 	}
 	which(b)
-	conds(b, "", r.cWhere)
+	r.conds(b, "", r.cWhere)
 	if r.cReleased != nil {
 		r.lockedOnly(b, "")
 	}
@@ -333,7 +413,7 @@ func (r *resolved) sell() stmt {
 	b := &sb{}
 	b.w("UPDATE ", r.c, " SET ", r.cState, " = ", r.cSold.sql, " WHERE ")
 	r.eq(b, r.cNo, aNo)
-	conds(b, "", r.cWhere)
+	r.conds(b, "", r.cWhere)
 	r.lockedOnly(b, "")
 	return b.done(r.d)
 }
@@ -365,7 +445,7 @@ func (r *resolved) oneRenamed(extra string, extraSlot slot, owner, due, pay bool
 		b.w(", rel AS (SELECT c.", r.cSeat, " AS seat FROM ", r.c, " c, cas WHERE ")
 	}
 	r.eq(b, "c."+r.cNo, aNo)
-	conds(b, "c.", r.cWhere)
+	r.conds(b, "c.", r.cWhere)
 	if !pay || sells {
 		r.lockedOnly(b, "c.")
 		b.w(" RETURNING c.", r.cSeat, " AS seat)")
@@ -410,9 +490,9 @@ func (r *resolved) build() queries {
 	var q queries
 	q.now = (&sb{}).w("SELECT ", nowMS[d]).done(d)
 
-	b := (&sb{}).w("SELECT ", r.user, ", ", r.show, ", ", r.status, ", ", r.expireMS(""), ", ", nowMS[d], ", ")
+	b := (&sb{}).w("SELECT ", r.user, ", ", r.show, ", ", asText(d, r.status), ", ", r.expireMS(""), ", ", nowMS[d], ", ")
 	if r.payment != "" {
-		b.w(r.payment)
+		b.w(asText(d, r.payment))
 	} else {
 		// No payment column: the payment that paid the order is its
 		// decision row's (status 0), in this store's scope.
@@ -420,7 +500,7 @@ func (r *resolved) build() queries {
 	}
 	b.w(" FROM ", r.o, " WHERE ")
 	r.eq(b, r.no, aNo)
-	conds(b, "", r.where)
+	r.conds(b, "", r.where)
 	q.order = b.done(d)
 
 	tr := func(extra string, s slot, owner, due bool) stmt {
@@ -441,11 +521,11 @@ func (r *resolved) build() queries {
 		r.lock(b, "o.")
 		b.w(" FROM ", r.o, " o LEFT JOIN ", r.c, " s ON ")
 		r.eq(b, "s."+r.cNo, aNo)
-		conds(b, "s.", r.cWhere)
+		r.conds(b, "s.", r.cWhere)
 		r.lockedOnly(b, "s.")
 		b.w(" WHERE ")
 		r.eq(b, "o."+r.no, aNo)
-		conds(b, "o.", r.where)
+		r.conds(b, "o.", r.where)
 		b.w(" ORDER BY s.", r.cSeat)
 	} else {
 		// No claims table: the seats the order was placed with, as a
@@ -455,7 +535,7 @@ func (r *resolved) build() queries {
 		r.lock(b, "o.")
 		b.w(" FROM ", r.o, " o WHERE ")
 		r.eq(b, "o."+r.no, aNo)
-		conds(b, "o.", r.where)
+		r.conds(b, "o.", r.where)
 	}
 	q.orderSeats = b.done(d)
 	q.deleteSeats = r.release()
@@ -465,11 +545,11 @@ func (r *resolved) build() queries {
 		// takes no join); used only when the server says it is MariaDB.
 		b := (&sb{}).w("DELETE FROM ", r.c, " WHERE ")
 		r.eq(b, r.cNo, aNo)
-		conds(b, "", r.cWhere)
+		r.conds(b, "", r.cWhere)
 		sub := func(expr string) {
 			b.w("(SELECT ", expr, " FROM ", r.o, " o WHERE ")
 			r.eq(b, "o."+r.no, aNo)
-			conds(b, "o.", r.where)
+			r.conds(b, "o.", r.where)
 			b.w(")")
 		}
 		b.w(" RETURNING ")
@@ -576,15 +656,18 @@ func (r *resolved) build() queries {
 		q.insertSeat = r.claimsInsert(d, 1)
 
 		// Claims of pending and paid orders, keyset on (show, seat).
-		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", o.", r.status, ", ", r.ownLock("o."),
+		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", ", asText(d, "o."+r.status), ", ", r.ownLock("o."),
 			" FROM ", r.c, " s JOIN ", r.o, " o ON o.", r.no, " = s.", r.cNo)
-		if r.exactIDs {
-			b.w(" AND CAST(o.", r.no, " AS BINARY) = CAST(s.", r.cNo, " AS BINARY)")
+		if r.exactIDs && !r.raw.Orders.NumericOrderNo {
+			b.w(" AND ")
+			binCol(b, d, "o."+r.no)
+			b.w(" = ")
+			binVal(b, d, func() { b.w("s." + r.cNo) })
 		}
-		conds(b, "o.", r.where)
+		r.conds(b, "o.", r.where)
 		b.w(" WHERE ")
 		after(b, d, "s."+r.cShow, "s."+r.cSeat, "?", aShowKey, aSeatKey)
-		conds(b, "s.", r.cWhere)
+		r.conds(b, "s.", r.cWhere)
 		if r.cState != "" {
 			b.w(" AND s.", r.cState, " IN (", r.cLocked.sql)
 			if r.cSold != nil {
@@ -592,9 +675,13 @@ func (r *resolved) build() queries {
 			}
 			b.w(")")
 			if r.exactIDs && r.cLocked.str {
-				b.w(" AND CAST(s.", r.cState, " AS BINARY) IN (", r.cLocked.sql)
+				b.w(" AND ")
+				binCol(b, d, "s."+r.cState)
+				b.w(" IN (")
+				binVal(b, d, func() { b.w(r.cLocked.sql) })
 				if r.cSold != nil {
-					b.w(", ", r.cSold.sql)
+					b.w(", ")
+					binVal(b, d, func() { b.w(r.cSold.sql) })
 				}
 				b.w(")")
 			}
@@ -607,7 +694,7 @@ func (r *resolved) build() queries {
 	sc := r.scanCol()
 	b = (&sb{}).w("SELECT ", r.no, ", ", keyOf(d, sc.Type, sc.Column), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
 	r.exactLit(b, r.status, r.pending)
-	conds(b, "", r.where)
+	r.conds(b, "", r.where)
 	b.w(" AND ")
 	r.due(b, "", true)
 	b.w(" AND ")
@@ -627,12 +714,12 @@ func (r *resolved) build() queries {
 			col, now = r.created.Column, r.nowBack(r.created.Type)
 		}
 		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), ", stable(nowMS[d]), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
-		conds(b, "", r.where)
+		r.conds(b, "", r.where)
 		b.w(" AND ", col, " <= ", stable(now))
 	} else {
 		b = (&sb{}).w("SELECT COUNT(*), MIN(", r.expireMS(""), "), (SELECT ", nowMS[d], ") FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
 		r.exactLit(b, r.status, r.pending)
-		conds(b, "", r.where)
+		r.conds(b, "", r.where)
 		b.w(" AND ")
 		r.due(b, "", true)
 	}
@@ -644,9 +731,9 @@ func (r *resolved) build() queries {
 	if r.updated != "" {
 		age = "(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"
 	}
-	q.statusesPre = "SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.show + ", " + r.ownLock("") + ", " + r.ownSeats() + " FROM " + r.o + " WHERE " + r.no + " IN ("
+	q.statusesPre = "SELECT " + r.no + ", " + asText(d, r.status) + ", " + age + ", " + r.show + ", " + r.ownLock("") + ", " + r.ownSeats() + " FROM " + r.o + " WHERE " + r.no + " IN ("
 	b = &sb{}
-	conds(b, "", r.where)
+	r.conds(b, "", r.where)
 	q.statusesPost = ")" + b.b.String()
 	return q
 }

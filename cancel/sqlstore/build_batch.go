@@ -5,11 +5,13 @@ package sqlstore
 // placeholder of slot aNo, which batchArgs fills with the batch's numbers in
 // turn.
 
-// inNos writes "col IN (?, …)" for n order numbers and, where build.go's eq
-// compares ids a second time as bytes (MySQL over a host's columns, whose
-// collation may fold case), "AND CAST(col AS BINARY) IN (CAST(? AS BINARY),
-// …)": the first list is the index lookup, the second keeps "ALICE" from
-// matching "alice" (I10).
+import "strings"
+
+// inNos writes "col IN (?, …)" for n order numbers (each as numArg writes
+// it for an integer column) and, where build.go's eq compares ids a second
+// time as bytes (a host's columns, whose collation may fold case), "AND
+// <col, by bytes> IN (<?, by bytes>, …)": the first list is the index
+// lookup, the second keeps "ALICE" from matching "alice" (I10).
 func (r *resolved) inNos(b *sb, col string, n int) {
 	list := func(pre, post string) {
 		b.w("(")
@@ -22,10 +24,23 @@ func (r *resolved) inNos(b *sb, col string, n int) {
 		b.w(")")
 	}
 	b.w(col, " IN ")
-	list("", "")
+	if r.raw.Orders.NumericOrderNo {
+		pre, post, _ := strings.Cut(numArg(r.d, "?"), "?")
+		list(pre, post)
+	} else {
+		list("", "")
+	}
 	if r.exactIDs && !r.raw.Orders.NumericOrderNo {
-		b.w(" AND CAST(", col, " AS BINARY) IN ")
-		list("CAST(", " AS BINARY)")
+		b.w(" AND ")
+		binCol(b, r.d, col)
+		b.w(" IN (")
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				b.w(", ")
+			}
+			binVal(b, r.d, func() { b.p(aNo) })
+		}
+		b.w(")")
 	}
 }
 
@@ -36,7 +51,7 @@ func (r *resolved) batchPending(b *sb, alias string, n int) {
 	r.inNos(b, alias+r.no, n)
 	b.w(" AND ", alias, r.status, " = ", r.pending.sql)
 	r.exactLit(b, alias+r.status, r.pending)
-	conds(b, alias, r.where)
+	r.conds(b, alias, r.where)
 	b.w(" AND ")
 	r.due(b, alias, false)
 }
@@ -78,7 +93,7 @@ func (r *resolved) batchCAS(n int) stmt {
 		// pending row it passes, another transaction's too (REPEATABLE
 		// READ keeps the lock of each row an UPDATE examines).
 		r.inNos(b, r.no, n)
-		conds(b, "", r.where)
+		r.conds(b, "", r.where)
 		return b.done(r.d)
 	}
 	r.batchPending(b, "", n)
@@ -94,7 +109,7 @@ func (r *resolved) batchSeats(n int) stmt {
 	}
 	b := (&sb{}).w("SELECT ", r.cNo, ", ", r.cSeat, " FROM ", r.c, " WHERE ")
 	r.inNos(b, r.cNo, n)
-	conds(b, "", r.cWhere)
+	r.conds(b, "", r.cWhere)
 	r.lockedOnly(b, "")
 	b.w(" ORDER BY ", r.cNo, ", ", r.cSeat)
 	return b.done(r.d)

@@ -34,7 +34,7 @@ func (r *resolved) reinstateCAS() stmt {
 	r.set(b, r.payment, aPayment)
 	b.w(" WHERE ")
 	r.eq(b, r.no, aNo)
-	conds(b, "", r.where)
+	r.conds(b, "", r.where)
 	if !byStatus {
 		r.statusIn(b, r.cancelled)
 		b.w(" AND ", r.reason, " IN ('timeout', 'reconcile')")
@@ -76,8 +76,16 @@ func (r *resolved) statusIn(b *sb, ls []lit) {
 		exact = exact && l.str
 	}
 	if exact {
-		b.w(" AND CAST(", r.status, " AS BINARY) IN (")
-		list()
+		b.w(" AND ")
+		binCol(b, r.d, r.status)
+		b.w(" IN (")
+		for i, l := range ls {
+			if i > 0 {
+				b.w(", ")
+			}
+			binVal(b, r.d, func() { b.w(l.sql) })
+		}
+		b.w(")")
 	}
 }
 
@@ -99,7 +107,7 @@ func (r *resolved) moveDeadline(later bool) stmt {
 	}
 	b.w(" WHERE ")
 	r.eq(b, r.no, aNo)
-	conds(b, "", r.where)
+	r.conds(b, "", r.where)
 	b.w(" AND ", r.status, " = ", r.pending.sql)
 	r.exactLit(b, r.status, r.pending)
 	b.w(" AND ", r.expireMS(""), " = ").p(aPrevMS).w(" AND ", r.expireMS(""), " > ", nowMS[r.d], " AND ", r.expireMS(""))
@@ -119,7 +127,7 @@ func (r *resolved) warnSide() stmt {
 	b.w("UPDATE oe_order_side SET warned_at_ms = ", nowMS[r.d], " WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNoKey).
 		w(" AND warned_at_ms IS NULL AND EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
 	r.eq(b, "o."+r.no, aNo)
-	conds(b, "o.", r.where)
+	r.conds(b, "o.", r.where)
 	b.w(" AND o.", r.status, " = ", r.pending.sql)
 	r.exactLit(b, "o."+r.status, r.pending)
 	b.w(" AND ", r.expireMS("o."), " > ", nowMS[r.d], " AND ", r.expireMS("o."), " <= ", nowMS[r.d], " + ").p(aLead).w(")")

@@ -36,6 +36,7 @@ func (s *Store) Check(ctx context.Context) error {
 	o := r.raw.Orders
 	var problems []string
 	bad := func(format string, a ...any) { problems = append(problems, fmt.Errorf(format, a...).Error()) }
+	var scopeCols []string // the Where columns the order number is unique with (none: unique alone)
 
 	ocols, oidx, err := s.describe(ctx, o.Table)
 	if err != nil {
@@ -43,6 +44,8 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	if len(ocols) == 0 {
 		bad("orders table %s does not exist", o.Table)
+	} else if err := s.checkScopeSpelling(ctx, o.Table, bad); err != nil {
+		return fmt.Errorf("sqlstore: check: %w", err)
 	} else {
 		want := func(what, col, class string) {
 			if col == "" {
@@ -97,6 +100,9 @@ func (s *Store) Check(ctx context.Context) error {
 		if exist(ocols, append([]string{o.Status, scan, o.OrderNo}, whereCols...)...) && !hasIndex(oidx, whereCols, []string{o.Status}, []string{scan, o.OrderNo}, false) {
 			bad("orders table %s: no index serves the expiry scan: want one on (%s, %s, %s), the condition columns %v may lead", o.Table, o.Status, scan, o.OrderNo, whereCols)
 		}
+		if !hasUnique(oidx, []string{o.OrderNo}, nil) {
+			scopeCols = uniqueWith(oidx, o.OrderNo, uniqueCols)
+		}
 		if exist(ocols, append([]string{o.OrderNo}, uniqueCols...)...) && !hasUnique(oidx, []string{o.OrderNo}, uniqueCols) {
 			bad("orders table %s: the order number %s is not unique: want a unique key on (%s) (the condition columns %v may join it)", o.Table, o.OrderNo, o.OrderNo, uniqueCols)
 		}
@@ -140,19 +146,27 @@ func (s *Store) Check(ctx context.Context) error {
 			if hasNo && !hasIndex(cidx, whereCols, nil, []string{c.OrderNo}, true) {
 				bad("claims table %s: no index leads with the order number %s (a cancel reads and frees an order's claims by it)", c.Table, c.OrderNo)
 			}
-			ok := false
-			for _, ix := range cidx {
-				if !ix.unique || !slices.Contains(ix.cols, c.ShowID) || !slices.Contains(ix.cols, c.SeatID) {
-					continue
-				}
-				if c.State != "" || subset(ix.cols, append([]string{c.ShowID, c.SeatID}, whereCols...)) {
-					ok = true
-				}
-			}
 			_, hasShow := ccols[c.ShowID]
 			_, hasSeat := ccols[c.SeatID]
-			if !ok && hasShow && hasSeat {
-				bad("claims table %s: no unique key on (%s, %s): one live claim per seat is the last defence against a double sale", c.Table, c.ShowID, c.SeatID)
+			if hasShow && hasSeat {
+				if err := s.checkLiveClaimKey(ctx, c, cidx, bad); err != nil {
+					return fmt.Errorf("sqlstore: check: %w", err)
+				}
+			}
+			// Order numbers unique per scope only (per tenant): the claims
+			// must be scoped the same way, or a cancel of one tenant's order
+			// frees another tenant's claims of the same number (I16).
+			for _, oc := range r.where {
+				if oc.null || !slices.Contains(scopeCols, oc.name) {
+					continue
+				}
+				scoped := false
+				for _, cc := range r.cWhere {
+					scoped = scoped || !cc.null && cc.v.key == oc.v.key
+				}
+				if !scoped {
+					bad("claims table %s: the orders are scoped by %s = %s and their numbers are unique only with it, but the claims have no condition for that scope: a cancel of one scope's order would free another scope's claims of the same number (I16); add a Claims.Where on the claims' own column holding %s, or make the order number unique alone", c.Table, oc.name, oc.v.sql, oc.v.sql)
+				}
 			}
 		}
 	}
@@ -165,11 +179,254 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	if _, ok := dcols["payment_id"]; !ok {
 		bad("the library's table oe_payment_discrepancy does not exist: run Migrate (it creates only that table) or apply its statements from Schema")
+	} else if n, err := s.discrepancyKeyColumns(ctx); err != nil {
+		return fmt.Errorf("sqlstore: check: %w", err)
+	} else if n != 2 {
+		// A table of an earlier version, which CREATE TABLE IF NOT EXISTS
+		// leaves as it is: its key decides a payment id across scopes.
+		bad("the library's table oe_payment_discrepancy is keyed by payment_id alone (an earlier version's): payment ids are per scope, so run Migrate, which re-keys it by (scope, payment_id)")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w:\n  %s", ErrMapping, strings.Join(problems, "\n  "))
 	}
 	return nil
+}
+
+// uniqueWith returns the columns beside no of a non-partial unique index
+// that holds no and otherwise only columns of may: the columns an order
+// number is unique with.
+func uniqueWith(idx []index, no string, may []string) []string {
+	for _, ix := range idx {
+		if ix.unique && !ix.partial && slices.Contains(ix.cols, no) && subset(ix.cols, append([]string{no}, may...)) {
+			return slices.DeleteFunc(slices.Clone(ix.cols), func(c string) bool { return c == no })
+		}
+	}
+	return nil
+}
+
+// checkScopeSpelling reports (bad) an orders table named other than the one
+// way its scope (Store.Scope) is spelled: qualified with the connection's
+// own schema, or in another case than the catalog's where the database
+// folds names. Two stores of one tenant whose mappings spell the table
+// differently would have two scopes on the same rows, and a payment id
+// refunded through one would be refunded again through the other.
+func (s *Store) checkScopeSpelling(ctx context.Context, table string, bad func(string, ...any)) error {
+	sch, name, qualified := strings.Cut(table, ".")
+	if !qualified {
+		name = table
+	}
+	if qualified {
+		var own string
+		q := map[Dialect]string{MySQL: "SELECT DATABASE()", Postgres: "SELECT current_schema()", SQLite: "SELECT 'main'"}[s.dialect]
+		if err := s.db.QueryRowContext(ctx, q).Scan(&own); err != nil {
+			return fmt.Errorf("the connection's schema: %w", err)
+		}
+		if sch == own {
+			bad("orders table %s: name it %s, without the connection's own schema: the store's scope is spelled from the name, and one table must have one scope", table, name)
+		}
+		return nil
+	}
+	var stored string
+	var err error
+	switch s.dialect {
+	case MySQL:
+		err = s.db.QueryRowContext(ctx, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", name).Scan(&stored)
+	case SQLite:
+		err = s.db.QueryRowContext(ctx, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name = ? COLLATE NOCASE", name).Scan(&stored)
+	default:
+		return nil // quoted: PostgreSQL finds the name only in its own case
+	}
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("the name of %s: %w", table, err)
+	}
+	if err == nil && stored != name {
+		bad("orders table %s: name it %s, as the database spells it: the store's scope is spelled from the name, and one table must have one scope", table, stored)
+	}
+	return nil
+}
+
+// checkLiveClaimKey reports (bad) a claims table without a unique key that
+// keeps one live claim per seat: one holding the show and the seat and,
+// beside them, only the claims' Where columns whose condition is a value
+// (a column of an IS NULL condition, such as a soft delete's, holds NULL in
+// every live claim, and NULLs are distinct in a unique key), or, with a
+// State column, a generated column computed from the state (NULL for a
+// released claim, as MySQL has no partial index). A partial unique index
+// must have a predicate on the state column (with State) or on an IS NULL
+// condition's column. A key holding the state column itself lets a locked
+// and a sold claim of one seat coexist: a double sale once the seat store
+// has lost its data.
+func (s *Store) checkLiveClaimKey(ctx context.Context, c *Claims, idx []index, bad func(string, ...any)) error {
+	var valued, nulls []string
+	for _, w := range s.m.cWhere {
+		if w.null {
+			nulls = append(nulls, w.name)
+		} else {
+			valued = append(valued, w.name)
+		}
+	}
+	gen, preds, err := s.keyDetail(ctx, c.Table)
+	if err != nil {
+		return err
+	}
+	mentions := func(expr string, cols ...string) bool {
+		for _, col := range cols {
+			if col != "" && identIn(expr, col) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, ix := range idx {
+		if !ix.unique || !slices.Contains(ix.cols, c.ShowID) || !slices.Contains(ix.cols, c.SeatID) {
+			continue
+		}
+		ok := true
+		for _, col := range ix.cols {
+			switch {
+			case col == c.ShowID, col == c.SeatID, slices.Contains(valued, col):
+			case c.State != "" && col != "" && mentions(gen[col], c.State):
+			default:
+				ok = false
+			}
+		}
+		if ix.partial && !mentions(preds[ix.name], append([]string{c.State}, nulls...)...) {
+			ok = false
+		}
+		if ok {
+			return nil
+		}
+	}
+	with := ""
+	if len(valued) > 0 {
+		with = " with " + strings.Join(valued, ", ")
+	}
+	switch {
+	case c.State != "":
+		bad("claims table %s: no unique key keeps one live claim per seat, the last defence against a double sale: want a unique key on (%s, %s)%s, partial WHERE %s <> the released state, or on MySQL with a generated column that is NULL for a released claim (never the state column itself: a locked and a sold claim of one seat would both fit)", c.Table, c.ShowID, c.SeatID, with, c.State)
+	case len(nulls) > 0:
+		bad("claims table %s: no unique key keeps one live claim per seat, the last defence against a double sale: want a unique key on (%s, %s)%s, partial WHERE %s IS NULL (never with the column itself: NULLs are distinct in a unique key)", c.Table, c.ShowID, c.SeatID, with, strings.Join(nulls, ", "))
+	default:
+		bad("claims table %s: no unique key keeps one live claim per seat, the last defence against a double sale: want a unique key on (%s, %s)%s", c.Table, c.ShowID, c.SeatID, with)
+	}
+	return nil
+}
+
+// identIn reports whether expr (SQL text) names the column col as a whole
+// word, quoted or not, in any case.
+func identIn(expr, col string) bool {
+	expr, col = strings.ToLower(expr), strings.ToLower(col)
+	word := func(b byte) bool { return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' }
+	for i := 0; ; {
+		j := strings.Index(expr[i:], col)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(col)
+		if (j == 0 || !word(expr[j-1])) && (end == len(expr) || !word(expr[end])) {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+// keyDetail reads what checkLiveClaimKey needs beyond describe: the
+// expression of each generated column of table, and the predicate of each
+// partial index (lower case, as the database prints them).
+func (s *Store) keyDetail(ctx context.Context, table string) (gen, preds map[string]string, err error) {
+	gen, preds = map[string]string{}, map[string]string{}
+	var schema any
+	name := table
+	if sch, t, ok := strings.Cut(table, "."); ok {
+		schema, name = sch, t
+	}
+	collect := func(into map[string]string, q string, args ...any) error {
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var v sql.NullString
+			if err := rows.Scan(&k, &v); err != nil {
+				return err
+			}
+			into[k] = strings.ToLower(v.String)
+		}
+		return rows.Err()
+	}
+	switch s.dialect {
+	case MySQL:
+		err = collect(gen, "SELECT COLUMN_NAME, GENERATION_EXPRESSION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND IS_GENERATED <> 'NEVER'", schema, name)
+	case Postgres:
+		err = collect(gen, "SELECT column_name, generation_expression FROM information_schema.columns WHERE table_schema = COALESCE(CAST($1 AS TEXT), current_schema()) AND table_name = $2 AND is_generated = 'ALWAYS'", schema, name)
+		if err == nil {
+			err = collect(preds, `SELECT c.relname, pg_get_expr(ix.indpred, ix.indrelid) FROM pg_index ix
+JOIN pg_class c ON c.oid = ix.indexrelid JOIN pg_class t ON t.oid = ix.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace
+WHERE n.nspname = COALESCE(CAST($1 AS TEXT), current_schema()) AND t.relname = $2 AND ix.indpred IS NOT NULL`, schema, name)
+		}
+	default:
+		// SQLite keeps both only in the statements that created them.
+		err = collect(preds, "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", name)
+		if err == nil {
+			for k, v := range preds {
+				_, where, _ := strings.Cut(v, " where ")
+				preds[k] = where
+			}
+			var create sql.NullString
+			if err = s.db.QueryRowContext(ctx, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", name).Scan(&create); err == nil {
+				cols := map[string]string{}
+				if err = collect(cols, "SELECT name, CAST(hidden AS TEXT) FROM pragma_table_xinfo(?) WHERE hidden IN (2, 3)", name); err == nil {
+					for col := range cols {
+						gen[col] = sqliteColumnDef(strings.ToLower(create.String), strings.ToLower(col))
+					}
+				}
+			}
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("generated columns and partial indexes of %s: %w", table, err)
+	}
+	return gen, preds, nil
+}
+
+// sqliteColumnDef is the definition of column col in a CREATE TABLE
+// statement (lower case): from the column's name to the next comma outside
+// parentheses.
+func sqliteColumnDef(create, col string) string {
+	_, body, ok := strings.Cut(create, "(")
+	if !ok {
+		return ""
+	}
+	depth, start := 0, 0
+	for i := 0; i <= len(body); i++ {
+		if i < len(body) {
+			switch body[i] {
+			case '(':
+				depth++
+				continue
+			case ')':
+				if depth > 0 {
+					depth--
+					continue
+				}
+			case ',':
+				if depth > 0 {
+					continue
+				}
+			default:
+				continue
+			}
+		}
+		def := strings.TrimSpace(body[start:i])
+		if name, _, _ := strings.Cut(def, " "); strings.Trim(name, "\"`[]") == col {
+			return def
+		}
+		start = i + 1
+	}
+	return ""
 }
 
 // charLen is the length n of a declared type "…(n)" of MySQL or PostgreSQL.

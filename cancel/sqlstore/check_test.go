@@ -62,7 +62,7 @@ func TestCheckNamesWhatIsWrong(t *testing.T) {
 		{name: "claims table missing", mapping: func(m *sqlstore.Mapping) { m.Claims.Table = "order_seats" }, want: "claims table order_seats does not exist"},
 		{name: "claims column missing", mapping: func(m *sqlstore.Mapping) { m.Claims.SeatID = "seat_no" }, want: "claims table order_seat has no seat column seat_no"},
 		{name: "claims without an order number index", ddl: without("idx_seat_order"), want: "no index leads with the order number order_no"},
-		{name: "claims not unique per seat", ddl: replace("PRIMARY KEY (show_id, seat_id)", "PRIMARY KEY (show_id, seat_id, order_no)"), want: "no unique key on (show_id, seat_id)"},
+		{name: "claims not unique per seat", ddl: replace("PRIMARY KEY (show_id, seat_id)", "PRIMARY KEY (show_id, seat_id, order_no)"), want: "no unique key keeps one live claim per seat, the last defence against a double sale: want a unique key on (show_id, seat_id)"},
 		{name: "the library's own table missing", noMigrate: true, want: "oe_payment_discrepancy does not exist"},
 	} {
 		for _, d := range allDialects {

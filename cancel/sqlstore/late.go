@@ -184,14 +184,14 @@ func (s *Store) reinstateTx(ctx context.Context, p cancel.Payment, cas string, a
 	}
 	var seats sql.NullString
 	var limit sql.NullInt64 // NULL: placed before the column existed
-	var expireMS, nowMS int64
+	var nowMS int64
 	o := expiry.Order{No: p.OrderNo, Status: expiry.StatusPaid}
 	err = tx.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, expire_at_ms, NOW_MS, seats, seat_limit FROM oe_order WHERE order_no = ?"), p.OrderNo).
-		Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &expireMS, &nowMS, &seats, &limit)
+		Scan(idCol{&o.UserID}, idCol{&o.ShowID}, deadlineCol{&o.ExpireAt}, &nowMS, &seats, &limit)
 	if err != nil {
 		return res, false, false, err
 	}
-	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	o.ReadAt = time.UnixMilli(nowMS)
 	if !seats.Valid || seats.String == "" {
 		return res, false, false, cancel.ErrNoSeatRecord
 	}
@@ -290,13 +290,13 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 	}
 	o := expiry.Order{No: p.OrderNo, Status: expiry.StatusPaid}
 	var status string
-	var expireMS, nowMS int64
+	var nowMS int64
 	var paymentID sql.NullString
-	if err := tx.QueryRowContext(ctx, s.q.order.sql, s.args(s.q.order, vals{no: p.OrderNo})...).Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, &expireMS, &nowMS, &paymentID); err != nil {
+	if err := tx.QueryRowContext(ctx, s.q.order.sql, s.args(s.q.order, vals{no: p.OrderNo})...).Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, deadlineCol{&o.ExpireAt}, &nowMS, &paymentID); err != nil {
 		return res, false, false, err
 	}
 	unpad(&o.UserID, &o.ShowID)
-	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	o.ReadAt = time.UnixMilli(nowMS)
 	if p.UserID != "" && o.UserID != p.UserID {
 		return res, false, false, fmt.Errorf("order %s: %w", p.OrderNo, cancel.ErrNotOwner) // rolled back
 	}
@@ -538,17 +538,17 @@ func (s *Store) MarkWarned(ctx context.Context, orderNo string, lead time.Durati
 	}
 	o := expiry.Order{No: orderNo}
 	var status uint8
-	var expireMS, nowMS int64
+	var nowMS int64
 	var warned sql.NullInt64
 	err = s.db.QueryRowContext(ctx, s.lateSQL("SELECT user_id, show_id, status, expire_at_ms, NOW_MS, warned_at_ms FROM oe_order WHERE order_no = ?"), orderNo).
-		Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, &expireMS, &nowMS, &warned)
+		Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, deadlineCol{&o.ExpireAt}, &nowMS, &warned)
 	if errors.Is(err, sql.ErrNoRows) {
 		return expiry.WarnResult{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
 	}
 	if err != nil {
 		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
 	}
-	o.Status, o.ExpireAt, o.ReadAt = expiry.Status(status), time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	o.Status, o.ReadAt = expiry.Status(status), time.UnixMilli(nowMS)
 	if n == 1 {
 		// The order as the compare-and-set saw it: pending (a payment that
 		// committed since does not make this call's warning a false one).

@@ -349,7 +349,7 @@ type resolved struct {
 	raw Mapping // as given (names unquoted), for Check
 
 	defaultSchema bool // the library's own: ascii_bin ids on MySQL
-	exactIDs      bool // MySQL: compare ids a second time as bytes
+	exactIDs      bool // a host's columns: compare ids and string constants a second time as bytes
 
 	o, no, user, show, status string
 	deadline                  Time // Column quoted; "" with CreatedAt+Window
@@ -386,7 +386,7 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 		r.defaultSchema = true
 	}
 	r.raw = m
-	r.exactIDs = d == MySQL && !r.defaultSchema
+	r.exactIDs = !r.defaultSchema
 	var errs []error
 	id := func(what, name string, table bool) string {
 		q, err := ident(d, what, name, table)

@@ -139,7 +139,11 @@ func (s *Store) upgradeDiscrepancyKey(ctx context.Context) error {
 		if err := s.db.QueryRowContext(ctx, "SELECT conname FROM pg_constraint WHERE conrelid = 'oe_payment_discrepancy'::regclass AND contype = 'p'").Scan(&name); err != nil {
 			return fmt.Errorf("primary key of oe_payment_discrepancy: %w", err)
 		}
-		_, err = s.db.ExecContext(ctx, "ALTER TABLE oe_payment_discrepancy DROP CONSTRAINT "+quoteIdent(Postgres, name)+", ADD PRIMARY KEY (scope, payment_id)")
+		q, err := ident(Postgres, "primary key of oe_payment_discrepancy", name, false)
+		if err != nil {
+			return err
+		}
+		_, err = s.db.ExecContext(ctx, "ALTER TABLE oe_payment_discrepancy DROP CONSTRAINT "+q+", ADD PRIMARY KEY (scope, payment_id)")
 	default:
 		err = s.rebuildDiscrepancySQLite(ctx)
 	}

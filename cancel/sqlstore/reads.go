@@ -167,7 +167,11 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.O
 	for len(nos) > 0 {
 		chunk := nos[:min(len(nos), maxIn)]
 		nos = nos[len(chunk):]
-		q := rebind(s.dialect, s.q.statusesPre+"?"+strings.Repeat(", ?", len(chunk)-1)+s.q.statusesPost)
+		ph := "?"
+		if s.m.raw.Orders.NumericOrderNo {
+			ph = numArg(s.dialect, ph)
+		}
+		q := rebind(s.dialect, s.q.statusesPre+ph+strings.Repeat(", "+ph, len(chunk)-1)+s.q.statusesPost)
 		args := make([]any, len(chunk))
 		for i, no := range chunk {
 			args[i] = no
@@ -261,6 +265,24 @@ func unpad(ids ...*string) {
 	for _, id := range ids {
 		*id = strings.TrimRight(*id, " ")
 	}
+}
+
+// deadlineCol scans a deadline read as epoch milliseconds into t. NULL (a
+// nullable deadline or creation column that holds none, a window setting
+// that is not a number) is the zero time: the order has no deadline now,
+// and is never due until it has one (see expiry.Order.ExpireAt).
+type deadlineCol struct{ t *time.Time }
+
+func (c deadlineCol) Scan(v any) error {
+	var ms sql.NullInt64
+	if err := ms.Scan(v); err != nil {
+		return err
+	}
+	*c.t = time.Time{}
+	if ms.Valid {
+		*c.t = time.UnixMilli(ms.Int64)
+	}
+	return nil
 }
 
 // idCol scans an id column of a host's table: NULL as "" (a legacy row the

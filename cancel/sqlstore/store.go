@@ -398,13 +398,13 @@ func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, str
 	}
 	o := expiry.Order{No: orderNo}
 	var status string
-	var expireMS, nowMS int64
+	var nowMS int64
 	var paymentID sql.NullString
 	st, err := s.prepared(ctx, s.q.order.sql)
 	if err != nil {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
-	err = st.QueryRowContext(ctx, s.args(s.q.order, vals{no: orderNo})...).Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, &expireMS, &nowMS, &paymentID)
+	err = st.QueryRowContext(ctx, s.args(s.q.order, vals{no: orderNo})...).Scan(idCol{&o.UserID}, idCol{&o.ShowID}, &status, deadlineCol{&o.ExpireAt}, &nowMS, &paymentID)
 	unpad(&o.UserID, &o.ShowID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, expiry.ErrNotFound)
@@ -415,6 +415,6 @@ func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, str
 	if o.Status, err = s.status(status); err != nil {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
-	o.ExpireAt, o.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+	o.ReadAt = time.UnixMilli(nowMS)
 	return o, paymentID.String, nil
 }

@@ -15,9 +15,24 @@ import (
 // deadline of a pending order is its creation time plus the window the
 // setting holds now, as the host's own code reads it.
 
-// intCast is the integer type a setting's value is cast to, per dialect
-// (a key-value table keeps it as a string).
-var intCast = map[Dialect]string{MySQL: "SIGNED", Postgres: "BIGINT", SQLite: "INTEGER"}
+// settingNumber is the setting's value (column col) as an integer, per
+// dialect: a key-value table keeps it as a string, and a value that is not
+// one to eighteen decimal digits (an empty string, a word, a sign, a blank)
+// is NULL. A cast alone reads such a value as 0 on MySQL and SQLite, a
+// window of zero that makes every pending order due at once; NULL makes no
+// order due while the host's setting is unreadable (Check names it).
+func settingNumber(d Dialect, col string) string {
+	text := "CAST(" + col + " AS CHAR)"
+	switch d {
+	case Postgres:
+		text = "CAST(" + col + " AS TEXT)"
+		return "(CASE WHEN " + text + " ~ '^[0-9]{1,18}$' THEN CAST(" + text + " AS BIGINT) END)"
+	case SQLite:
+		text = "CAST(" + col + " AS TEXT)"
+		return "(CASE WHEN length(" + text + ") BETWEEN 1 AND 18 AND " + text + " NOT GLOB '*[^0-9]*' THEN CAST(" + text + " AS INTEGER) END)"
+	}
+	return "(CASE WHEN " + text + " REGEXP '^[0-9]{1,18}$' THEN CAST(" + text + " AS SIGNED) END)"
+}
 
 // div1000 is the integer division of milliseconds into seconds.
 var div1000 = map[Dialect]string{MySQL: " DIV 1000", Postgres: " / 1000", SQLite: " / 1000"}
@@ -46,8 +61,8 @@ func resolveWindow(r *resolved, o Orders, id func(what, name string, table bool)
 	r.windowWhere = resolveConds("window setting", w.Where)
 	unit := strconv.FormatInt(w.Unit.Milliseconds(), 10)
 	b := &sb{}
-	b.w("(SELECT CAST(", r.windowCol, " AS ", intCast[r.d], ") * ", unit, " FROM ", r.windowTable, " WHERE 1 = 1")
-	conds(b, "", r.windowWhere)
+	b.w("(SELECT ", settingNumber(r.d, r.windowCol), " * ", unit, " FROM ", r.windowTable, " WHERE 1 = 1")
+	r.conds(b, "", r.windowWhere)
 	r.windowSQL = b.w(")").b.String()
 	return errors.Join(errs...)
 }
@@ -129,11 +144,15 @@ func (s *Store) checkWindow(ctx context.Context, bad func(format string, a ...an
 	}
 	r := s.m
 	q := &sb{}
-	q.w("SELECT COUNT(*) FROM ", r.windowTable, " WHERE ", r.windowCol, " IS NOT NULL")
-	conds(q, "", r.windowWhere)
-	var n int
-	if err := s.db.QueryRowContext(ctx, q.b.String()).Scan(&n); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	q.w("SELECT COUNT(*), COUNT(", settingNumber(s.dialect, r.windowCol), ") FROM ", r.windowTable, " WHERE ", r.windowCol, " IS NOT NULL")
+	r.conds(q, "", r.windowWhere)
+	var n, numbers int
+	if err := s.db.QueryRowContext(ctx, q.b.String()).Scan(&n, &numbers); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
+	}
+	if n == 1 && numbers == 0 {
+		bad("window setting %s.%s: its value is not a whole number of %v (1 to 18 decimal digits): no pending order is due until it is", w.Table, w.Column, w.Unit)
+		return nil
 	}
 	if n != 1 {
 		var where []string

@@ -218,7 +218,9 @@ func (s *mOrders) ClaimDiscrepancies(ctx context.Context, lease time.Duration, l
 	ds, err := s.inner.ClaimDiscrepancies(ctx, lease, limit)
 	mine := ds[:0:0] // the SQL variants share one table between runs
 	for _, d := range ds {
-		if strings.HasPrefix(d.OrderNo, s.m.env.prefix) {
+		// A case variant of a run's number (a payment for an order no one
+		// placed, refunded) is the run's too.
+		if len(d.OrderNo) >= len(s.m.env.prefix) && strings.EqualFold(d.OrderNo[:len(s.m.env.prefix)], s.m.env.prefix) {
 			mine = append(mine, d)
 		}
 	}

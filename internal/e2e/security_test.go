@@ -496,12 +496,21 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`what + " condition column"`:                                                  "an error message of resolve, never SQL",
 		`"cancelled status for " + string(reason)`:                                    "an error message of resolve, never SQL",
 		`"(SELECT " + now + ")"`:                                                      "due: a clock expression of nowAs",
-		`"SELECT " + r.no + ", " + r.status + ", " + age + ", " + r.show + ", " + r.ownLock("") + ", " + r.ownSeats() + " FROM " + r.o + " WHERE " + r.no + " IN ("`: "the Statuses query's head: quoted mapped names, the age below, ownLock and ownSeats (literal columns or NULL)",
+		`"SELECT " + r.no + ", " + asText(d, r.status) + ", " + age + ", " + r.show + ", " + r.ownLock("") + ", " + r.ownSeats() + " FROM " + r.o + " WHERE " + r.no + " IN ("`: "the Statuses query's head: quoted mapped names, the age below, ownLock and ownSeats (literal columns or NULL)",
 		`prefix + "lock_id"`: "ownLock: a table alias (\"\" or \"o.\" at every call) and the library's own column",
 		`"SELECT order_no, lock_id, seats FROM oe_order_side WHERE scope = ? AND order_no IN (?" + strings.Repeat(", ?", len(nos)-1) + ")"`: "sideRows: placeholders only",
 		`"(" + nowMS[d] + " - " + asMS(d, r.updatedType, r.updated, 0) + ")"`:                                                               "the Statuses age: the clock constant minus asMS of the quoted updated-at column",
 		`")" + b.b.String()`: "the Statuses query's tail: the conditions built by the builder",
-		`s.q.statusesPre + "?" + strings.Repeat(", ?", len(chunk)-1) + s.q.statusesPost`: "the IN list: placeholders only, between the two parts above",
+		`s.q.statusesPre + ph + strings.Repeat(", "+ph, len(chunk)-1) + s.q.statusesPost`: "the IN list: placeholders only (ph is \"?\" or numArg's cast of it), between the two parts above",
+		`"CAST(" + col + " AS TEXT)"`:           "asText, settingNumber: col is a quoted mapped column (r.status, r.payment, \"o.\"+r.status, r.windowCol)",
+		`"CAST(" + col + " AS CHAR)"`:           "settingNumber: col is the quoted window setting column",
+		`" with " + strings.Join(valued, ", ")`: "checkLiveClaimKey: text of Check's message, never SQL",
+		`"CAST(" + ph + " AS BIGINT)"`:          "numArg: ph is the placeholder \"?\"",
+		`"(CASE WHEN " + text + " ~ '^[0-9]{1,18}$' THEN CAST(" + text + " AS BIGINT) END)"`:                                              "settingNumber: text is the cast of the quoted setting column above",
+		`"(CASE WHEN length(" + text + ") BETWEEN 1 AND 18 AND " + text + " NOT GLOB '*[^0-9]*' THEN CAST(" + text + " AS INTEGER) END)"`: "settingNumber, SQLite: as above",
+		`"(CASE WHEN " + text + " REGEXP '^[0-9]{1,18}$' THEN CAST(" + text + " AS SIGNED) END)"`:                                         "settingNumber, MySQL: as above",
+		`"ALTER TABLE oe_payment_discrepancy DROP CONSTRAINT " + q + ", ADD PRIMARY KEY (scope, payment_id)"`:                             "upgradeDiscrepancyKey: q is the catalog's constraint name, validated and quoted by ident",
+		`"INSERT INTO oe_payment_discrepancy_rekeyed (" + cols + ") SELECT " + cols + " FROM oe_payment_discrepancy"`:                     "rebuildDiscrepancySQLite: cols is a constant list of the library's columns",
 		`last + "|" + no`: "the Expired cursor returned to the caller, never SQL text (it goes back in as arguments)",
 		`strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no`:                                 "the Expired cursor of the library's schema, for the tests and memstore",
 		`strconv.Itoa(len(show)) + "|" + show + "|" + seat`:                                      "the Claims cursor returned to the caller, never SQL text (it goes back in as arguments)",
@@ -522,7 +531,9 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 	}
 	// stable rewrites a clock expression of nowAs or nowMS; the others build
 	// expressions of a quoted column and numbers of the mapping.
-	builderCalls := map[string]bool{"nowAs": true, "asMS": true, "keyOf": true, "keyArg": true, "r.expireMS": true, "stable": true, "r.ownLock": true}
+	// asText, numArg and settingNumber wrap a quoted mapped column (or the
+	// placeholder "?") in a cast of constant text.
+	builderCalls := map[string]bool{"nowAs": true, "asMS": true, "keyOf": true, "keyArg": true, "r.expireMS": true, "stable": true, "r.ownLock": true, "asText": true, "numArg": true, "settingNumber": true}
 	dir := filepath.Join("..", "..", "cancel", "sqlstore")
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	require.NoError(t, err)
