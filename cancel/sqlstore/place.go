@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
@@ -79,6 +80,19 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 		}
 		if rows != nil {
 			if err := rows(ctx, tx, p); err != nil {
+				// Still the placing transaction, it rolls back and nothing
+				// is placed. One the rows ended themselves before failing
+				// (a COMMIT of theirs, DDL that commits on MySQL) may have
+				// committed the placement: then its seats must stay locked.
+				if ctx.Err() == nil {
+					_, perr := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_tx")
+					if perr == nil || !savepointGone(perr) {
+						return err
+					}
+				}
+				if s.placedAnyway(ctx, p.OrderNo) {
+					return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows, which then failed: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err)
+				}
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_tx"); err != nil {
@@ -104,15 +118,25 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 // it is there the outcome is reported unknown (expiry.ErrCommitUnknown), so
 // Place schedules it only as the store shows it.
 func (s *Store) endedInRows(ctx context.Context, orderNo string, err error) error {
-	if savepointGone(err) && ctx.Err() == nil {
-		if _, _, rerr := s.orderRow(ctx, orderNo); !errors.Is(rerr, expiry.ErrNotFound) {
-			return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (a COMMIT of theirs?): %w: %w", orderNo, expiry.ErrCommitUnknown, err)
-		}
+	if (savepointGone(err) || ctx.Err() != nil) && s.placedAnyway(ctx, orderNo) {
+		return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (a COMMIT of theirs?): %w: %w", orderNo, expiry.ErrCommitUnknown, err)
 	}
 	if savepointGone(err) {
 		err = fmt.Errorf("%w: %w", errTxAborted, err)
 	}
 	return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (an error of theirs that aborted it, such as a deadlock, was not returned): nothing was placed: %w", orderNo, err)
+}
+
+// placedAnyway reports whether order orderNo may exist after its placing
+// transaction ended in a way Insert cannot read (inside the host's rows, or
+// with the caller's context gone): a read on a context of its own finds
+// it, or cannot say (an error other than not found). Either way the seats
+// must stay locked and the outcome be reported unknown.
+func (s *Store) placedAnyway(ctx context.Context, orderNo string) bool {
+	rctx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer done()
+	_, _, err := s.orderRow(rctx, orderNo)
+	return !errors.Is(err, expiry.ErrNotFound)
 }
 
 // pgconnPkg is the package of pgx's connection errors.

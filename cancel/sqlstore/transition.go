@@ -53,7 +53,27 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	if res.Changed {
 		res.PaymentID = p.PaymentID
 	}
+	if err == nil && !res.Changed && res.Order.Status == expiry.StatusPaid && res.PaymentID == p.PaymentID {
+		s.recordHonoured(ctx, p, res.Order.UserID)
+	}
 	return res, err
+}
+
+// recordHonoured writes the decision row of a payment the store finds has
+// paid its order (the payment id column holds it) but that may have no
+// decision row: the order was paid by the host's own code, before the
+// library was wired in. Once the host deletes the paid order, that row is
+// all that says the payment was honoured; without it a repeated callback
+// would find no order and be refunded (I14). A row there already is
+// left as it is; a failure only leaves things as they were, and is logged
+// by nobody: the next repeat tries again.
+func (s *Store) recordHonoured(ctx context.Context, p cancel.Payment, userID string) {
+	q := s.q.decidePayment
+	if s.dialect != MySQL {
+		q += " ON CONFLICT (scope, payment_id) DO NOTHING"
+	}
+	_, err := s.db.ExecContext(ctx, q, p.PaymentID, s.m.scope, p.OrderNo, userID)
+	_ = err // a duplicate (MySQL) is the row there already
 }
 
 // SetHook makes every later transition of the store (CancelPending,
@@ -400,9 +420,9 @@ func readForTransition(rows *sql.Rows, orderNo string, list bool) (cancel.Result
 	res := cancel.Result{Order: expiry.Order{No: orderNo}}
 	found := false
 	for rows.Next() {
-		var expireMS, nowMS int64
+		var nowMS int64
 		var user, show, seat, lockID sql.NullString
-		if err := rows.Scan(&user, &show, &expireMS, &nowMS, &seat, &lockID); err != nil {
+		if err := rows.Scan(&user, &show, deadlineCol{&res.Order.ExpireAt}, &nowMS, &seat, &lockID); err != nil {
 			return res, err
 		}
 		// A NULL user or show (a legacy row of a host's table) is read as
@@ -414,7 +434,7 @@ func readForTransition(rows *sql.Rows, orderNo string, list bool) (cancel.Result
 		unpad(&res.Order.UserID, &res.Order.ShowID, &seat.String)
 		res.LockID = lockID.String
 		found = true
-		res.Order.ExpireAt, res.Order.ReadAt = time.UnixMilli(expireMS), time.UnixMilli(nowMS)
+		res.Order.ReadAt = time.UnixMilli(nowMS)
 		switch {
 		case seat.Valid && list:
 			res.Seats = splitSeats(seat.String)
