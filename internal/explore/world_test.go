@@ -871,12 +871,12 @@ func clockBack() []kind {
 // hostHolds: the host holds o1's row (SELECT … FOR UPDATE while it calls
 // its payment provider) and lets go; a round meanwhile must still expire
 // o2 (I12), and o1 once it is let go; a payment of o1 meanwhile fails and
-// is repeated by the provider. Two orders, o1's payment, a round and the
-// clock.
+// is repeated by the provider. Two orders (o2 placed once o1 is: see
+// afterOrder), o1's payment, a round and the clock.
 func hostHolds() []kind {
 	return withTwins([]kind{
 		placeKind(1, 0, "o1", "u1", "a1"),
-		placeKind(1, 1, "o2", "u2", "a2"),
+		afterOrder(placeKind(1, 1, "o2", "u2", "a2"), 1, "o1"),
 		holdKind(1, "o1", true),
 		holdKind(1, "o1", false),
 		payKind(1, 0),
@@ -884,6 +884,17 @@ func hostHolds() []kind {
 		clockKinds[0],
 		clockKinds[1],
 	})
+}
+
+// afterOrder enables k only once tenant tn's order no exists. Two orders
+// placed at one instant of the fake clock are due at the same instant on
+// memstore (the reconciler lists them by number) but a few milliseconds
+// apart on the real stores (listed by deadline): placed in number order,
+// both list them alike.
+func afterOrder(k kind, tn int, no string) kind {
+	enabled := k.enabled
+	k.enabled = func(s *observation) bool { return s.order(tn, no).exists && enabled(s) }
+	return k
 }
 
 // deleteKind is the host deleting tenant tn's order no once it is
