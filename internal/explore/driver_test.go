@@ -99,7 +99,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 
 // start starts an operation of kind k in its own goroutine.
 func (w *world) start(k kind, idx int, auto bool) *op {
-	o := &op{id: len(w.ops), kind: idx, name: k.name, tenant: k.tenant, started: w.clk.Now(), step: w.step, resume: make(chan command), auto: auto}
+	o := &op{id: len(w.ops), kind: idx, name: k.name, tenant: k.tenant, started: w.clk.Now(), step: w.step, round: k.round != "", resume: make(chan command), auto: auto}
 	w.ops = append(w.ops, o)
 	w.running = o
 	ctx := context.WithValue(context.Background(), opKey{}, o)

@@ -50,6 +50,7 @@ type op struct {
 	tenant  int
 	started time.Time // the fake clock when it started
 	step    int       // the world's step that started it
+	round   bool      // a reconcile round
 	resume  chan command
 	// trace is every store call the operation made, with its answer: the
 	// operation's local state is a function of it (the code is
@@ -221,6 +222,7 @@ func (g *gatedStore) CancelPending(ctx context.Context, req cancel.Request) (can
 		if err == nil && res.Changed {
 			g.w.cancelled(g.t, req.OrderNo, req.Reason)
 		}
+		g.w.roundTried(ctx, g.t, err, req.OrderNo)
 		return resultSummary(res), err
 	})
 	return res, err
@@ -234,6 +236,7 @@ func (g *gatedStore) CancelDue(ctx context.Context, nos []string, reason cancel.
 	err := g.w.do(ctx, "CancelDue", strings.Join(nos, ",")+" "+string(reason), true, func() (string, error) {
 		var err error
 		res, err = g.orderStore.CancelDue(ctx, nos, reason)
+		g.w.roundTried(ctx, g.t, err, nos...)
 		var out []string
 		for _, r := range res {
 			g.w.cancelled(g.t, r.Order.No, reason)

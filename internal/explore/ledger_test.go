@@ -165,7 +165,7 @@ func (w *world) readErr(what string, err error) {
 func (f facts) clone() facts {
 	c := facts{refunds: maps.Clone(f.refunds), refStep: maps.Clone(f.refStep),
 		reason: maps.Clone(f.reason), sent: maps.Clone(f.sent), disc: map[string]*discFact{}, issued: maps.Clone(f.issued), acked: maps.Clone(f.acked),
-		hooked: map[string][]expiry.Status{}, deleted: maps.Clone(f.deleted), held: maps.Clone(f.held), back: f.back, whole: maps.Clone(f.whole)}
+		hooked: map[string][]expiry.Status{}, deleted: maps.Clone(f.deleted), held: maps.Clone(f.held), back: f.back, whole: maps.Clone(f.whole), roundFailed: maps.Clone(f.roundFailed)}
 	for k, v := range f.hooked {
 		c.hooked[k] = slices.Clone(v)
 	}
@@ -260,6 +260,9 @@ func (s *observation) hash(h history) [16]byte {
 	}
 	if s.facts.back {
 		b.WriteString("clock back;")
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.facts.roundFailed)) {
+		fmt.Fprintf(&b, "round failed %s %s;", k, bucket(s.now.Sub(s.facts.roundFailed[k]), reconcile.BackoffMax))
 	}
 	if s.hooks {
 		fmt.Fprintf(&b, "hook down %v;", s.hookDown)

@@ -221,8 +221,12 @@ type facts struct {
 	back          bool
 	// whole is, per tenant, the last step that ran a reconcile round from
 	// its start to its end (the I12 ledger judges such a round).
-	whole    map[int]int
-	findings []finding
+	whole map[int]int
+	// roundFailed is, per order key, when a reconcile round's cancel of it
+	// last failed (cleared by one that did not): the reconcilers back such
+	// an order off, which no store shows, so the state hash keeps it.
+	roundFailed map[string]time.Time
+	findings    []finding
 }
 
 type discFact struct {
@@ -255,7 +259,7 @@ func newWorld(p *pool, shared bool, b backend) (*world, error) {
 	w := &world{pool: p, clk: clk, backend: b, events: make(chan event), parked: map[int]*op{}, letGo: map[string]func(){}}
 	w.facts = facts{refunds: map[string]int{}, refStep: map[string]int{},
 		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{},
-		hooked: map[string][]expiry.Status{}, deleted: map[string]bool{}, held: map[string]bool{}, whole: map[int]int{}}
+		hooked: map[string][]expiry.Status{}, deleted: map[string]bool{}, held: map[string]bool{}, whole: map[int]int{}, roundFailed: map[string]time.Time{}}
 	rt := expiry.Runtime{Logger: slog.New(slog.DiscardHandler), Clock: clk}
 	ctx := context.Background()
 	stores, inserts, hosts, err := b.orders.open(clk, 2)
@@ -1012,6 +1016,23 @@ func (w *world) stepBack(d time.Duration) {
 	w.mu.Unlock()
 	if err := w.backend.orders.shift(context.Background(), -d); err != nil && w.err == nil {
 		w.err = fmt.Errorf("stepping the order stores' clock back by %v: %w", d, err)
+	}
+}
+
+// roundTried records a reconcile round's cancel of nos that failed (err)
+// or did not (facts.roundFailed).
+func (w *world) roundTried(ctx context.Context, t *tenant, err error, nos ...string) {
+	if o, _ := ctx.Value(opKey{}).(*op); o == nil || !o.round {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, no := range nos {
+		if err != nil {
+			w.facts.roundFailed[key(t, no)] = w.clk.Now()
+		} else {
+			delete(w.facts.roundFailed, key(t, no))
+		}
 	}
 }
 
