@@ -29,6 +29,9 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 	if !ok {
 		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", p.OrderNo, expiry.ErrNotFound)
 	}
+	if err := s.rowHeld(p.OrderNo); err != nil {
+		return cancel.Result{}, err
+	}
 	if p.UserID != "" && o.o.UserID != p.UserID {
 		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", p.OrderNo, cancel.ErrNotOwner)
 	}
@@ -95,6 +98,9 @@ func (s *Store) SetDeadline(_ context.Context, c cancel.DeadlineChange) (cancel.
 	if !ok {
 		return cancel.DeadlineResult{}, fmt.Errorf("memstore: order %s: %w", c.OrderNo, expiry.ErrNotFound)
 	}
+	if err := s.rowHeld(c.OrderNo); err != nil {
+		return cancel.DeadlineResult{}, err
+	}
 	if c.UserID != "" && o.o.UserID != c.UserID {
 		return cancel.DeadlineResult{}, fmt.Errorf("memstore: order %s: %w", c.OrderNo, cancel.ErrNotOwner)
 	}
@@ -136,6 +142,9 @@ func (s *Store) MarkWarned(_ context.Context, orderNo string, lead time.Duration
 	o, ok := s.orders[orderNo]
 	if !ok {
 		return expiry.WarnResult{}, fmt.Errorf("memstore: order %s: %w", orderNo, expiry.ErrNotFound)
+	}
+	if err := s.rowHeld(orderNo); err != nil {
+		return expiry.WarnResult{}, err
 	}
 	cur := o.o
 	cur.ReadAt = s.now()

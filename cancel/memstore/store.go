@@ -12,7 +12,8 @@
 // gives), Seats and NewSeats: the two fakes. Their methods implement the
 // interfaces of packages cancel and reconcile; the few beyond them (Now,
 // Wipe, WipeShow, Snapshot) let a test read the fake's clock, lose its data
-// or check its state.
+// or check its state, and two (DeleteOrder, HoldRow) let a test play the
+// host's own part on its rows.
 package memstore
 
 import (
@@ -70,6 +71,8 @@ type Store struct {
 	orders map[string]*order
 	claims map[[2]string]string // (show, seat) → order, like oe_order_seat's key
 	disc   map[string]*discrepancy
+	// held counts the host's holds of each order's row (HoldRow).
+	held map[string]int
 	// Fail, when set, is returned by every call whose name it is given
 	// ("Order", "CancelPending", "PayPending", "Expired", "Statuses",
 	// "Claims", "Place", "RecordDiscrepancy", "ClaimDiscrepancies",
@@ -103,7 +106,59 @@ func NewScopedStore(now func() time.Time, scope string) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{now: now, scope: scope, orders: map[string]*order{}, claims: map[[2]string]string{}, disc: map[string]*discrepancy{}}
+	return &Store{now: now, scope: scope, orders: map[string]*order{}, claims: map[[2]string]string{}, disc: map[string]*discrepancy{}, held: map[string]int{}}
+}
+
+// DeleteOrder is the host deleting its row of order no (a buyer's "delete
+// my order"; hard or soft, as sqlstore's Mapping with a soft-delete Where
+// sees it: either way the row leaves the store's view), with its seat
+// claims. The discrepancy records stay: they are the library's. It reports
+// whether the order was there.
+func (s *Store) DeleteOrder(no string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.orders[no]
+	if !ok {
+		return false
+	}
+	for _, seat := range o.seats {
+		delete(s.claims, [2]string{o.o.ShowID, seat})
+	}
+	delete(s.orders, no)
+	return true
+}
+
+// HoldRow is the host holding order no's row in a transaction of its own
+// (SELECT … FOR UPDATE while it calls its payment provider) until letGo is
+// called. Meanwhile a write of that order (CancelPending, PayPending,
+// ReinstateCancelled, SetDeadline, MarkWarned) fails as a lock wait that
+// timed out does, with an error wrapping context.DeadlineExceeded, and
+// CancelDue skips it as sqlstore's batch does (FOR UPDATE SKIP LOCKED):
+// the batch's other orders go on. Reads are not held (a database's reads
+// do not wait for a row lock).
+func (s *Store) HoldRow(no string) (letGo func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held[no]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.held[no]--; s.held[no] == 0 {
+				delete(s.held, no)
+			}
+		})
+	}
+}
+
+// rowHeld is a write's answer for an order whose row the host holds
+// (HoldRow), with s.mu held: nil when it is not held.
+func (s *Store) rowHeld(no string) error {
+	if s.held[no] > 0 {
+		return fmt.Errorf("memstore: order %s: its row is held by another transaction: %w", no, context.DeadlineExceeded)
+	}
+	return nil
 }
 
 // Scope implements cancel.Scoped.
@@ -275,6 +330,9 @@ func (s *Store) transitionLocked(ctx context.Context, no, userID string, to expi
 	o, ok := s.orders[no]
 	if !ok {
 		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", no, expiry.ErrNotFound)
+	}
+	if err := s.rowHeld(no); err != nil {
+		return cancel.Result{}, err
 	}
 	if userID != "" && o.o.UserID != userID {
 		return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", no, cancel.ErrNotOwner)
@@ -480,6 +538,8 @@ func (s *Store) Snapshot() (restore func()) {
 // CancelDue implements cancel.BatchCanceller: each listed order still
 // pending and due by the store's clock is cancelled as CancelPending
 // cancels it (each order atomically, as in one transaction of sqlstore).
+// An order whose row the host holds (HoldRow) is skipped, as sqlstore's
+// SKIP LOCKED skips it: absent from the result, the others changed.
 func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
 	if err := cancel.ValidateBatch(orderNos, reason); err != nil {
 		return nil, fmt.Errorf("memstore: cancel due: %w", err)
@@ -493,7 +553,7 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 	var nos []string
 	seen := make(map[string]bool, len(orderNos))
 	for _, no := range orderNos {
-		if o, ok := s.orders[no]; ok && !seen[no] && o.o.Status == expiry.StatusPending && due(o) {
+		if o, ok := s.orders[no]; ok && !seen[no] && s.held[no] == 0 && o.o.Status == expiry.StatusPending && due(o) {
 			nos = append(nos, no)
 		}
 		seen[no] = true

@@ -2,10 +2,12 @@ package explore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
+	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
@@ -47,13 +49,24 @@ var (
 // insertFunc is the host's insert of a placement (its own transaction).
 type insertFunc func(ctx context.Context, p cancel.Placement) error
 
+// hostRows is the host's own part on a tenant's rows (the host steps).
+type hostRows interface {
+	// delete deletes order no: soft (the row stays, outside the store's
+	// Where) or hard.
+	delete(ctx context.Context, no string, soft bool) error
+	// hold holds order no's row in a transaction of the host's (SELECT …
+	// FOR UPDATE) until letGo is called.
+	hold(ctx context.Context, no string) (letGo func(), err error)
+}
+
 // orderSide makes a fresh world's order stores, one per tenant.
 type orderSide interface {
 	// open returns tenant stores (n of them), empty, on clk (the stores
-	// that keep no clock of their own use it).
-	open(clk *fakeClock, n int) ([]orderStore, []insertFunc, error)
-	// shift makes every store look as if its clock had moved forward by d
-	// (nothing to do for stores on clk).
+	// that keep no clock of their own use it), with the host's inserts and
+	// rows.
+	open(clk *fakeClock, n int) ([]orderStore, []insertFunc, []hostRows, error)
+	// shift makes every store look as if its clock had moved forward by d,
+	// or back for a negative d (nothing to do for stores on clk).
 	shift(ctx context.Context, d time.Duration) error
 }
 
@@ -89,15 +102,32 @@ var memory = backend{name: "memstore", orders: memOrders{}, seats: memSeats{}}
 
 type memOrders struct{}
 
-func (memOrders) open(clk *fakeClock, n int) ([]orderStore, []insertFunc, error) {
+// open runs the stores on the database's clock (clk.orderNow), which
+// steps back alone (world.stepBack).
+func (memOrders) open(clk *fakeClock, n int) ([]orderStore, []insertFunc, []hostRows, error) {
 	var stores []orderStore
 	var inserts []insertFunc
+	var hosts []hostRows
 	for i := 0; i < n; i++ {
-		s := memstore.NewStore(clk.Now)
+		s := memstore.NewStore(clk.orderNow)
 		stores, inserts = append(stores, s), append(inserts, func(ctx context.Context, p cancel.Placement) error { return s.Place(ctx, p) })
+		hosts = append(hosts, memHost{s})
 	}
-	return stores, inserts, nil
+	return stores, inserts, hosts, nil
 }
+
+// memHost is the host's part on memstore's rows (its test seams): a soft
+// delete is a hard one there (the row leaves the store's view either way).
+type memHost struct{ s *memstore.Store }
+
+func (h memHost) delete(_ context.Context, no string, _ bool) error {
+	if !h.s.DeleteOrder(no) {
+		return fmt.Errorf("order %s: %w", no, expiry.ErrNotFound)
+	}
+	return nil
+}
+
+func (h memHost) hold(_ context.Context, no string) (func(), error) { return h.s.HoldRow(no), nil }
 
 func (memOrders) shift(context.Context, time.Duration) error { return nil }
 

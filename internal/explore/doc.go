@@ -37,6 +37,13 @@
 // or a payment whose hook fails rolls back and is tried again later, and a
 // ledger checks that the outbox holds one record per order that left
 // pending, none for a transition rolled back.
+// The host is an actor too (issue 36), in scenarios of their own: it
+// deletes a cancelled order (hard or soft) before its payment arrives; its
+// second tenant gets a payment whose id equals one of tenant 1's (payments
+// are keyed by tenant and id); the database's clock steps back an hour
+// while the seat store's does not; and it holds an order's row across
+// steps (memstore.Store.HoldRow), while a round must still expire the
+// other due order (an I12 ledger judges every round run whole in a step).
 //
 // Run it with
 //

@@ -44,6 +44,13 @@ func (w *world) run(kinds []kind, s step) stepLog {
 		w.advance(d)
 		return stepLog{result: "+" + d.String()}
 	}
+	if k.back > 0 {
+		w.stepBack(k.back)
+		return stepLog{result: "-" + k.back.String()}
+	}
+	if k.host != nil {
+		return stepLog{result: k.host(w)}
+	}
 	var o *op
 	for _, p := range w.parked {
 		if p.kind == s.kind {
@@ -92,7 +99,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 
 // start starts an operation of kind k in its own goroutine.
 func (w *world) start(k kind, idx int, auto bool) *op {
-	o := &op{id: len(w.ops), kind: idx, name: k.name, tenant: k.tenant, started: w.clk.Now(), resume: make(chan command), auto: auto}
+	o := &op{id: len(w.ops), kind: idx, name: k.name, tenant: k.tenant, started: w.clk.Now(), step: w.step, round: k.round != "", resume: make(chan command), auto: auto}
 	w.ops = append(w.ops, o)
 	w.running = o
 	ctx := context.WithValue(context.Background(), opKey{}, o)
@@ -200,6 +207,12 @@ func (w *world) settle(kinds []kind, kill bool) []string {
 	if w.hookDown {
 		w.hookDown = false
 		out = append(out, "the hook's outbox comes back")
+	}
+	for _, k := range slices.Sorted(maps.Keys(w.letGo)) {
+		w.letGo[k]()
+		delete(w.letGo, k)
+		delete(w.facts.held, k)
+		out = append(out, "the host lets go of "+k+"'s row")
 	}
 	w.mu.Unlock()
 	w.advance(settleAdvance)

@@ -50,6 +50,9 @@ type explorer struct {
 	// violations count the sequences and settles breaking a ledger, and
 	// repeats those whose every finding is there by design (byDesign).
 	sequences, steps, settles, violations, repeats int
+	// byKind counts the sequences explored by the kind of their last step,
+	// so that the report shows every kind taken.
+	byKind map[int]int
 }
 
 // record is a finding with the sequence that produced it.
@@ -70,7 +73,7 @@ type node struct {
 
 func newExplorer(kinds []kind, shared bool, workers int) *explorer {
 	return &explorer{pool: newPool(), kinds: kinds, shared: shared, backend: memory, sem: make(chan struct{}, max(workers-1, 0)),
-		visited: map[[16]byte]int{}, settled: map[[16]byte][]record{}, best: map[string]record{}}
+		visited: map[[16]byte]int{}, settled: map[[16]byte][]record{}, best: map[string]record{}, byKind: map[int]int{}}
 }
 
 // world returns a fresh world; wireTenants has built one of this wiring
@@ -210,6 +213,7 @@ func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
 
 	x.mu.Lock()
 	x.sequences++
+	x.byKind[s.kind]++
 	x.steps++
 	x.tally(fs)
 	for _, f := range fs {
@@ -362,6 +366,11 @@ func (x *explorer) report(name string, depth int, took time.Duration) string {
 	fmt.Fprintf(&b, "explore %q: depth %d, %d kinds of step, tenants on one seat store: %v\n", name, depth, len(x.kinds), x.shared)
 	fmt.Fprintf(&b, "explore %q: %d sequences explored, %d distinct states, %d steps run (replays included), %d settles, %d violations (sequences or settles breaking a ledger), %d with the refund hook repeated (by design), %d classes of finding, %v\n",
 		name, x.sequences, len(x.settled), x.steps, x.settles, x.violations, x.repeats, len(x.best), took.Round(time.Millisecond))
+	var kinds []string
+	for i, k := range x.kinds {
+		kinds = append(kinds, fmt.Sprintf("%s: %d", k.name, x.byKind[i]))
+	}
+	fmt.Fprintf(&b, "explore %q: sequences by their last step: %s\n", name, strings.Join(kinds, "; "))
 	classes := slices.Sorted(maps.Keys(x.best))
 	slices.SortStableFunc(classes, func(a, b string) int { return len(x.best[a].seq) - len(x.best[b].seq) })
 	for _, c := range classes {

@@ -49,6 +49,8 @@ type op struct {
 	name    string
 	tenant  int
 	started time.Time // the fake clock when it started
+	step    int       // the world's step that started it
+	round   bool      // a reconcile round
 	resume  chan command
 	// trace is every store call the operation made, with its answer: the
 	// operation's local state is a function of it (the code is
@@ -220,6 +222,7 @@ func (g *gatedStore) CancelPending(ctx context.Context, req cancel.Request) (can
 		if err == nil && res.Changed {
 			g.w.cancelled(g.t, req.OrderNo, req.Reason)
 		}
+		g.w.roundTried(ctx, g.t, err, req.OrderNo)
 		return resultSummary(res), err
 	})
 	return res, err
@@ -233,6 +236,7 @@ func (g *gatedStore) CancelDue(ctx context.Context, nos []string, reason cancel.
 	err := g.w.do(ctx, "CancelDue", strings.Join(nos, ",")+" "+string(reason), true, func() (string, error) {
 		var err error
 		res, err = g.orderStore.CancelDue(ctx, nos, reason)
+		g.w.roundTried(ctx, g.t, err, nos...)
 		var out []string
 		for _, r := range res {
 			g.w.cancelled(g.t, r.Order.No, reason)
@@ -277,7 +281,7 @@ func (g *gatedStore) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy
 		var err error
 		recorded, err = g.orderStore.RecordDiscrepancy(ctx, d)
 		if err == nil && recorded {
-			g.w.tried(d.PaymentID)
+			g.w.tried(g.t, d.PaymentID)
 		}
 		return fmt.Sprint(recorded), err
 	})
@@ -293,7 +297,7 @@ func (g *gatedStore) ClaimDiscrepancies(ctx context.Context, lease time.Duration
 		ds, err = g.orderStore.ClaimDiscrepancies(ctx, lease, limit)
 		var ids []string
 		for _, d := range ds {
-			g.w.tried(d.PaymentID)
+			g.w.tried(g.t, d.PaymentID)
 			ids = append(ids, d.PaymentID)
 		}
 		return strings.Join(ids, ","), err
@@ -308,7 +312,7 @@ func (g *gatedStore) SettleDiscrepancy(ctx context.Context, paymentID string) er
 	return g.w.do(ctx, "SettleDiscrepancy", paymentID, false, func() (string, error) {
 		err := g.orderStore.SettleDiscrepancy(ctx, paymentID)
 		if err == nil {
-			g.w.settled(paymentID)
+			g.w.settled(g.t, paymentID)
 		}
 		return "ok", err
 	})
@@ -530,11 +534,13 @@ func (s gatedSender) Send(ctx context.Context, m expiry.Message, _ time.Duration
 	})
 }
 
-// refund is the host's refund hook (cancel.Config.OnDiscrepancy): the
-// provider refunds, keyed by payment id.
-func (w *world) refund(ctx context.Context, d cancel.Discrepancy) error {
-	return w.do(ctx, "Refund", d.OrderNo+" "+d.PaymentID, true, func() (string, error) {
-		w.refunded(d.PaymentID)
-		return "refunded", nil
-	})
+// refund is tenant t's refund hook (cancel.Config.OnDiscrepancy): its
+// provider account refunds, keyed by payment id.
+func (w *world) refund(t *tenant) func(ctx context.Context, d cancel.Discrepancy) error {
+	return func(ctx context.Context, d cancel.Discrepancy) error {
+		return w.do(ctx, "Refund", d.OrderNo+" "+d.PaymentID, true, func() (string, error) {
+			w.refunded(t, d.PaymentID)
+			return "refunded", nil
+		})
+	}
 }

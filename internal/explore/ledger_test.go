@@ -165,7 +165,7 @@ func (w *world) readErr(what string, err error) {
 func (f facts) clone() facts {
 	c := facts{refunds: maps.Clone(f.refunds), refStep: maps.Clone(f.refStep),
 		reason: maps.Clone(f.reason), sent: maps.Clone(f.sent), disc: map[string]*discFact{}, issued: maps.Clone(f.issued), acked: maps.Clone(f.acked),
-		hooked: map[string][]expiry.Status{}}
+		hooked: map[string][]expiry.Status{}, deleted: maps.Clone(f.deleted), held: maps.Clone(f.held), back: f.back, whole: maps.Clone(f.whole), roundFailed: maps.Clone(f.roundFailed)}
 	for k, v := range f.hooked {
 		c.hooked[k] = slices.Clone(v)
 	}
@@ -180,7 +180,7 @@ func (f facts) clone() facts {
 type history struct {
 	soldTo    map[string]string   // "show/seat" → the order it was seen sold to in the seat store
 	paidSeats map[string][]string // paid order key → its SQL claims when first seen paid
-	paidAt    map[string]int      // payment id → the step its order was first seen paid
+	paidAt    map[string]int      // payment (payment.key) → the step its order was first seen paid
 }
 
 func (h history) clone() history {
@@ -242,7 +242,7 @@ func (s *observation) hash(h history) [16]byte {
 		}
 	}
 	for _, pm := range payments {
-		id := pm.id
+		id := pm.key()
 		d := s.facts.disc[id]
 		lease := "-"
 		if d != nil {
@@ -251,6 +251,18 @@ func (s *observation) hash(h history) [16]byte {
 		paid, refunded := h.paidAt[id], s.facts.refStep[id]
 		fmt.Fprintf(&b, "p %s %d %v %v %s %v %v;", id, min(s.facts.refunds[id], 2), s.facts.issued[id], s.facts.acked[id], lease,
 			paid > 0, paid > 0 && refunded > 0 && refunded < paid)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.facts.deleted)) {
+		fmt.Fprintf(&b, "deleted %s;", k)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.facts.held)) {
+		fmt.Fprintf(&b, "held %s;", k)
+	}
+	if s.facts.back {
+		b.WriteString("clock back;")
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.facts.roundFailed)) {
+		fmt.Fprintf(&b, "round failed %s %s;", k, bucket(s.now.Sub(s.facts.roundFailed[k]), reconcile.BackoffMax))
 	}
 	if s.hooks {
 		fmt.Fprintf(&b, "hook down %v;", s.hookDown)
@@ -339,6 +351,7 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 		c := cur.orders[k]
 		switch {
 		case !p.exists:
+		case !c.exists && cur.facts.deleted[k]: // the host deleted it
 		case !c.exists:
 			add("I1", "an order vanished", "order %s vanished", k)
 		case p.Status == expiry.StatusPaid && c.Status != expiry.StatusPaid:
@@ -420,7 +433,7 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 	// never flips (the steps say which came first). I9: the refund hook
 	// runs once per payment id, the count being the hook's calls.
 	for _, pm := range payments {
-		id, k := pm.id, "t1/"+pm.order
+		id, k := pm.key(), pm.orderKey()
 		honoured := cur.orders[k].exists && cur.orders[k].Status == expiry.StatusPaid
 		if honoured && next.paidAt[id] == 0 {
 			next.paidAt[id] = step
@@ -438,6 +451,25 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 			add("I14", "a refunded payment was honoured later", "payment %s refunded at step %d, then honoured at step %d (%s paid by it)", id, refunded, paid, k)
 		} else {
 			add("I14", "an honoured payment was refunded", "payment %s honoured at step %d (%s paid by it), refunded at step %d", id, paid, k, refunded)
+		}
+	}
+
+	// I12: one stuck order never holds the others back. A reconcile round
+	// run from its start to its end in this step leaves no order of its
+	// tenant pending that was pending and due before it, and whose row
+	// the host did not hold. (With the transition hook installed a failed
+	// batch backs its orders off, by design: not judged there.)
+	if !cur.hooks {
+		for tn, at := range cur.facts.whole {
+			if at != step {
+				continue
+			}
+			for _, no := range orderNos[tn-1] {
+				k := fmt.Sprintf("t%d/%s", tn, no)
+				if p := prev.orders[k]; pending(p) && p.remaining <= 0 && !prev.facts.held[k] && !cur.facts.held[k] && pending(cur.orders[k]) {
+					add("I12", "a reconcile round left a due order pending whose row no one held", "order %s was due %v before the round, pending after it", k, -p.remaining)
+				}
+			}
 		}
 	}
 	return fs, next
@@ -487,7 +519,7 @@ func judgeSettled(w *world, cur *observation) []finding {
 		}
 	}
 	for _, pm := range payments {
-		id, k := pm.id, "t1/"+pm.order
+		id, k := pm.key(), pm.orderKey()
 		if !cur.facts.issued[id] {
 			continue
 		}
@@ -495,7 +527,7 @@ func judgeSettled(w *world, cur *observation) []finding {
 		honoured := o.exists && o.Status == expiry.StatusPaid
 		sold := true
 		for _, c := range cur.claims {
-			if c.tenant != 1 || c.OrderNo != pm.order {
+			if c.tenant != pm.tenant || c.OrderNo != pm.order {
 				continue
 			}
 			st, ok := cur.seats[c.ShowID][c.SeatID]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,17 +76,25 @@ var sqlTimeColumns = map[string][]string{
 
 // sqlOrders is cancel/sqlstore on the library's own schema, one database
 // per tenant (as the exploration's memstore has one store per tenant, each
-// serving its tenant's scope through gatedStore.Scope).
+// serving its tenant's scope through gatedStore.Scope), or on a host's
+// table shared by both tenants in one database (newSQLHostOrders).
 type sqlOrders struct {
-	dbs    []*sql.DB
+	d      sqlstore.Dialect
+	dbs    []*sql.DB // per tenant: its database (the same one, shared)
 	stores []*sqlstore.Store
+	// tables are every table a world empties, with its time columns.
+	tables map[string][]string
+	// host is the host's orders and claims tables and, per tenant, the
+	// Where its rows carry ("" on the library's schema: no soft delete).
+	orders, claims string
+	where          []string
 }
 
 // newSQLOrders migrates the schema into each database and returns the
 // side.
 func newSQLOrders(t testing.TB, d sqlstore.Dialect, dbs ...*sql.DB) *sqlOrders {
 	t.Helper()
-	s := &sqlOrders{dbs: dbs}
+	s := &sqlOrders{d: d, dbs: dbs, tables: sqlTimeColumns, orders: "oe_order", claims: "oe_order_seat"}
 	for _, db := range dbs {
 		st, err := sqlstore.New(db, d)
 		if err != nil {
@@ -96,6 +105,91 @@ func newSQLOrders(t testing.TB, d sqlstore.Dialect, dbs ...*sql.DB) *sqlOrders {
 		}
 		t.Cleanup(func() { st.Close() })
 		s.stores = append(s.stores, st)
+		s.where = append(s.where, "")
+	}
+	return s
+}
+
+// hostTimeColumns are the time columns of the host's tables
+// (newSQLHostOrders) and of the library's own tables beside them.
+var hostTimeColumns = map[string][]string{
+	"host_order":             {"expire_at_ms", "updated_at_ms"},
+	"host_order_seat":        nil,
+	"oe_order_side":          sqlTimeColumns["oe_order_side"],
+	"oe_payment_discrepancy": sqlTimeColumns["oe_payment_discrepancy"],
+}
+
+// hostMapping is tenant n's Mapping of the host's tables: its rows are
+// those of its tenant_id not soft-deleted (deleted = 0), so that both
+// tenants' stores share one database's tables, the library's
+// oe_payment_discrepancy and oe_order_side included, as a host running
+// several tenants on one schema has them.
+func hostMapping(n int) sqlstore.Mapping {
+	return sqlstore.Mapping{
+		Orders: sqlstore.Orders{
+			Table: "host_order", OrderNo: "order_no", UserID: "user_id", ShowID: "show_id", Status: "status",
+			Statuses:     sqlstore.Statuses{Pending: 0, Paid: []any{1}, Cancelled: []any{2}},
+			Deadline:     sqlstore.Time{Column: "expire_at_ms", Type: sqlstore.EpochMillis},
+			UpdatedAt:    sqlstore.Time{Column: "updated_at_ms", Type: sqlstore.EpochMillis},
+			CancelReason: "cancel_reason", PaymentID: "payment_id",
+			Where: []sqlstore.Condition{{Column: "tenant_id", Value: n}, {Column: "deleted", Value: 0}},
+		},
+		Claims: &sqlstore.Claims{Table: "host_order_seat", ShowID: "show_id", SeatID: "seat_id", OrderNo: "order_no",
+			Where: []sqlstore.Condition{{Column: "tenant_id", Value: n}}},
+	}
+}
+
+// hostDDL is the host's tables (SQLite, MySQL and PostgreSQL alike).
+var hostDDL = []string{
+	`CREATE TABLE IF NOT EXISTS host_order (
+		tenant_id     INT          NOT NULL,
+		order_no      VARCHAR(64)  NOT NULL,
+		user_id       VARCHAR(64)  NOT NULL,
+		show_id       VARCHAR(64)  NOT NULL,
+		status        INT          NOT NULL,
+		expire_at_ms  BIGINT       NOT NULL,
+		updated_at_ms BIGINT       NULL,
+		cancel_reason VARCHAR(32)  NULL,
+		payment_id    VARCHAR(64)  NULL,
+		deleted       INT          NOT NULL DEFAULT 0,
+		PRIMARY KEY (tenant_id, order_no)
+	)`,
+	"CREATE INDEX host_order_due ON host_order (tenant_id, deleted, status, expire_at_ms, order_no)",
+	`CREATE TABLE IF NOT EXISTS host_order_seat (
+		tenant_id INT         NOT NULL,
+		show_id   VARCHAR(64) NOT NULL,
+		seat_id   VARCHAR(64) NOT NULL,
+		order_no  VARCHAR(64) NOT NULL,
+		PRIMARY KEY (tenant_id, show_id, seat_id)
+	)`,
+	"CREATE INDEX host_order_seat_order ON host_order_seat (tenant_id, order_no)",
+}
+
+// newSQLHostOrders creates the host's tables in db and returns the side
+// of n tenants on them, each a sqlstore.Store with its hostMapping.
+func newSQLHostOrders(t testing.TB, d sqlstore.Dialect, db *sql.DB, n int) *sqlOrders {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range hostDDL {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("the host's DDL: %v", err)
+		}
+	}
+	s := &sqlOrders{d: d, tables: hostTimeColumns, orders: "host_order", claims: "host_order_seat"}
+	for i := 1; i <= n; i++ {
+		st, err := sqlstore.New(db, d, hostMapping(i))
+		if err != nil {
+			t.Fatalf("sqlstore.New: %v", err)
+		}
+		if err := st.Migrate(ctx); err != nil {
+			t.Fatalf("sqlstore Migrate: %v", err)
+		}
+		if err := st.Check(ctx); err != nil {
+			t.Fatalf("sqlstore Check: %v", err)
+		}
+		t.Cleanup(func() { st.Close() })
+		s.dbs, s.stores = append(s.dbs, db), append(s.stores, st)
+		s.where = append(s.where, fmt.Sprintf(" AND tenant_id = %d", i))
 	}
 	return s
 }
@@ -115,30 +209,46 @@ func openSQLite(t testing.TB) *sql.DB {
 	return db
 }
 
-func (s *sqlOrders) open(_ *fakeClock, n int) ([]orderStore, []insertFunc, error) {
+func (s *sqlOrders) open(_ *fakeClock, n int) ([]orderStore, []insertFunc, []hostRows, error) {
 	if n > len(s.stores) {
-		return nil, nil, fmt.Errorf("%d tenants, %d databases", n, len(s.stores))
+		return nil, nil, nil, fmt.Errorf("%d tenants, %d stores", n, len(s.stores))
 	}
 	ctx := context.Background()
-	var stores []orderStore
-	var inserts []insertFunc
-	for i, st := range s.stores[:n] {
-		for table := range sqlTimeColumns {
-			if _, err := s.dbs[i].ExecContext(ctx, "DELETE FROM "+table); err != nil {
-				return nil, nil, fmt.Errorf("empty %s: %w", table, err)
+	for _, db := range s.distinct() {
+		for table := range s.tables {
+			if _, err := db.ExecContext(ctx, "DELETE FROM "+table); err != nil {
+				return nil, nil, nil, fmt.Errorf("empty %s: %w", table, err)
 			}
 		}
+	}
+	var stores []orderStore
+	var inserts []insertFunc
+	var hosts []hostRows
+	for i, st := range s.stores[:n] {
 		stores = append(stores, st)
 		inserts = append(inserts, st.Insert(s.dbs[i], nil))
+		hosts = append(hosts, sqlHost{s: s, db: s.dbs[i], where: s.where[i]})
 	}
-	return stores, inserts, nil
+	return stores, inserts, hosts, nil
 }
 
-// shift moves every stored time back by d (see "Time" above).
+// distinct is each database once.
+func (s *sqlOrders) distinct() []*sql.DB {
+	var out []*sql.DB
+	for _, db := range s.dbs {
+		if !slices.Contains(out, db) {
+			out = append(out, db)
+		}
+	}
+	return out
+}
+
+// shift moves every stored time back by d (see "Time" above); a negative
+// d moves them forward: the database's clock stepped back.
 func (s *sqlOrders) shift(ctx context.Context, d time.Duration) error {
 	ms := d.Milliseconds()
-	for _, db := range s.dbs {
-		for table, cols := range sqlTimeColumns {
+	for _, db := range s.distinct() {
+		for table, cols := range s.tables {
 			if len(cols) == 0 {
 				continue
 			}
@@ -152,6 +262,55 @@ func (s *sqlOrders) shift(ctx context.Context, d time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// sqlHost is the host's part on one tenant's rows, in its own statements.
+type sqlHost struct {
+	s     *sqlOrders
+	db    *sql.DB
+	where string // the tenant's condition ("" on the library's schema)
+}
+
+func (h sqlHost) exec(ctx context.Context, q, no string) (int64, error) {
+	if h.s.d == sqlstore.Postgres {
+		q = strings.Replace(q, "?", "$1", 1)
+	}
+	r, err := h.db.ExecContext(ctx, q, no)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+// delete: a hard delete removes the order's row and its claims (a
+// cancelled order has none left); a soft one sets the flag the tenant's
+// Where excludes, on the host's table only (the library's schema has none).
+func (h sqlHost) delete(ctx context.Context, no string, soft bool) error {
+	q := "DELETE FROM " + h.s.orders + " WHERE order_no = ?" + h.where
+	if soft {
+		if h.where == "" {
+			return fmt.Errorf("the library's schema has no soft-delete flag: %w", cancel.ErrUnsupported)
+		}
+		q = "UPDATE " + h.s.orders + " SET deleted = 1 WHERE order_no = ?" + h.where
+	}
+	n, err := h.exec(ctx, q, no)
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("order %s: %d rows deleted", no, n)
+	}
+	if !soft {
+		_, err = h.exec(ctx, "DELETE FROM "+h.s.claims+" WHERE order_no = ?"+h.where, no)
+	}
+	return err
+}
+
+// hold is not replayed (the replays leave out sequences with a hold: see
+// replayable): SQLite has no row lock (a writer holds the whole database),
+// and the servers' lock waits answer in real time.
+func (h sqlHost) hold(context.Context, string) (func(), error) {
+	return nil, fmt.Errorf("the replays hold no row: %w", cancel.ErrUnsupported)
 }
 
 // redisSide is cancel/redisseat on one Redis (or Redis Cluster), under a

@@ -276,11 +276,19 @@ func compare(t *testing.T, bs []backend, sc scenario, shared bool, seqs [][]step
 	return fig
 }
 
+// replayable drops the sequences with a step the SQL replays leave out
+// (kind.noReplay).
+func replayable(kinds []kind, seqs [][]step) [][]step {
+	return slices.DeleteFunc(slices.Clone(seqs), func(seq []step) bool {
+		return slices.ContainsFunc(seq, func(s step) bool { return kinds[s.kind].noReplay != "" })
+	})
+}
+
 // replayOn replays, for each scenario, the sequences pick chooses from the
-// memstore selection, on bs (one per worker: see compare), and prints the
-// figures.
-func replayOn(t *testing.T, bs []backend, pick func(sc scenario, firsts [][]step) [][]step) {
-	b := bs[0]
+// memstore selection, on the backends of (one per worker: see compare), and
+// prints the figures.
+func replayOn(t *testing.T, of func(sc scenario) []backend, pick func(sc scenario, firsts [][]step) [][]step) {
+	b := of(scenarios[0])[0]
 	shared := wireTenants(t)
 	depth := replayDepth()
 	var total replayFigures
@@ -290,8 +298,8 @@ func replayOn(t *testing.T, bs []backend, pick func(sc scenario, firsts [][]step
 			firsts, figures, err := selection(sc, shared, depth)
 			require.NoError(t, err)
 			selected := time.Since(start)
-			seqs := pick(sc, firsts)
-			fig := compare(t, bs, sc, shared, seqs)
+			seqs := replayable(sc.kinds(), pick(sc, firsts))
+			fig := compare(t, of(sc), sc, shared, seqs)
 			out := fmt.Sprintf("replay %s %q: %d sequences replayed (%d steps, %d settles) of the %d first-reaching sequences at depth %d (memstore: %s, %v), %d violations, %d divergences from memstore's verdicts, %d with other gated calls, %d run again (slower than maxDrift), slowest world %v to its last clock step, %v\n",
 				b.name, sc.name, fig.sequences, fig.steps, fig.settles, len(firsts), depth, figures, selected.Round(time.Millisecond),
 				fig.violations, fig.divergences, fig.gateDiffs, fig.slow, fig.drift.Round(time.Millisecond), fig.took.Round(time.Millisecond))
@@ -320,11 +328,18 @@ func replayOn(t *testing.T, bs []backend, pick func(sc scenario, firsts [][]step
 // store, on -explore.workers workers, each on databases of its own.
 func TestReplaySQLite(t *testing.T) {
 	t.Parallel()
-	var bs []backend
+	var lib, host []backend
 	for range max(1, *workersFlag) {
-		bs = append(bs, backend{name: "sqlite", orders: newSQLOrders(t, sqlstore.SQLite, openSQLite(t), openSQLite(t)), seats: memSeats{}})
+		lib = append(lib, backend{name: "sqlite", orders: newSQLOrders(t, sqlstore.SQLite, openSQLite(t), openSQLite(t)), seats: memSeats{}})
+		host = append(host, backend{name: "sqlite", orders: newSQLHostOrders(t, sqlstore.SQLite, openSQLite(t), 2), seats: memSeats{}})
 	}
-	replayOn(t, bs, func(sc scenario, firsts [][]step) [][]step { return append(knownOf(t, sc), firsts...) })
+	of := func(sc scenario) []backend {
+		if sc.hostTables {
+			return host
+		}
+		return lib
+	}
+	replayOn(t, of, func(sc scenario, firsts [][]step) [][]step { return append(knownOf(t, sc), firsts...) })
 }
 
 // TestReplayServers replays, on MariaDB with Redis and on PostgreSQL with
@@ -335,20 +350,30 @@ func TestReplayServers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		open func(t *testing.T) backend
+		open func(t *testing.T) (lib, host backend)
 	}{
-		{"mariadb+redis", func(t *testing.T) backend {
-			return backend{orders: newSQLOrders(t, sqlstore.MySQL, testenv.MySQL(t), testenv.MySQL(t)), seats: newRedisSide(t, testenv.Redis(t))}
+		{"mariadb+redis", func(t *testing.T) (backend, backend) {
+			seats := newRedisSide(t, testenv.Redis(t))
+			return backend{orders: newSQLOrders(t, sqlstore.MySQL, testenv.MySQL(t), testenv.MySQL(t)), seats: seats},
+				backend{orders: newSQLHostOrders(t, sqlstore.MySQL, testenv.MySQL(t), 2), seats: seats}
 		}},
-		{"postgres+redis-cluster", func(t *testing.T) backend {
-			return backend{orders: newSQLOrders(t, sqlstore.Postgres, testenv.Postgres(t), testenv.Postgres(t)), seats: newRedisSide(t, testenv.RedisCluster(t))}
+		{"postgres+redis-cluster", func(t *testing.T) (backend, backend) {
+			seats := newRedisSide(t, testenv.RedisCluster(t))
+			return backend{orders: newSQLOrders(t, sqlstore.Postgres, testenv.Postgres(t), testenv.Postgres(t)), seats: seats},
+				backend{orders: newSQLHostOrders(t, sqlstore.Postgres, testenv.Postgres(t), 2), seats: seats}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := tc.open(t)
-			b.name = tc.name
-			replayOn(t, []backend{b}, func(sc scenario, firsts [][]step) [][]step {
+			lib, host := tc.open(t)
+			lib.name, host.name = tc.name, tc.name
+			of := func(sc scenario) []backend {
+				if sc.hostTables {
+					return []backend{host}
+				}
+				return []backend{lib}
+			}
+			replayOn(t, of, func(sc scenario, firsts [][]step) [][]step {
 				seqs := knownOf(t, sc)
 				stride := max(1, (len(firsts)+*replaySampleFlag-1) / *replaySampleFlag)
 				for i := 0; i < len(firsts); i += stride {

@@ -18,7 +18,7 @@ type spec struct {
 }
 
 // knownSequences are the holes the second outside review reported (issue
-// 18), as step sequences of the explorer's catalogs. Each is a sequence the
+// 18) and the host's holes (issue 36), as step sequences of the explorer's catalogs. Each is a sequence the
 // exploration enumerates at a depth of its length (TestSequences checks
 // that every step is one the explorer takes from the state before it); the
 // exploration prints the shortest sequence of each class of finding, which
@@ -59,6 +59,35 @@ var knownSequences = []struct {
 		name:     "a late reinstatement skips the purchase limit",
 		scenario: "payments",
 		steps:    []spec{{"place o1", 0}, {"timeout o1", 0}, {"place o2 by u1", 0}, {"pay o1", 0}},
+	},
+	// The host as an actor (issue 36): each found by the exploration with
+	// its fix reverted (683108e, 7474557, 3c99675 and memstore's SKIP
+	// LOCKED).
+	{
+		name:     "a payment for an order the host deleted (hard) is never refunded",
+		scenario: "host deletes",
+		steps:    []spec{{"place o1", 0}, {"timeout o1", 0}, {"host deletes o1 (hard", 0}, {"pay o1", 0}},
+	},
+	{
+		name:     "a payment for an order the host deleted (soft) is never refunded",
+		scenario: "host deletes",
+		steps:    []spec{{"place o1", 0}, {"timeout o1", 0}, {"host deletes o1 (soft", 0}, {"pay o1", 0}},
+	},
+	{
+		name:     "tenant 1's pay-1 answers for tenant 2's pay-1 (SQL: one discrepancy table)",
+		scenario: "payment ids",
+		steps:    []spec{{"place o1 by u1 on a1 (tenant 1", 0}, {"pay o1 with pay-1 (tenant 1", 0}, {"place o1 by u1 on a1 (tenant 2", 0}, {"pay o1 with pay-1 (tenant 2", 0}},
+	},
+	{
+		name:     "after the database's clock steps back, a cancelled order's seat stays locked for the hour",
+		scenario: "clock back",
+		steps:    []spec{{"place o1", 0}, {"timeout o1", 2}, {"clock: the database's clock steps back", 0}},
+	},
+	{
+		name:     "a batch that fails on a held row backs that order off past the hold",
+		scenario: "host holds",
+		steps: []spec{{"place o1", 0}, {"host holds o1", 0}, {"clock: to the next deadline", 0}, {"reconcile round", 0},
+			{"host lets go of o1", 0}, {"reconcile round", 0}},
 	},
 }
 
