@@ -116,7 +116,11 @@
 //     round, on every dialect (I12).
 //   - Its database's clock steps back: an order written later than the
 //     clock now is of unknown age (cancel.OrderAge), so the reconciler's
-//     lock pass repairs it at once, and Settle holds in wall time.
+//     lock pass repairs it at once, and Settle holds in wall time. A
+//     refund's retry lease stays measured on the database's clock: after a
+//     step back, a refund whose hook failed is retried once the clock has
+//     passed its last try again (late by the step), so that no hook call
+//     still running is duplicated within its lease by any clock reading.
 //   - It picks column types and collations: ids compare byte for byte on
 //     every dialect (I10) over a host's columns, whatever their collation;
 //     PostgreSQL's padded CHAR(n) statuses and payment ids read as the

@@ -979,12 +979,12 @@ func holdKind(tn int, no string, hold bool) kind {
 // clock was behind): right after a decision, whose release may have been
 // lost.
 //
-// Not while a refund is recorded and not settled: that is an open hole this
-// step found (issue 36), left out so that the exploration judges the rest.
-// The refund lease is measured on the database's clock (ClaimDiscrepancies
-// claims a record tried at least the lease ago), so a refund whose hook
-// call died before the step is tried again only once the clock has caught
-// up, an hour late, where the lock pass repairs at once (cancel.OrderAge):
+// Not while a refund is recorded and not settled. The refund lease is
+// measured on the database's clock by design (expiry/doc.go, "The host is
+// an actor"): a refund whose hook call died before the step is retried
+// once the clock has caught up, an hour late, so that no hook call is
+// duplicated within its lease; the settle here passes the lease, not the
+// hour, and would report that lateness as a refund never made:
 // place o1; timeout o1 stopped before its Release; pay o1 stopped before
 // its Refund; the clock steps back; settle with both killed: no refund.
 var clockBackKind = kind{
