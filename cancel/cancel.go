@@ -69,9 +69,10 @@
 //   - Reason, ReasonTimeout, ReasonUser, ReasonReconcile, ReasonExpired,
 //     MaxReasonLen: who cancelled, stored with the order; a host may add its
 //     own reasons;
-//   - MaxSeats, MaxBatch, ValidateBatch, ValidateLockID, CheckScope: the
-//     limits and checks every adapter applies the same way (they live here
-//     so that two adapters cannot disagree);
+//   - MaxSeats, MaxBatch, ValidateBatch, ValidateLockID, CheckScope,
+//     OrderAge, ClockStepTolerance: the limits, checks and rules every
+//     adapter applies the same way (they live here so that two adapters
+//     cannot disagree);
 //   - Hook: the host's work inside a transition's transaction;
 //   - ErrOrderExists, ErrSeatUnavailable, ErrLimitExceeded, ErrNotOwner,
 //     ErrDiscrepancy, ErrHook, ErrUnsupported, ErrNoSeatRecord,

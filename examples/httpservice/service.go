@@ -433,7 +433,7 @@ func (a *App) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, expiry.ErrNotFound), errors.Is(err, cancel.ErrNotOwner):
 		a.writeError(w, r, http.StatusNotFound, "no such order") // another user's order is not found either
 	case errors.Is(err, cancel.ErrDiscrepancy):
-		a.writeError(w, r, http.StatusConflict, "the order cannot take this payment (it was cancelled, or paid by another payment); it will be refunded")
+		a.writeError(w, r, http.StatusConflict, "the order cannot take this payment (it was cancelled, paid by another payment, or is not ours); it will be refunded")
 	case errors.Is(err, cancel.ErrSeatUnavailable):
 		a.writeError(w, r, http.StatusConflict, "a seat is no longer available")
 	case errors.Is(err, cancel.ErrOrderExists):
