@@ -118,13 +118,16 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 // it is there the outcome is reported unknown (expiry.ErrCommitUnknown), so
 // Place schedules it only as the store shows it.
 func (s *Store) endedInRows(ctx context.Context, orderNo string, err error) error {
-	if (savepointGone(err) || ctx.Err() != nil) && s.placedAnyway(ctx, orderNo) {
+	// Whatever ended it (an abort, the rows' own COMMIT, a lost connection,
+	// the context), COMMIT was never sent: only a COMMIT of the rows' own
+	// can have placed the order, and then it is there to read.
+	if s.placedAnyway(ctx, orderNo) {
 		return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (a COMMIT of theirs?): %w: %w", orderNo, expiry.ErrCommitUnknown, err)
 	}
 	if savepointGone(err) {
 		err = fmt.Errorf("%w: %w", errTxAborted, err)
 	}
-	return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (an error of theirs that aborted it, such as a deadlock, was not returned): nothing was placed: %w", orderNo, err)
+	return fmt.Errorf("sqlstore: place order %s: the transaction was gone before COMMIT, inside or right after the host's rows (a statement of theirs that aborted it, such as a deadlock, whose error was not returned; a lost connection): nothing was placed: %w", orderNo, err)
 }
 
 // placedAnyway reports whether order orderNo may exist after its placing
