@@ -242,21 +242,21 @@ func judgeSchema(t *testing.T, d sqlstore.Dialect, g genSchema) genVerdict {
 
 // genIDs are a scenario's order numbers, users and show in g's id types.
 type genIDs struct {
-	a, aVar, b, c, d, e, b8, e8, far string // orders; aVar a case variant of a ("" when ids are numbers); far a number the column cannot hold
-	user, userVar, userFar, other    string
-	show                             string
+	a, aVar, b, c, d, e, f, b8, e8, far string // orders; f: a user variant tries to cancel it; aVar a case variant of a ("" when ids are numbers); far a number the column cannot hold
+	user, userVar, userFar, other       string
+	show                                string
 }
 
 func (g genSchema) ids() genIDs {
 	var x genIDs
 	if g.NoType == 3 {
-		x.a, x.b, x.c, x.d, x.e, x.e8 = "101", "102", "103", "104", "105", "805"
+		x.a, x.b, x.c, x.d, x.e, x.f, x.e8 = "101", "102", "103", "104", "105", "106", "805"
 		x.b8 = "802"
 		if g.narrow() {
 			x.far = "99999999999"
 		}
 	} else {
-		x.a, x.aVar, x.b, x.c, x.d, x.e, x.e8 = "ga1", "GA1", "gb1", "gc1", "gd1", "ge1", "t8e1"
+		x.a, x.aVar, x.b, x.c, x.d, x.e, x.f, x.e8 = "ga1", "GA1", "gb1", "gc1", "gd1", "ge1", "gf1", "t8e1"
 		x.b8 = "t8b1"
 	}
 	if g.Tenant == 2 {
@@ -340,21 +340,10 @@ func genScenario(t *testing.T, d sqlstore.Dialect, g genSchema, db *sql.DB, s7, 
 		// for the database), never the same order as a.
 		varPlaced = place(7, svc, x.aVar, x.user, x.aVar+"-v", later) == nil
 	}
-	for _, no := range []string{x.b, x.c} {
+	for _, no := range []string{x.b, x.c, x.f} {
 		must("place "+no, place(7, svc, no, x.user, no+"-s", later))
 	}
 	must("place due "+x.d, place(7, svc, x.d, x.user, x.d+"-s", past))
-
-	// A user cancel by a variant of the user is not the owner's (I10).
-	for _, u := range []string{x.userVar, x.userFar} {
-		if u == "" {
-			continue
-		}
-		steps++
-		if _, err := svc.UserCancel(ctx, x.a, u); !errors.Is(err, cancel.ErrNotOwner) {
-			bad("UserCancel(%s, %q): want ErrNotOwner, got %v", x.a, u, err)
-		}
-	}
 
 	type payment struct {
 		tenant  int
@@ -389,6 +378,17 @@ func genScenario(t *testing.T, d sqlstore.Dialect, g genSchema, db *sql.DB, s7, 
 		}
 		_, _ = pay(x.aVar, "pay-v")
 	}
+	// A user cancel by a variant of the user is not the owner's (I10).
+	for _, u := range []string{x.userVar, x.userFar} {
+		if u == "" {
+			continue
+		}
+		steps++
+		if _, err := svc.UserCancel(ctx, x.f, u); !errors.Is(err, cancel.ErrNotOwner) {
+			bad("UserCancel(%s, %q): want ErrNotOwner, got %v", x.f, u, err)
+		}
+	}
+
 	// A number the column cannot hold: no order, a final answer.
 	if x.far != "" {
 		steps++
@@ -491,6 +491,9 @@ func genScenario(t *testing.T, d sqlstore.Dialect, g genSchema, db *sql.DB, s7, 
 	// entitled to, is still pending; its variant, placed, is paid.
 	if st, ok := status(7, x.a); !ok || st != expiry.StatusPending {
 		bad("order %s: want pending (not due, its variants are other orders), got %v (found %v)", x.a, st, ok)
+	}
+	if st, ok := status(7, x.f); !ok || st != expiry.StatusPending {
+		bad("order %s: want pending (not due, only its owner's variants tried to cancel it), got %v (found %v)", x.f, st, ok)
 	}
 	if varPlaced {
 		if st, _ := status(7, x.aVar); st != expiry.StatusPaid {
