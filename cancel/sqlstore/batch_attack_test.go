@@ -22,7 +22,7 @@ import (
 
 // Attacks on the batch cancels (Service.ExpireDue over sqlstore's CancelDue
 // and redisseat's ReleaseAll), judged by outcomes only: who paid, which
-// orders are cancelled, who holds which seat in Redis (DESIGN.md's
+// orders are cancelled, who holds which seat in Redis (expiry/doc.go's
 // invariants I1, I2, I4, I10, I15, I16).
 
 // attackSeats is a redisseat store whose releases can be held at a gate

@@ -2,7 +2,7 @@ package sqlstore_test
 
 // Attacks on the transition hook (cancel.Hook, Store.SetHook), judged by
 // outcomes: the order's status, the hook's own rows, the seats in Redis,
-// which payment ids were honoured or refunded (DESIGN.md's I1, I2, I9,
+// which payment ids were honoured or refunded (expiry/doc.go's I1, I2, I9,
 // I14, I15), on SQLite, MariaDB and PostgreSQL through the public API.
 
 import (

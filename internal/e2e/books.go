@@ -41,7 +41,7 @@ type OrderOutcome struct {
 	Seats  []string
 }
 
-// Books keeps the outcome ledgers of DESIGN.md across observations: I14
+// Books keeps the outcome ledgers of expiry/doc.go across observations: I14
 // (payments), I15 (seats), I17 (limits). Observe each Outcome in order; a
 // Books is not safe for concurrent use.
 type Books struct {

@@ -14,7 +14,7 @@
 // resumed, or never (a crash, a lost reply: the caller gives up). Each
 // sequence is replayed from a fresh world, states are deduplicated by a
 // canonical hash of what the public API shows, and after every step and at
-// settle the outcome ledgers of DESIGN.md (I14 payments, I15 seats, I16
+// settle the outcome ledgers of expiry/doc.go (I14 payments, I15 seats, I16
 // scope, I17 limits, with I1, I8 and I9) are checked. The ledgers judge
 // outcomes only; they never re-derive the library's rules.
 //
