@@ -19,6 +19,20 @@ import (
 // Column types and collations the host picked, which Check accepts: each
 // must keep I10 (ids match byte for byte) and keep every order readable.
 
+// edited is hs with its DDL edited by the old, new string pairs (a column
+// type, a value), as a host's migrations would have left it.
+func edited(hs hostSchema, oldnew ...string) hostSchema {
+	ddl, r := hs.ddl, strings.NewReplacer(oldnew...)
+	hs.ddl = func(d sqlstore.Dialect) []string {
+		var out []string
+		for _, q := range ddl(d) {
+			out = append(out, r.Replace(q))
+		}
+		return out
+	}
+	return hs
+}
+
 // foldingIDs is SeatFlow's schema with every id column on a collation that
 // folds case: SQLite's NOCASE, a PostgreSQL nondeterministic collation.
 func foldingIDs(t *testing.T, d sqlstore.Dialect, db *sql.DB) []string {
@@ -85,18 +99,8 @@ func TestHostPaddedCharStatusAndPaymentID(t *testing.T) {
 	ctx := context.Background()
 	d := sqlstore.Postgres
 	db := openDB(t, d)
-	var ddl []string
-	for _, q := range shop.ddl(d) {
-		q = strings.Replace(q, "state        VARCHAR(16) NOT NULL", "state        CHAR(12) NOT NULL", 1)
-		q = strings.Replace(q, "payment_ref  VARCHAR(64) NULL", "payment_ref  CHAR(40) NULL", 1)
-		ddl = append(ddl, q)
-	}
-	applyDDL(t, db, ddl)
-	s, err := sqlstore.New(db, d, shop.mapping)
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	require.NoError(t, s.Migrate(ctx))
-	require.NoError(t, s.Check(ctx))
+	s := hostStore(t, db, d, edited(shop, "state        VARCHAR(16) NOT NULL", "state        CHAR(12) NOT NULL",
+		"payment_ref  VARCHAR(64) NULL", "payment_ref  CHAR(40) NULL"))
 	book := &refundBook{}
 	seats := memstore.NewSeats(nil).Scoped(s.Scope())
 	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, OnDiscrepancy: book.hook(s.Scope())})
@@ -137,18 +141,8 @@ func TestHostPaddedCharStatusAndPaymentID(t *testing.T) {
 func TestHostNarrowIntegerOrderNumber(t *testing.T) {
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		ctx := context.Background()
-		var ddl []string
-		for _, q := range numericOrder.ddl(d) {
-			q = strings.Replace(q, "number       BIGINT      NOT NULL", "number       INTEGER     NOT NULL", 1)
-			q = strings.Replace(q, "order_number BIGINT      NOT NULL", "order_number INTEGER     NOT NULL", 1)
-			ddl = append(ddl, q)
-		}
-		applyDDL(t, db, ddl)
-		s, err := sqlstore.New(db, d, numericOrder.mapping)
-		require.NoError(t, err)
-		t.Cleanup(func() { s.Close() })
-		require.NoError(t, s.Migrate(ctx))
-		require.NoError(t, s.Check(ctx))
+		s := hostStore(t, db, d, edited(numericOrder, "number       BIGINT      NOT NULL", "number       INTEGER     NOT NULL",
+			"order_number BIGINT      NOT NULL", "order_number INTEGER     NOT NULL"))
 		seats := memstore.NewSeats(nil).Scoped(s.Scope())
 		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s})
 		require.NoError(t, err)
@@ -185,18 +179,7 @@ func TestHostNarrowIntegerOrderNumber(t *testing.T) {
 func TestHostWindowSettingNotANumber(t *testing.T) {
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		ctx := context.Background()
-		var ddl []string
-		for _, q := range setting.ddl(d) {
-			q = strings.Replace(q, "unpaid_minutes INT NULL", "unpaid_minutes VARCHAR(32) NULL", 1)
-			q = strings.Replace(q, "VALUES (1, 60, 120)", "VALUES (1, 60, '120')", 1)
-			ddl = append(ddl, q)
-		}
-		applyDDL(t, db, ddl)
-		s, err := sqlstore.New(db, d, setting.mapping)
-		require.NoError(t, err)
-		t.Cleanup(func() { s.Close() })
-		require.NoError(t, s.Migrate(ctx))
-		require.NoError(t, s.Check(ctx))
+		s := hostStore(t, db, d, edited(setting, "unpaid_minutes INT NULL", "unpaid_minutes VARCHAR(32) NULL", "VALUES (1, 60, 120)", "VALUES (1, 60, '120')"))
 		seats := memstore.NewSeats(nil).Scoped(s.Scope())
 		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats})
 		require.NoError(t, err)

@@ -90,13 +90,13 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 						return err
 					}
 				}
-				if s.placedAnyway(ctx, p.OrderNo) {
+				if s.placedAnyway(ctx, p) {
 					return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows, which then failed: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err)
 				}
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_tx"); err != nil {
-				return s.endedInRows(ctx, p.OrderNo, err)
+				return s.endedInRows(ctx, p, err)
 			}
 		}
 		if err := tx.Commit(); err != nil {
@@ -117,11 +117,15 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 // the doc, may have committed the placement: the order is read back, and if
 // it is there the outcome is reported unknown (expiry.ErrCommitUnknown), so
 // Place schedules it only as the store shows it.
-func (s *Store) endedInRows(ctx context.Context, orderNo string, err error) error {
-	// Whatever ended it (an abort, the rows' own COMMIT, a lost connection,
-	// the context), COMMIT was never sent: only a COMMIT of the rows' own
-	// can have placed the order, and then it is there to read.
-	if s.placedAnyway(ctx, orderNo) {
+func (s *Store) endedInRows(ctx context.Context, p cancel.Placement, err error) error {
+	orderNo := p.OrderNo
+	// COMMIT was never sent: only a COMMIT of the rows' own can have placed
+	// the order, and then it is there to read under this placement's lock.
+	// An abort the database reports here (a deadlock, a Galera conflict, a
+	// serialization failure, PostgreSQL's aborted transaction) rolled the
+	// transaction back, and a read would only find a concurrent placement
+	// of the same number.
+	if !abortedTx(err) && s.placedAnyway(ctx, p) {
 		return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows (a COMMIT of theirs?): %w: %w", orderNo, expiry.ErrCommitUnknown, err)
 	}
 	if savepointGone(err) {
@@ -130,16 +134,38 @@ func (s *Store) endedInRows(ctx context.Context, orderNo string, err error) erro
 	return fmt.Errorf("sqlstore: place order %s: the transaction was gone before COMMIT, inside or right after the host's rows (a statement of theirs that aborted it, such as a deadlock, whose error was not returned; a lost connection): nothing was placed: %w", orderNo, err)
 }
 
-// placedAnyway reports whether order orderNo may exist after its placing
-// transaction ended in a way Insert cannot read (inside the host's rows, or
-// with the caller's context gone): a read on a context of its own finds
-// it, or cannot say (an error other than not found). Either way the seats
-// must stay locked and the outcome be reported unknown.
-func (s *Store) placedAnyway(ctx context.Context, orderNo string) bool {
+// placedAnyway reports whether placement p may have committed after its
+// transaction ended in a way Insert cannot read (inside the host's rows, a
+// lost connection, the caller's context gone): a read on a context of its
+// own finds the order under p's lock (or under no lock the store keeps),
+// or cannot say. Either way the seats must stay locked and the outcome be
+// reported unknown. The order under another lock is a concurrent placement
+// of the same number, not this one.
+func (s *Store) placedAnyway(ctx context.Context, p cancel.Placement) bool {
 	rctx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer done()
-	_, _, err := s.orderRow(rctx, orderNo)
-	return !errors.Is(err, expiry.ErrNotFound)
+	st, err := s.Statuses(rctx, []string{p.OrderNo})
+	if err != nil {
+		return true
+	}
+	o, ok := st[p.OrderNo]
+	return ok && (o.LockID == "" || o.LockID == p.LockID)
+}
+
+// abortedTx reports an error by which the database says it rolled the
+// transaction back: MySQL's deadlock (1213, also a Galera certification
+// conflict), PostgreSQL's serialization failure, deadlock, and "current
+// transaction is aborted".
+func abortedTx(err error) bool {
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == myErrLockDeadlock
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		code := pg.SQLState()
+		return code == "40001" || code == "40P01" || code == "25P02"
+	}
+	return false
 }
 
 // pgconnPkg is the package of pgx's connection errors.
