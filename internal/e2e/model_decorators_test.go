@@ -354,6 +354,7 @@ func (s *mSeats) auditRelease(h cancel.Hold, before, after map[string]cancel.Sea
 			continue
 		}
 		freed++
+		m.freedBlocked(h.ShowID, seat, h.OrderNo)
 		key := [3]string{h.OrderNo, h.ShowID, seat}
 		if m.freed[key] {
 			m.violate("I2: seat %s/%s of %s released twice", h.ShowID, seat, h.OrderNo)

@@ -371,6 +371,18 @@ func (m *machine) rounds(r *reconcile.Reconciler) (int, error) {
 				m.stats.kinds["show_repaired"]++
 			}
 		}
+		if rep.ClaimsComplete && !m.lost {
+			for key, passes := range m.reclaim {
+				left, ok := passes[r]
+				if !ok {
+					left = 1 // a reconciler that began after the release
+				}
+				if passes[r] = left - 1; left <= 1 { // that pass began after the release
+					delete(m.reclaim, key)
+					m.stats.kinds["blocked_claim_reclaimed"]++
+				}
+			}
+		}
 		m.stats.kinds["skipped"] += rep.Skipped
 		m.stats.kinds["refund_retried"] += rep.Refunds
 		if !rep.More || n == 40 {

@@ -470,6 +470,12 @@ type machine struct {
 	hits         []string // operations that failed in the current action
 	bad          []string // violations seen inside decorators
 	freed        map[[3]string]bool
+	// reclaim: seats that a stale lock held after a loss while SQL gives
+	// them to a live order (Check's blocked), and that were freed since.
+	// The seat store gets them back only when a claims pass reaches their
+	// claim, and the pass under way may have passed it already: each waits,
+	// per reconciler, for the passes repairPasses counts for a lost show.
+	reclaim map[[2]string]map[*reconcile.Reconciler]int
 	// midRelease, when set, runs inside the next release of its order,
 	// before the seat store sees it (CancelUnderScan).
 	midRelease *mMid
@@ -503,7 +509,7 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 		limit:  6,
 		orders: map[string]*mOrder{}, armed: map[string]mMode{}, freed: map[[3]string]bool{},
 		stuck: map[string]bool{}, backoff: map[string]time.Time{}, lostShows: map[string]bool{}, refunded: map[string]int{}, owed: map[string]string{},
-		obs: &mObserver{kinds: map[expiry.Kind]int{}, cancelled: map[string]int{}, paid: map[string]int{}},
+		reclaim: map[[2]string]map[*reconcile.Reconciler]int{}, obs: &mObserver{kinds: map[expiry.Kind]int{}, cancelled: map[string]int{}, paid: map[string]int{}},
 	}
 	for i := 1; i <= 12; i++ {
 		m.pool = append(m.pool, "s"+strconv.Itoa(i))
