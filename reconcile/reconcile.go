@@ -312,7 +312,8 @@ type Report struct {
 func (r *Reconciler) Round(ctx context.Context) (Report, error) {
 	var rep Report
 	// The lock pass before the claims pass: a stale lock released first leaves its seat free for
-	// the claim that SQL gives it.
+	// the claim that SQL gives it, restored in this round if the claims pass reaches that claim
+	// in it, else by the next pass that does (both are bounded by MaxPerRound).
 	errs := []error{r.expired(ctx, &rep), r.locks(ctx, &rep), r.restore(ctx, &rep), r.sold(ctx, &rep), r.refunds(ctx, &rep)}
 	return rep, errors.Join(errs...)
 }
