@@ -21,7 +21,7 @@ import (
 //     seat store's sale stands (every release and sale already acts only on
 //     locks), and a sale SQL does not back is reported, never guessed;
 //   - a payment id is never both honoured and refunded, and refunded once:
-//     the seat store records each refund the hook made (RefundLedger), so a
+//     the seat store records each refund the hook made (SeatStore.Refunded), so a
 //     refund SQL forgot is not made again, and a refunded payment is
 //     refused even when SQL would honour it.
 //
@@ -29,9 +29,9 @@ import (
 // expiry.KindDiverged event (see its reasons there): a payment SQL lost
 // (only the host, with the provider's records, can honour it again or
 // refund it), and a seat two buyers hold. The reconciler's sold pass
-// (reconcile.SoldScanner) finds the sales SQL does not back; Pay finds a
-// seat it could not sell because the seat store sold it to another order
-// (SeatReader) and a refunded payment (RefundLedger).
+// (SeatStore.ScanSold) finds the sales SQL does not back; Pay finds a seat
+// it could not sell because the seat store sold it to another order
+// (SeatStore.SeatStates) and a refunded payment (SeatStore.Refunded).
 
 // SeatSale is one seat sold in the seat store, as the reconciler's sold
 // pass reads it.
@@ -40,32 +40,6 @@ type SeatSale struct {
 	SeatID  string
 	OrderNo string
 	UserID  string
-}
-
-// SeatReader reads seats as the seat store has them.
-//
-// SeatStates returns the state of each of seats in showID that is locked
-// or sold; free seats are absent. It changes nothing. Pay uses it, when the
-// seat store implements it, to tell why a sale sold fewer seats than SQL
-// paid: a seat sold to another order is reported. Safe for concurrent use.
-type SeatReader interface {
-	SeatStates(ctx context.Context, showID string, seats []string) (map[string]SeatState, error)
-}
-
-// RefundLedger keeps, beside SQL's records, which payment ids the refund
-// hook refunded, so that SQL going back in time (a lost discrepancy
-// record) neither makes the hook refund a payment twice (I9) nor lets a
-// refunded payment be honoured (I14). cancel/redisseat and
-// cancel/memstore's seat stores implement it; the Service uses it when its
-// Config.Seats does.
-//
-// Refunded reports whether paymentID was marked refunded. MarkRefunded marks
-// it, for orderNo (kept for operators), after the hook succeeded;
-// idempotent, and a mark is never removed. Both refuse an invalid id
-// (expiry.ErrInvalidID). Safe for concurrent use; errors are transient.
-type RefundLedger interface {
-	Refunded(ctx context.Context, paymentID string) (bool, error)
-	MarkRefunded(ctx context.Context, paymentID, orderNo string) error
 }
 
 // refusedBefore is Pay's answer to a payment the seat store recorded as
@@ -137,10 +111,7 @@ func (s *Service) diverged(ctx context.Context, orderNo, paymentID, reason strin
 // reconciler) or locked by another (a placement that will fail on SQL's
 // claim and release it) is not.
 func (s *Service) checkSale(ctx context.Context, paymentID string, h Hold) {
-	if s.reader == nil {
-		return
-	}
-	states, err := s.reader.SeatStates(ctx, h.ShowID, h.Seats)
+	states, err := s.seats.SeatStates(ctx, h.ShowID, h.Seats)
 	if err != nil {
 		s.log.WarnContext(ctx, "could not read the seats a sale skipped", "order", h.OrderNo, "err", err)
 		return

@@ -9,47 +9,13 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// MaxBatch is the most orders one BatchCanceller call takes, and the size of
+// MaxBatch is the most orders one OrderStore.CancelDue call takes, and the size of
 // the slices Service.ExpireDue cuts a longer list into: one transaction locks
 // every order of its batch, so an unbounded one would hold locks (and the
 // seat store's script its shard) for as long as it runs.
 const MaxBatch = 500
 
-// BatchCanceller is an OrderStore that expires many orders in one
-// transaction: the optional fast path of the reconciler's expired pass and
-// of a consumer that receives several due messages at once. cancel/sqlstore
-// and cancel/memstore implement it; cancel/canceltest's RunStore checks it.
-//
-// CancelDue, in one transaction: compare-and-set to cancelled (reason) every
-// listed order that is still pending and due by the store's clock (I4),
-// read the seats and the lock id of exactly the orders it changed, free
-// their claims, and return one Result per changed order (Changed true, as
-// CancelPending returns it), in no particular order. An order not pending,
-// not due, missing or outside the store's scope is simply absent from the
-// result. A number listed twice counts once. More than MaxBatch numbers, or
-// an invalid one, is an error wrapping expiry.ErrInvalidID and changes
-// nothing. A serialization failure is retried as CancelPending's; any other
-// error means nothing was changed. Safe for concurrent use: of concurrent
-// calls (batches or single ones) for one order, at most one changes it.
-type BatchCanceller interface {
-	CancelDue(ctx context.Context, orderNos []string, reason Reason) ([]Result, error)
-}
-
-// BatchReleaser is a SeatReleaser that releases many holds in one round
-// trip. cancel/redisseat implements it.
-//
-// ReleaseAll is Release for each of holds (of any shows), the holds of one
-// show in one atomic step: it returns how many seats each hold freed, in the
-// order of holds. Each hold is guarded by its own order number and LockID
-// exactly as Release guards one. On an error some shows' holds may have
-// been released (each show's step is atomic; a release is idempotent, so
-// the reconciler's repair releases the rest): the counts then say which,
-// -1 for each hold whose step failed.
-type BatchReleaser interface {
-	ReleaseAll(ctx context.Context, holds []Hold) ([]int, error)
-}
-
-// ValidateBatch checks a batch of order numbers for a BatchCanceller: at
+// ValidateBatch checks a batch of order numbers for OrderStore.CancelDue: at
 // most MaxBatch, each a valid id (expiry.ValidateID). Errors wrap
 // expiry.ErrInvalidID.
 func ValidateBatch(orderNos []string, reason Reason) error {
@@ -70,40 +36,19 @@ func ValidateBatch(orderNos []string, reason Reason) error {
 // ExpireDue expires the listed orders that are pending and due by the
 // store's clock (reason ReasonReconcile unless given), as Cancel with
 // Request.OnlyIfDue does for one, and returns one Result per order it
-// cancelled (orders not pending, not due or missing are absent). With a
-// store that is a BatchCanceller each slice of up to MaxBatch orders is one
-// transaction, and the seats are then released in one seat-store round
-// trip (one atomic step per show) when the seat store is a BatchReleaser;
-// otherwise each order is one Cancel (a failing one does not stop the
-// others: their errors are joined). As in Cancel, each cancelled order is observed
+// cancelled (orders not pending, not due or missing are absent). Each slice
+// of up to MaxBatch orders is one transaction (OrderStore.CancelDue), and
+// the seats are then released in one seat-store round trip (one atomic
+// step per show). As in Cancel, each cancelled order is observed
 // (expiry.KindCancelled) and a failed release is logged and counted
 // (expiry.KindReleaseFailed) and left to the reconciler, never an error:
-// the orders are cancelled. With a BatchCanceller, an error means the
-// slice that failed changed nothing (the Results of slices before it are
-// returned with it); the caller may try its orders one by one (Cancel), so
-// one bad order is set aside alone.
+// the orders are cancelled. An error means the slice that failed changed
+// nothing (the Results of slices before it are returned with it); the
+// caller may try its orders one by one (Cancel), so one bad order is set
+// aside alone.
 func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reason) ([]Result, error) {
 	if reason == "" {
 		reason = ReasonReconcile
-	}
-	bc, ok := s.store.(BatchCanceller)
-	if !ok {
-		var out []Result
-		var errs []error
-		for _, no := range orderNos {
-			if ctx.Err() != nil {
-				errs = append(errs, ctx.Err())
-				break
-			}
-			res, err := s.Cancel(ctx, Request{OrderNo: no, Reason: reason, OnlyIfDue: true})
-			switch {
-			case err != nil && !isNotFound(err):
-				errs = append(errs, err) // the order's own; the others go on
-			case res.Changed:
-				out = append(out, res)
-			}
-		}
-		return out, errors.Join(errs...)
 	}
 	var out []Result
 	for len(orderNos) > 0 {
@@ -112,7 +57,7 @@ func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reaso
 		if err := ValidateBatch(chunk, reason); err != nil {
 			return out, fmt.Errorf("cancel: expire due: %w", err)
 		}
-		res, err := bc.CancelDue(ctx, chunk, reason)
+		res, err := s.store.CancelDue(ctx, chunk, reason)
 		if err != nil {
 			return out, fmt.Errorf("cancel: expire due: %w", err)
 		}
@@ -127,8 +72,7 @@ func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reaso
 }
 
 // releaseAll releases the seats of cancelled orders (res, Released set in
-// place): in one seat-store call (one round trip, one atomic step per show)
-// when the seat store is a BatchReleaser, else one Release per order.
+// place) in one seat-store call: one round trip, one atomic step per show.
 func (s *Service) releaseAll(ctx context.Context, res []Result) {
 	byShow := map[string][]int{}
 	var shows []string
@@ -142,7 +86,6 @@ func (s *Service) releaseAll(ctx context.Context, res []Result) {
 		byShow[r.Order.ShowID] = append(byShow[r.Order.ShowID], i)
 	}
 	sort.Strings(shows)
-	br, batch := s.seats.(BatchReleaser)
 	hold := func(r Result) Hold {
 		return Hold{ShowID: r.Order.ShowID, OrderNo: r.Order.No, UserID: r.Order.UserID, Seats: r.Seats, LockID: r.LockID}
 	}
@@ -150,19 +93,6 @@ func (s *Service) releaseAll(ctx context.Context, res []Result) {
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindReleaseFailed, OrderNo: r.Order.No, Seats: len(r.Seats), Err: err})
 		s.log.ErrorContext(ctx, "seat release failed after cancel; the reconciler will release them",
 			"order", r.Order.No, "show", r.Order.ShowID, "seats", len(r.Seats), "err", err)
-	}
-	if !batch {
-		for _, show := range shows {
-			for _, i := range byShow[show] {
-				n, err := s.seats.Release(ctx, hold(res[i]))
-				if err != nil {
-					failed(res[i], err)
-					continue
-				}
-				res[i].Released = n
-			}
-		}
-		return
 	}
 	var idx []int
 	var holds []Hold
@@ -182,7 +112,7 @@ func (s *Service) releaseAll(ctx context.Context, res []Result) {
 	if len(holds) == 0 {
 		return
 	}
-	ns, err := br.ReleaseAll(ctx, holds)
+	ns, err := s.seats.ReleaseAll(ctx, holds)
 	if len(ns) != len(idx) {
 		if err == nil {
 			err = fmt.Errorf("cancel: the seat store answered %d counts for %d holds", len(ns), len(idx))

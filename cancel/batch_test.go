@@ -14,6 +14,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/expirytest"
+	"github.com/seatflow/orderexpiry/internal/onebyone"
 )
 
 // batchSeats is memstore's seat store with a ReleaseAll made of Releases,
@@ -44,9 +45,6 @@ func (b *batchSeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int
 	return out, nil
 }
 
-// onlyOrders hides the store's CancelDue: the Service falls back to Cancel.
-type onlyOrders struct{ cancel.OrderStore }
-
 func TestExpireDue(t *testing.T) {
 	ctx := context.Background()
 	for _, batch := range []bool{true, false} {
@@ -55,7 +53,7 @@ func TestExpireDue(t *testing.T) {
 			seats := &batchSeats{Seats: memstore.NewSeats(nil)}
 			var orders cancel.OrderStore = store
 			if !batch {
-				orders = onlyOrders{store}
+				orders = onebyone.Store{OrderStore: store}
 			}
 			svc, err := cancel.New(cancel.Config{Store: orders, Seats: seats, Runtime: expiry.Runtime{Observer: ev}})
 			require.NoError(t, err)

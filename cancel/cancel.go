@@ -16,42 +16,28 @@
 // refund). The package imports no driver; cancel/sqlstore and cancel/redisseat
 // are the adapters.
 //
-// Three optional transitions sit on the same state machine, each with a
-// small store interface of its own (lifecycle.go): a late payment that
-// reinstates an order its timeout cancelled (Config.AcceptLatePayments,
-// Reinstater), a pending order's deadline extended, shortened or expired now
-// (Service.Extend, Shorten, ExpireNow; DeadlineStore), and the expiry
-// warning, at most once per order (Service.Warn, the Handler's
-// expiry.Warner; WarnStore).
+// Three optional transitions sit on the same state machine (lifecycle.go):
+// a late payment that reinstates an order its timeout cancelled
+// (Config.AcceptLatePayments), a pending order's deadline extended,
+// shortened or expired now (Service.Extend, Shorten, ExpireNow), and the
+// expiry warning, at most once per order (Service.Warn, the Handler's
+// expiry.Warner). A store that cannot do one answers with ErrUnsupported.
 //
 // When SQL goes back in time (a failover to a replica that lacked the last
 // commits, a restore from a backup), a sold seat is never freed and a
 // payment id is never both honoured and refunded; what cannot be repaired
-// is reported as expiry.KindDiverged (backintime.go: SeatReader,
-// RefundLedger, and the reconciler's sold pass).
+// is reported as expiry.KindDiverged (backintime.go, and the reconciler's
+// sold pass).
 //
-// Interfaces. The library keeps 28 across its packages, above the 20 it
-// aims at; this package declares 15 of them, each one small and each kept
-// for one reason:
-//   - OrderStore, SeatStore: the two stores a Service needs;
-//   - SeatLocker, SeatReleaser, SeatSeller: SeatStore's three parts, so a
-//     host wraps or fakes one side alone (a releaser that counts);
-//   - DiscrepancyStore: the once-per-payment-id record the refund hook
-//     needs; optional, as a store may have none;
-//   - Reinstater, DeadlineStore, WarnStore: the three optional transitions,
-//     each a store may lack (a mapped table without a deadline column has
-//     no DeadlineStore), so none is forced on every store;
-//   - BatchCanceller, BatchReleaser: the optional batch paths; without them
-//     everything works one order at a time;
-//   - RefundLedger, SeatReader: what a seat store offers when SQL goes back
-//     in time; optional;
-//   - Scoped: lets New refuse a store and a seat store of different tenants
-//     whatever their types;
+// Interfaces. This package declares four, each kept for one reason:
+//   - OrderStore, SeatStore: the two stores (store.go), each taken whole by
+//     the Service and the reconciler, so that a host's wrapper forwards
+//     every guarantee or does not compile; there are no optional
+//     interfaces found by type assertion;
+//   - SeatReleaser: SeatStore's release, the one part a host's code calls
+//     on its own (a test's releaser that counts);
 //   - Querier: the host's transaction as a Hook and Place take it, which
 //     *sql.Tx, sqlx, gorm, ent and pgx hosts all satisfy.
-//
-// The optional ones are found by type assertion on the stores given to
-// Config, as database/sql finds a driver's optional interfaces.
 //
 // # Names
 //
@@ -82,11 +68,10 @@
 //     DivergedSoldToAnother, DivergedRefundRepeated, DivergedRefundedPayment:
 //     the reasons of expiry.KindDiverged events, which an operator's alert
 //     matches on;
-//   - the 15 interfaces above.
+//   - the four interfaces above.
 package cancel
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -254,35 +239,6 @@ func (p Payment) Validate() error {
 	return nil
 }
 
-// OrderStore is the order side of the state machine, one transaction per
-// call. The SQL adapter (cancel/sqlstore) implements it for MySQL/MariaDB,
-// PostgreSQL and SQLite; cancel/canceltest is the suite any implementation
-// must pass. Implementations are safe for concurrent use.
-type OrderStore interface {
-	// Order returns an order with ReadAt set to the store's clock, or an
-	// error wrapping expiry.ErrNotFound. It reads committed data: a
-	// connection at READ UNCOMMITTED could show a payment that then rolls
-	// back, and a Timeout answered from that read (a queued one, see
-	// Service.Timeout) leaves the due order to the reconciler.
-	Order(ctx context.Context, orderNo string) (expiry.Order, error)
-	// CancelPending, in one transaction: compare-and-set pending to
-	// cancelled (with the guards in req), read the order's seats, delete its
-	// order_seat rows. Nothing changed (Changed false, nil error) when the
-	// order is not pending or not due; expiry.ErrNotFound when it does not
-	// exist; ErrNotOwner when req.UserID is set and differs. A serialization
-	// failure of the database counts as losing the race, not as an error.
-	CancelPending(ctx context.Context, req Request) (Result, error)
-	// PayPending, in one transaction: compare-and-set pending to paid (for
-	// p.UserID's order only, when it is set), recording p.PaymentID as
-	// decided in the DiscrepancyStore's key space (honoured: one key decides
-	// a payment id's fate once), and mark its seats sold. Same conventions as
-	// CancelPending; on an order that is paid already, Result.PaymentID is
-	// the payment that paid it. A payment id decided before (refunded, or
-	// the payment of another order) pays nothing: an error wrapping
-	// ErrDiscrepancy, nothing changed.
-	PayPending(ctx context.Context, p Payment) (Result, error)
-}
-
 // Discrepancy is money that arrived for an order that could not take it: the
 // order was cancelled, or paid already by another payment. The host refunds
 // it, keyed by PaymentID.
@@ -304,51 +260,14 @@ func (d Discrepancy) Validate() error {
 	return Payment{OrderNo: d.OrderNo, UserID: d.UserID, PaymentID: d.PaymentID}.Validate()
 }
 
-// DiscrepancyStore records discrepancies durably, once per payment id, so
-// that the host's refund hook runs once per payment however often the
-// provider repeats its callback, and is retried after a failure or a crash
-// (invariant I9). cancel/sqlstore implements it. Safe for concurrent use.
-type DiscrepancyStore interface {
-	// RecordDiscrepancy inserts d keyed by d.PaymentID, marked as tried now
-	// by the store's clock (the caller runs the hook next). recorded is
-	// false, and nothing changes, when the payment id was decided already:
-	// recorded as a discrepancy, or honoured by a late payment's
-	// reinstatement (Reinstater records it in the same key space, so one
-	// key decides an id's fate once). Of concurrent calls for one id
-	// exactly one gets true.
-	RecordDiscrepancy(ctx context.Context, d Discrepancy) (recorded bool, err error)
-	// ClaimDiscrepancies returns up to limit unsettled discrepancies last
-	// tried at least lease ago by the store's clock, oldest first, each
-	// marked tried now by a compare-and-set, so two concurrent claimers
-	// never get the same one within a lease.
-	ClaimDiscrepancies(ctx context.Context, lease time.Duration, limit int) ([]Discrepancy, error)
-	// SettleDiscrepancy records that the hook succeeded for paymentID.
-	// Idempotent.
-	SettleDiscrepancy(ctx context.Context, paymentID string) error
-}
-
-// Scoped is implemented by a store that serves one scope of a shared
-// database or seat store: one tenant's rows (cancel/sqlstore with a
-// Mapping's Where), or one tenant's keys (redisseat.Seats.Scoped). Scope
-// names it; "" is the whole store. A store that does not implement it has
-// scope "".
-type Scoped interface {
-	Scope() string
-}
-
-// CheckScope returns an error unless orders and seats (a seat store, or a
-// Service) serve the same scope (Scoped): an order store of one tenant wired to a seat store shared by
-// every tenant would let this tenant's reconciler read the others' seat
-// locks, find no order of theirs in its own rows, and free them (invariant
-// I16). New and reconcile.New call it, so such wiring is refused at startup.
-func CheckScope(orders, seats any) error {
-	scope := func(v any) string {
-		if s, ok := v.(Scoped); ok {
-			return s.Scope()
-		}
-		return ""
-	}
-	if o, st := scope(orders), scope(seats); o != st {
+// CheckScope returns an error unless orders and other (a seat store, or a
+// Service) serve the same scope: an order store of one tenant wired to a
+// seat store shared by every tenant would let this tenant's reconciler read
+// the others' seat locks, find no order of theirs in its own rows, and free
+// them (invariant I16). New and reconcile.New call it, so such wiring is
+// refused at startup.
+func CheckScope(orders OrderStore, other interface{ Scope() string }) error {
+	if o, st := orders.Scope(), other.Scope(); o != st {
 		return fmt.Errorf("the order store serves scope %q but the other serves scope %q: give the seat store the order store's scope (redisseat: seats.Scoped(store.Scope())) and use that store's Service, so one tenant's wiring never reads or frees another's rows or seats", o, st)
 	}
 	return nil
@@ -394,56 +313,8 @@ func (h Hold) Validate() error {
 	return nil
 }
 
-// SeatLocker claims seats in the seat store when an order is placed.
-//
-// Lock claims every seat of h for h.OrderNo and h.UserID, all or nothing, and
-// raises the user's purchase-limit counter by len(h.Seats); limit is the most
-// seats the user may hold in the show (0: no limit). Every seat must be free:
-// one locked by anything (the same order number included) or sold gives an
-// error wrapping ErrSeatUnavailable, past the limit ErrLimitExceeded, and
-// nothing changes. So when Lock succeeds every seat of h is this call's, and
-// a placer whose insert then fails may release all of them without touching
-// a live order of the same number. The lock's time is the seat store's own
-// clock. It returns the new lock's id (SeatLock.LockID), which no other
-// lock of the same show shares (ids of two shows may be equal: a lock is
-// named by its show and its id); h.LockID is ignored. Safe for concurrent
-// use.
-type SeatLocker interface {
-	Lock(ctx context.Context, h Hold, limit int) (lockID string, err error)
-}
-
-// SeatStore is the whole seat side: locking at placement, releasing after a
-// cancel, selling after a payment. cancel/redisseat implements it.
-type SeatStore interface {
-	SeatLocker
-	SeatReleaser
-	SeatSeller
-}
-
-// SeatReleaser gives seats back in the seat store (Redis).
-//
-// Release frees those of h.Seats that are still locked by h.OrderNo (by
-// the lock h.LockID only, when it is set), lowers
-// h.UserID's purchase-limit counter by exactly the number freed (never below
-// zero), and returns that number. Seats that are free, sold, or locked by
-// another order are left alone, so Release is idempotent: a second call frees
-// nothing. It is atomic: on error nothing was changed. Safe for concurrent use.
-type SeatReleaser interface {
-	Release(ctx context.Context, h Hold) (int, error)
-}
-
-// SeatSeller marks seats sold in the seat store after a payment.
-//
-// Sell marks those of h.Seats that are locked by h.OrderNo (or free) as sold
-// to it and returns how many it marked; seats sold or locked by another order
-// are left alone. With h.LockID set, only the seats of that very lock are
-// sold (not free ones, nor a newer lock of the same order). Idempotent and atomic like Release. Safe for concurrent use.
-type SeatSeller interface {
-	Sell(ctx context.Context, h Hold) (int, error)
-}
-
 // OrderState is what a store reads of one order for the reconciler
-// (reconcile.Orders).
+// (OrderStore.Statuses).
 type OrderState struct {
 	Status expiry.Status
 	// Age is how long ago the order was last written (placed, decided,

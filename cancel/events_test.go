@@ -54,7 +54,7 @@ func TestRefundedOncePerPayment(t *testing.T) {
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
 	log := &expirytest.Recorder{}
 	fail := true
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, Runtime: expiry.Runtime{Observer: log}, DiscrepancyLease: time.Nanosecond,
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: expiry.Runtime{Observer: log}, DiscrepancyLease: time.Nanosecond,
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error {
 			if fail {
 				return assert.AnError

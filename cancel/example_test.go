@@ -17,11 +17,10 @@ import (
 func ExampleService_Pay() {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store,
-		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
-			fmt.Println("refund", d.PaymentID, "of", d.OrderNo, "to", d.UserID)
-			return nil
-		}})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
+		fmt.Println("refund", d.PaymentID, "of", d.OrderNo, "to", d.UserID)
+		return nil
+	}})
 	if err != nil {
 		panic(err)
 	}
@@ -78,7 +77,7 @@ func ExampleService_Place() {
 func ExampleService_Pay_latePayment() {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, AcceptLatePayments: true,
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, AcceptLatePayments: true,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			fmt.Println("refund", d.PaymentID)
 			return nil

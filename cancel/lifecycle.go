@@ -11,19 +11,18 @@ import (
 
 // This file is the state machine's optional transitions: a late
 // payment reinstating a cancelled order, a pending order's deadline moved,
-// and the expiry warning. Each has a small store interface of its own, which
-// an OrderStore may implement (cancel/sqlstore and cancel/memstore do); a
-// store that does not gives the caller ErrUnsupported, and a late payment on
-// it is refunded.
+// and the expiry warning. A store that cannot do one answers its
+// OrderStore method with ErrUnsupported: the caller gets that error, and a
+// late payment is refunded.
 
 // ReasonExpired is the reason of an operator's expire-now (Service.ExpireNow).
 // Like a user's cancel it is final for the late-payment policy: a payment
 // after it is refunded, never reinstated.
 const ReasonExpired Reason = "expired"
 
-// ErrUnsupported reports that the order store does not implement the
-// optional interface an operation needs (Reinstater, DeadlineStore,
-// WarnStore). Nothing was changed.
+// ErrUnsupported reports that the order store cannot do the optional
+// transition an operation needs (OrderStore.ReinstateCancelled,
+// SetDeadline, MarkWarned). Nothing was changed.
 var ErrUnsupported = errors.New("orderexpiry: not supported by the order store")
 
 // ErrNoSeatRecord reports that the store kept no record of a cancelled
@@ -32,38 +31,6 @@ var ErrUnsupported = errors.New("orderexpiry: not supported by the order store")
 // history), so the order cannot be reinstated: a late payment for it is
 // refunded.
 var ErrNoSeatRecord = errors.New("orderexpiry: no record of the cancelled order's seats")
-
-// Reinstater is the store side of the late-payment policy
-// (Config.AcceptLatePayments). Implementations are safe for concurrent use.
-//
-// ReinstateCancelled, in one transaction: compare-and-set an order that was
-// cancelled with ReasonTimeout or ReasonReconcile (p.UserID's only, when
-// set) to paid with p.PaymentID; record p.PaymentID as decided in the
-// DiscrepancyStore's key space (an id recorded there before, refunded or
-// honoured, refuses the reinstatement: a payment id's fate never flips);
-// claim each of its seats again as sold (the unique live claim: a seat
-// another order holds refuses it); then call claim with the order's seats
-// and the purchase limit it was placed with (Placement.Limit), inside the
-// transaction, keep the lock id claim returned as the order's
-// (Result.LockID), and commit only if claim returned nil. The caller's claim is
-// the seat store's strict Lock, so the seats are taken in both stores or in
-// neither, and the limit holds on this path too (I17).
-//
-// Result.Changed is true when this call reinstated the order (Seats are its
-// seats). Of concurrent calls for one order at most one is ever true: the
-// others wait for it and then find the order paid. Changed false with a nil
-// error means the order is not (or no longer) a cancelled order of those
-// reasons: Result.Order.Status says what it is, and Result.PaymentID names
-// the payment that paid it. Errors: expiry.ErrNotFound, ErrNotOwner,
-// ErrDiscrepancy (p.PaymentID was decided before: it is refunded, never
-// honoured), ErrSeatUnavailable (a seat held by another live order),
-// ErrNoSeatRecord,
-// claim's own error (wrapped); on every error nothing was committed, except
-// one wrapping expiry.ErrCommitUnknown (the outcome is unknown; the
-// reconciler settles the seat store either way).
-type Reinstater interface {
-	ReinstateCancelled(ctx context.Context, p Payment, claim func(ctx context.Context, h Hold, limit int) (lockID string, err error)) (Result, error)
-}
 
 // DeadlineChange asks to move a pending order's deadline to In from now by
 // the store's clock.
@@ -96,49 +63,16 @@ type DeadlineResult struct {
 	Previous time.Time
 }
 
-// DeadlineStore is the store side of deadline control. Safe for concurrent
-// use.
-//
-// SetDeadline compare-and-sets the deadline of c.OrderNo to now+c.In by the
-// store's clock (for an extension with c.MaxHold, to the earlier of that and
-// the order's placement plus c.MaxHold), on a pending order only, and only
-// in c.Shorten's direction:
-// an extension only if the order is not due yet and its deadline is before
-// now+In (so repeating an extension by the same In changes nothing but what
-// the passing time asks: "at least In from now"); a shortening only if the
-// deadline is after now+In. Not matching is Changed false and a nil error.
-// Errors: expiry.ErrNotFound, ErrNotOwner, expiry.ErrInvalidID; other errors
-// are transient and nothing changed.
-type DeadlineStore interface {
-	SetDeadline(ctx context.Context, c DeadlineChange) (DeadlineResult, error)
-}
-
-// WarnStore is the store side of the expiry warning: a warned flag per order.
-// Safe for concurrent use.
-//
-// MarkWarned sets orderNo's warned flag with a compare-and-set, only if the
-// order is pending, not warned before, not yet due and due within lead, all
-// by the store's clock. Fired is true when this call set it (of all calls for
-// one order, at most one ever); otherwise Warned says whether it was set
-// before, and Order the order as found. Errors: expiry.ErrNotFound; other
-// errors are transient and nothing changed.
-type WarnStore interface {
-	MarkWarned(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error)
-}
-
-// lateReasons are the cancels a late payment may undo (see Reinstater).
+// lateReason reports the cancels a late payment may undo
+// (OrderStore.ReinstateCancelled).
 func lateReason(r Reason) bool { return r == ReasonTimeout || r == ReasonReconcile }
 
 // payLate is Pay's path for a payment that found its order cancelled, with
 // the late-payment policy on: reinstate when the store can and every seat is
 // free, else the refund path. res is PayPending's answer.
 func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, error) {
-	rs, ok := s.store.(Reinstater)
-	if !ok {
-		return s.refuse(ctx, p, res, res.Order.Status, false)
-	}
 	var claimed *Hold
-	rres, err := rs.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold, limit int) (string, error) {
+	rres, err := s.store.ReinstateCancelled(ctx, p, func(ctx context.Context, h Hold, limit int) (string, error) {
 		// Strict, as Place locks: only free seats, and within the limit the
 		// order was placed with (a buyer who placed another order since
 		// may not hold more; the payment is refunded then).
@@ -179,6 +113,9 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 		// The store's Hook failed: nothing was reinstated, nothing is
 		// refunded (whatever its error wraps); the provider's repeat decides.
 		return res, fmt.Errorf("cancel: late payment %s of order %s: %w", p.PaymentID, p.OrderNo, err)
+	case errors.Is(err, ErrUnsupported):
+		s.log.WarnContext(ctx, "the order store cannot reinstate a cancelled order; the late payment is refunded", "order", p.OrderNo, "payment", p.PaymentID, "err", err)
+		return s.refuse(ctx, p, res, expiry.StatusCancelled, false)
 	case errors.Is(err, ErrSeatUnavailable), errors.Is(err, ErrNoSeatRecord), errors.Is(err, ErrLimitExceeded), errors.Is(err, ErrDiscrepancy):
 		return s.refuse(ctx, p, res, expiry.StatusCancelled, false)
 	case errors.Is(err, expiry.ErrNotFound):
@@ -202,7 +139,7 @@ func (s *Service) payLate(ctx context.Context, p Payment, res Result) (Result, e
 // ("extended"). However often it is repeated, the deadline never passes the
 // order's placement plus Config.MaxHold by the store's clock (invariant I17):
 // an extension stops there, and one asked for after it changes nothing.
-// Errors as DeadlineStore's, and ErrUnsupported.
+// Errors as OrderStore.SetDeadline's.
 func (s *Service) Extend(ctx context.Context, orderNo, userID string, atLeast time.Duration) (DeadlineResult, error) {
 	if atLeast <= 0 {
 		return DeadlineResult{}, fmt.Errorf("cancel: extend %s: %w: non-positive duration %v", orderNo, expiry.ErrInvalidID, atLeast)
@@ -239,11 +176,7 @@ func (s *Service) setDeadline(ctx context.Context, c DeadlineChange, reason stri
 	if err := validate(c.OrderNo, c.UserID); err != nil {
 		return DeadlineResult{}, err
 	}
-	ds, ok := s.store.(DeadlineStore)
-	if !ok {
-		return DeadlineResult{}, fmt.Errorf("cancel: %s deadline of %s: %w", reason, c.OrderNo, ErrUnsupported)
-	}
-	res, err := ds.SetDeadline(ctx, c)
+	res, err := s.store.SetDeadline(ctx, c)
 	if err != nil || !res.Changed {
 		return res, err
 	}
@@ -267,21 +200,18 @@ func (s *Service) ExpireNow(ctx context.Context, orderNo string) (Result, error)
 }
 
 // Warn implements expiry.Warner: it marks the order warned in the store
-// (WarnStore's compare-and-set), then runs Config.OnWarning with the order.
+// (OrderStore.MarkWarned's compare-and-set), then runs Config.OnWarning with the order.
 // At most once per order: the flag is set first, so a redelivered warning
 // never runs the hook again, and a hook that fails (counted as
 // expiry.KindHookFailed, Reason "warning", and logged) or a crash before it
 // ran is not retried. Without a hook it only marks and counts
-// (expiry.KindWarned). A store without WarnStore gives ErrUnsupported.
+// (expiry.KindWarned). A store that keeps no warned flag gives
+// ErrUnsupported.
 func (s *Service) Warn(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
 	if err := validate(orderNo, ""); err != nil {
 		return expiry.WarnResult{}, err
 	}
-	ws, ok := s.store.(WarnStore)
-	if !ok {
-		return expiry.WarnResult{}, fmt.Errorf("cancel: warn %s: %w", orderNo, ErrUnsupported)
-	}
-	res, err := ws.MarkWarned(ctx, orderNo, lead)
+	res, err := s.store.MarkWarned(ctx, orderNo, lead)
 	if err != nil || !res.Fired {
 		return res, err
 	}

@@ -60,7 +60,7 @@ func newLateEnv(t *testing.T, accept bool, skew time.Duration) *lateEnv {
 	var err error
 	e.sched, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: e.sent, Runtime: expiry.Runtime{Clock: skewed{clock, skew}}, WarnBefore: 2 * time.Minute})
 	require.NoError(t, err)
-	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Runtime: expiry.Runtime{Observer: e.ev},
+	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Runtime: expiry.Runtime{Observer: e.ev},
 		AcceptLatePayments: accept, Scheduler: e.sched,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			e.mu.Lock()
@@ -275,7 +275,7 @@ func TestLateUnsupportedStore(t *testing.T) {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
 	var refunds int
-	svc, err := cancel.New(cancel.Config{Store: plainStore{store}, Seats: seats, Discrepancies: store, AcceptLatePayments: true,
+	svc, err := cancel.New(cancel.Config{Store: plainStore{store}, Seats: seats, AcceptLatePayments: true,
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error { refunds++; return nil }})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"a1"}, ExpireAt: time.Now().Add(-time.Second)}
@@ -291,17 +291,20 @@ func TestLateUnsupportedStore(t *testing.T) {
 	assert.ErrorIs(t, err, cancel.ErrUnsupported)
 }
 
-// plainStore hides every optional interface of the store it wraps.
-type plainStore struct{ s *memstore.Store }
+// plainStore is a store that cannot do the optional transitions: it
+// answers them with cancel.ErrUnsupported, as a host's own store may.
+type plainStore struct{ *memstore.Store }
 
-func (p plainStore) Order(ctx context.Context, no string) (expiry.Order, error) {
-	return p.s.Order(ctx, no)
+func (plainStore) ReinstateCancelled(context.Context, cancel.Payment, func(context.Context, cancel.Hold, int) (string, error)) (cancel.Result, error) {
+	return cancel.Result{}, cancel.ErrUnsupported
 }
-func (p plainStore) CancelPending(ctx context.Context, r cancel.Request) (cancel.Result, error) {
-	return p.s.CancelPending(ctx, r)
+
+func (plainStore) SetDeadline(context.Context, cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	return cancel.DeadlineResult{}, cancel.ErrUnsupported
 }
-func (p plainStore) PayPending(ctx context.Context, pm cancel.Payment) (cancel.Result, error) {
-	return p.s.PayPending(ctx, pm)
+
+func (plainStore) MarkWarned(context.Context, string, time.Duration) (expiry.WarnResult, error) {
+	return expiry.WarnResult{}, cancel.ErrUnsupported
 }
 
 // The message path follows an extended deadline without a new message: the

@@ -17,7 +17,6 @@ import (
 type Service struct {
 	store         OrderStore
 	seats         SeatStore
-	discrepancies DiscrepancyStore
 	obs           expiry.Observer
 	log           *slog.Logger
 	onDiscrepancy func(context.Context, Discrepancy) error
@@ -27,12 +26,7 @@ type Service struct {
 	onWarning     func(context.Context, expiry.Order) error
 	sched         *expiry.Scheduler
 	maxHold       time.Duration
-	// ledger and reader: Config.Seats's, when it implements them (see
-	// backintime.go).
-	ledger RefundLedger
-	reader SeatReader
-	// timeouts batches concurrent Timeout calls when the store is a
-	// BatchCanceller (timeouts.go); nil otherwise.
+	// timeouts batches concurrent Timeout calls (timeouts.go).
 	timeouts *timeouts
 }
 
@@ -56,20 +50,16 @@ const (
 
 // Config wires a Service. Store and Seats are required.
 type Config struct {
+	// Store is the order store: SQL, the source of truth. It also records
+	// the payments that could not be honoured, once per payment id, so the
+	// refund hook runs once per payment.
 	Store OrderStore
-	// Seats is the seat store. When it also implements RefundLedger
-	// (cancel/redisseat's does), refunds are recorded there too and every
+	// Seats is the seat store. Refunds are recorded there too, and every
 	// Pay reads that record first (one more seat-store round trip), so that
 	// SQL losing its last commits neither refunds a payment twice nor
-	// honours a refunded one; when it implements SeatReader, a payment whose
-	// seats the seat store sold to another order is reported
-	// (backintime.go).
+	// honours a refunded one; a payment whose seats the seat store sold to
+	// another order is reported (backintime.go).
 	Seats SeatStore
-	// Discrepancies records payments that could not be honoured, once per
-	// payment id (cancel/sqlstore's Store). Required with OnDiscrepancy.
-	// Nil (and no hook): each such callback is logged and counted, as often
-	// as the provider repeats it.
-	Discrepancies DiscrepancyStore
 	// Runtime: the logger and the observer. The Service keeps no clock:
 	// every "now" it acts on is the store's or the seat store's.
 	expiry.Runtime
@@ -89,7 +79,7 @@ type Config struct {
 	// payment_term_accept_late). Off (the default), a payment for a
 	// cancelled order is a discrepancy, refunded. On, a payment for an order
 	// cancelled by its timeout or the reconciler (never by its user, nor by
-	// ExpireNow) reinstates it as paid when the store implements Reinstater
+	// ExpireNow) reinstates it as paid when the store can reinstate it
 	// and every seat can be claimed again, in SQL and in the seat store
 	// (only if free); otherwise it is refunded as before. Reinstating is the
 	// only way back from a terminal state and happens at most once per
@@ -122,8 +112,6 @@ func New(c Config) (*Service, error) {
 		return nil, errors.New("cancel: Config.Store is nil")
 	case c.Seats == nil:
 		return nil, errors.New("cancel: Config.Seats is nil")
-	case c.OnDiscrepancy != nil && c.Discrepancies == nil:
-		return nil, errors.New("cancel: Config.OnDiscrepancy needs Config.Discrepancies, so the hook runs once per payment id")
 	case c.PlaceTimeout < 0:
 		return nil, fmt.Errorf("cancel: Config.PlaceTimeout is negative (%v)", c.PlaceTimeout)
 	case c.DiscrepancyLease < 0:
@@ -135,7 +123,7 @@ func New(c Config) (*Service, error) {
 		return nil, fmt.Errorf("cancel: Config.Store and Config.Seats: %w", err)
 	}
 	rt := c.Runtime.WithDefaults()
-	s := &Service{store: c.Store, seats: c.Seats, discrepancies: c.Discrepancies, obs: rt.Observer,
+	s := &Service{store: c.Store, seats: c.Seats, obs: rt.Observer,
 		log: rt.Logger, onDiscrepancy: c.OnDiscrepancy, placeTimeout: c.PlaceTimeout, lease: c.DiscrepancyLease,
 		acceptLate: c.AcceptLatePayments, onWarning: c.OnWarning, sched: c.Scheduler}
 	if s.placeTimeout == 0 {
@@ -145,11 +133,7 @@ func New(c Config) (*Service, error) {
 		s.lease = DiscrepancyLeaseDefault
 	}
 	s.maxHold = c.MaxHold
-	s.ledger, _ = c.Seats.(RefundLedger)
-	s.reader, _ = c.Seats.(SeatReader)
-	if bc, ok := c.Store.(BatchCanceller); ok {
-		s.timeouts = &timeouts{bc: bc}
-	}
+	s.timeouts = &timeouts{store: c.Store}
 	if s.maxHold == 0 {
 		s.maxHold = MaxHoldDefault
 	}
@@ -158,12 +142,7 @@ func New(c Config) (*Service, error) {
 
 // Scope implements Scoped: its order store's scope, so that a reconciler
 // is never wired to another scope's Service (reconcile.New checks it).
-func (s *Service) Scope() string {
-	if sc, ok := s.store.(Scoped); ok {
-		return sc.Scope()
-	}
-	return ""
-}
+func (s *Service) Scope() string { return s.store.Scope() }
 
 // Place places an order, in one call: it validates p, locks its seats (up
 // to p.Limit seats of the show for the user, 0 no limit), runs insert with p
@@ -307,7 +286,7 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 // Timeout cancels an order whose time is up, guarded by the store's clock. It
 // implements expiry.Canceller.
 //
-// With a store that is a BatchCanceller, Timeout calls that arrive while
+// Timeout calls that arrive while
 // another is in the store are cancelled together, in one transaction and
 // one seat-store release per show (timeouts.go), as a consumer handling
 // many due messages at once makes them; a lone call goes by the one-order
@@ -315,10 +294,6 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 // store call (a store's hook too) and seat release run under one context,
 // which carries the values of the batch's first call.
 func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, expiry.Order, error) {
-	if s.timeouts == nil {
-		res, err := s.timeoutOne(ctx, orderNo)
-		return res.Changed, res.Order, err
-	}
 	if err := validate(orderNo, ""); err != nil {
 		return false, expiry.Order{}, err
 	}
@@ -353,7 +328,7 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 // payment id changes nothing and is not an error (callbacks repeat). With
 // Config.AcceptLatePayments, paying an order cancelled by its timeout or the
 // reconciler reinstates it as paid when every seat can be claimed again
-// (Changed true, expiry.KindReinstated; see Reinstater). Paying a cancelled
+// (Changed true, expiry.KindReinstated; see OrderStore.ReinstateCancelled). Paying a cancelled
 // order otherwise, a paid one with another payment id, or an order that is
 // not in the store (the host deleted it, or it was never placed in this
 // scope), is a discrepancy: nothing changes, it is recorded once per payment id (with
@@ -365,8 +340,7 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 // transaction the seats are marked sold in the seat store; a failure there is
 // logged and left to the reconciler.
 //
-// With a seat store that is a RefundLedger, a payment id it recorded
-// refunded is refused (ErrDiscrepancy, the hook not called again) whatever
+// A payment id the seat store recorded refunded is refused (ErrDiscrepancy, the hook not called again) whatever
 // SQL says, and a seat the sale found sold to another order is reported as
 // expiry.KindDiverged: both can happen only after SQL lost commits
 // (backintime.go).
@@ -374,16 +348,14 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, fmt.Errorf("cancel: %w", err)
 	}
-	if s.ledger != nil {
-		// A payment the seat store recorded refunded is never honoured,
-		// even when SQL lost that record (backintime.go). When the seat
-		// store cannot answer, SQL decides alone, as it always did.
-		refunded, err := s.ledger.Refunded(ctx, p.PaymentID)
-		if err != nil {
-			s.log.WarnContext(ctx, "could not read the seat store's refund record; SQL decides alone", "order", p.OrderNo, "payment", p.PaymentID, "err", err)
-		} else if refunded {
-			return s.refusedBefore(ctx, p)
-		}
+	// A payment the seat store recorded refunded is never honoured, even
+	// when SQL lost that record (backintime.go). When the seat store
+	// cannot answer, SQL decides alone, as it always did.
+	refunded, err := s.seats.Refunded(ctx, p.PaymentID)
+	if err != nil {
+		s.log.WarnContext(ctx, "could not read the seat store's refund record; SQL decides alone", "order", p.OrderNo, "payment", p.PaymentID, "err", err)
+	} else if refunded {
+		return s.refusedBefore(ctx, p)
 	}
 	res, err := s.store.PayPending(ctx, p)
 	if errors.Is(err, ErrHook) {
@@ -448,20 +420,18 @@ func (s *Service) sell(ctx context.Context, p Payment, res Result) {
 // not refund it again.
 func (s *Service) refuse(ctx context.Context, p Payment, res Result, status expiry.Status, refundedBefore bool) (Result, error) {
 	d := Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: res.Order.UserID, Status: status}
-	if s.discrepancies != nil {
-		recorded, err := s.discrepancies.RecordDiscrepancy(ctx, d)
-		if err != nil {
-			return res, fmt.Errorf("cancel: order %s: record discrepancy of payment %s: %w", d.OrderNo, d.PaymentID, err)
+	recorded, err := s.store.RecordDiscrepancy(ctx, d)
+	if err != nil {
+		return res, fmt.Errorf("cancel: order %s: record discrepancy of payment %s: %w", d.OrderNo, d.PaymentID, err)
+	}
+	if !recorded {
+		// Decided before: refunded, or it paid the order. PayPending
+		// answers who paid (and pays nothing: the order is not pending).
+		now, err := s.store.PayPending(ctx, Payment{OrderNo: p.OrderNo, PaymentID: p.PaymentID})
+		if err == nil && now.Order.Status == expiry.StatusPaid && now.PaymentID == p.PaymentID {
+			return now, nil
 		}
-		if !recorded {
-			// Decided before: refunded, or it paid the order. PayPending
-			// answers who paid (and pays nothing: the order is not pending).
-			now, err := s.store.PayPending(ctx, Payment{OrderNo: p.OrderNo, PaymentID: p.PaymentID})
-			if err == nil && now.Order.Status == expiry.StatusPaid && now.PaymentID == p.PaymentID {
-				return now, nil
-			}
-			return res, fmt.Errorf("cancel: order %s: payment %s (recorded before): %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
-		}
+		return res, fmt.Errorf("cancel: order %s: payment %s (recorded before): %w", d.OrderNo, d.PaymentID, ErrDiscrepancy)
 	}
 	if refundedBefore {
 		reason := DivergedRefundRepeated
@@ -494,39 +464,35 @@ func (s *Service) refuseGone(ctx context.Context, p Payment) (Result, error) {
 func (s *Service) runHook(ctx context.Context, d Discrepancy) bool {
 	hctx, done := context.WithTimeout(context.WithoutCancel(ctx), s.lease/2)
 	defer done()
-	if s.ledger != nil {
-		// The seat store's record of a refund outlives a record SQL lost
-		// (backintime.go): a refund made once is not made again. When the
-		// seat store cannot answer, SQL's record decides alone, as it
-		// always did: refunds go on during a seat-store outage.
-		refunded, err := s.ledger.Refunded(hctx, d.PaymentID)
-		if err != nil {
-			s.log.WarnContext(ctx, "could not read the seat store's refund record; SQL's decides alone", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
+	// The seat store's record of a refund outlives a record SQL lost
+	// (backintime.go): a refund made once is not made again. When the seat
+	// store cannot answer, SQL's record decides alone, as it always did:
+	// refunds go on during a seat-store outage.
+	refunded, err := s.seats.Refunded(hctx, d.PaymentID)
+	if err != nil {
+		s.log.WarnContext(ctx, "could not read the seat store's refund record; SQL's decides alone", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
+	}
+	if err == nil && refunded {
+		// Refunded already: by a call whose record SQL lost (refuse
+		// reported it), or by the reconciler's retry while this call
+		// stalled past the lease. Settled, not refunded again.
+		if err := s.store.SettleDiscrepancy(hctx, d.PaymentID); err != nil {
+			s.log.ErrorContext(ctx, "a refund made before could not be recorded settled; the reconciler will try again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
+			return false
 		}
-		if err == nil && refunded {
-			// Refunded already: by a call whose record SQL lost (refuse
-			// reported it), or by the reconciler's retry while this call
-			// stalled past the lease. Settled, not refunded again.
-			if err := s.discrepancies.SettleDiscrepancy(hctx, d.PaymentID); err != nil {
-				s.log.ErrorContext(ctx, "a refund made before could not be recorded settled; the reconciler will try again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
-				return false
-			}
-			return true
-		}
+		return true
 	}
 	if err := s.onDiscrepancy(hctx, d); err != nil {
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindHookFailed, OrderNo: d.OrderNo, Err: err})
 		s.log.ErrorContext(ctx, "refund hook failed; the reconciler will call it again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
 		return false
 	}
-	if s.ledger != nil {
-		if err := s.ledger.MarkRefunded(hctx, d.PaymentID, d.OrderNo); err != nil {
-			// SQL's record still keeps the hook from running again; only a
-			// later loss of that record is no longer covered.
-			s.log.ErrorContext(ctx, "refund made but not recorded in the seat store", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
-		}
+	if err := s.seats.MarkRefunded(hctx, d.PaymentID, d.OrderNo); err != nil {
+		// SQL's record still keeps the hook from running again; only a
+		// later loss of that record is no longer covered.
+		s.log.ErrorContext(ctx, "refund made but not recorded in the seat store", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
 	}
-	if err := s.discrepancies.SettleDiscrepancy(hctx, d.PaymentID); err != nil {
+	if err := s.store.SettleDiscrepancy(hctx, d.PaymentID); err != nil {
 		s.log.ErrorContext(ctx, "refund hook ran but could not be recorded; it will be called again", "order", d.OrderNo, "payment", d.PaymentID, "err", err)
 		return false
 	}
@@ -542,7 +508,7 @@ func (s *Service) RetryDiscrepancies(ctx context.Context, limit int) (int, error
 	if s.onDiscrepancy == nil || limit <= 0 {
 		return 0, nil
 	}
-	ds, err := s.discrepancies.ClaimDiscrepancies(ctx, s.lease, limit)
+	ds, err := s.store.ClaimDiscrepancies(ctx, s.lease, limit)
 	if err != nil {
 		return 0, fmt.Errorf("cancel: claim discrepancies: %w", err)
 	}

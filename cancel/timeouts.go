@@ -15,7 +15,7 @@ import (
 // free goes alone, by the one-order path, so a quiet Service behaves as it
 // would without batching; the calls that arrive while every lane is busy
 // wait, and the next lane to come free takes all of them (up to MaxBatch)
-// as one batch: one BatchCanceller transaction and one seat-store release
+// as one batch: one OrderStore.CancelDue transaction and one seat-store release
 // per show. A consumer handling many due messages at once (an onsale's
 // wave) thus cancels them in batches without its transport delivering
 // batches. A lone call or a batch still in the store after laneStall is
@@ -35,7 +35,7 @@ import (
 // answers. One order whose cancel is slow inside a batch's transaction (a
 // slow hook) delays the others of that batch: they share one transaction.
 type timeouts struct {
-	bc BatchCanceller
+	store OrderStore
 
 	mu       sync.Mutex
 	inFlight int            // lanes in use: lone calls and batches in the store
@@ -192,7 +192,7 @@ func (t *timeouts) batch(s *Service, calls []*timeoutCall) {
 		byNo[c.no] = c
 		nos = append(nos, c.no)
 	}
-	res, err := cancelDue(ctx, t.bc, nos)
+	res, err := cancelDue(ctx, t.store, nos)
 	if err != nil {
 		s.log.WarnContext(ctx, "a batch of timeouts failed; each order goes alone", "orders", len(nos), "err", err)
 		return
@@ -264,15 +264,15 @@ func (s *Service) contained(ctx context.Context, no string, f func()) (ok bool) 
 	return true
 }
 
-// cancelDue is bc.CancelDue with a panic (a host hook's, inside the
+// cancelDue is store.CancelDue with a panic (a host hook's, inside the
 // store's transaction, which the store rolled back) turned into an error.
-func cancelDue(ctx context.Context, bc BatchCanceller, nos []string) (res []Result, err error) {
+func cancelDue(ctx context.Context, store OrderStore, nos []string) (res []Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, err = nil, fmt.Errorf("cancel: batch of timeouts panicked: %v", p)
 		}
 	}()
-	return bc.CancelDue(ctx, nos, ReasonTimeout)
+	return store.CancelDue(ctx, nos, ReasonTimeout)
 }
 
 // batchContext is the context of a batch: the values of its first call

@@ -34,6 +34,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/expirytest"
+	"github.com/seatflow/orderexpiry/internal/onebyone"
 
 	_ "modernc.org/sqlite"
 )
@@ -108,10 +109,6 @@ func (s *a5store) CancelDue(ctx context.Context, nos []string, reason cancel.Rea
 
 func (s *a5store) setCancelDue(f cancelDueFunc) { s.cancelDue.Store(&f) }
 
-// a5oneByOne hides every optional interface of the store: the one-order
-// path, to compare with.
-type a5oneByOne struct{ cancel.OrderStore }
-
 // a5seats is a memstore.Seats whose Release an attack can fail or slow.
 type a5seats struct {
 	*memstore.Seats
@@ -148,11 +145,9 @@ func (s *a5seats) setBeforeRelease(f func(ctx context.Context, h cancel.Hold) er
 	s.beforeRelease.Store(&f)
 }
 
-// a5batchSeats is a5seats that is also a cancel.BatchReleaser: ReleaseAll
-// is Release per hold, -1 for a hold whose Release failed.
-type a5batchSeats struct{ *a5seats }
-
-func (s a5batchSeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+// ReleaseAll is Release per hold, -1 for a hold whose Release failed, so
+// that an attack's failures and counts see every release.
+func (s *a5seats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
 	out := make([]int, len(holds))
 	var errs []error
 	for i, h := range holds {
@@ -188,9 +183,8 @@ type a5env struct {
 }
 
 type a5opts struct {
-	oneByOne   bool // hide BatchCanceller
-	batchSeats bool // the seat store is a BatchReleaser
-	clk        *a5clock
+	oneByOne bool // CancelDue one order at a time (oneByOne)
+	clk      *a5clock
 	// stalls keeps the library's lane stall (a call in the store past it
 	// gives its lane up); without it the stall is an hour, so that the
 	// calls a test holds in the store keep their lanes however slow the
@@ -212,12 +206,9 @@ func newA5(t *testing.T, o a5opts) *a5env {
 	e.seats = &a5seats{Seats: memstore.NewSeats(clk.now)}
 	var store cancel.OrderStore = e.store
 	if o.oneByOne {
-		store = a5oneByOne{e.store}
+		store = onebyone.Store{OrderStore: e.store}
 	}
 	var seats cancel.SeatStore = e.seats
-	if o.batchSeats {
-		seats = a5batchSeats{e.seats}
-	}
 	var err error
 	obs := expiry.ObserverFunc(func(ctx context.Context, ev expiry.Event) {
 		e.ev.Observe(ctx, ev)
@@ -987,49 +978,44 @@ func TestAttackTimeoutRacesPayUserCancelExpireDue(t *testing.T) {
 }
 
 // Attack 4: the seat store's Release fails for one show and is slow for
-// the others while batches run; with a per-order releaser and with a
-// BatchReleaser.
+// the others while batches run.
 func TestAttackTimeoutReleaseFailsOrSlow(t *testing.T) {
-	for _, batchSeats := range []bool{false, true} {
-		t.Run(fmt.Sprintf("batchReleaser=%v", batchSeats), func(t *testing.T) {
-			ign := goleak.IgnoreCurrent()
-			e := newA5(t, a5opts{batchSeats: batchSeats})
-			kinds := e.a5mix(t, 12, 3, 2, 2, 0)
-			e.place(t, "g0", "u0", "s0", -time.Minute)
-			e.seats.setBeforeRelease(func(_ context.Context, h cancel.Hold) error {
-				if h.ShowID == "s1" {
-					return errors.New("redis shard s1 down")
-				}
-				time.Sleep(2 * time.Millisecond)
-				return nil
-			})
-			ctx := context.Background()
-			g := e.hold(t, ctx, "g0")
-			n := 0
-			for no := range kinds {
-				g.enqueue(ctx, no)
-				g.enqueue(ctx, no)
-				n += 2
-			}
-			g.queued(t, n)
-			gc, out := g.wait(t)
-			require.True(t, gc.cancelled)
-			for _, c := range out {
-				checkAnswer(t, kinds[c.no], c)
-			}
-			wins := winsOf(append(out, gc)...)
-			for no, k := range kinds {
-				if k == kDue {
-					assert.Equal(t, 1, wins[no], "due order %s", no)
-					if e.placed[no].ShowID == "s1" {
-						assert.Equal(t, 1, countOf(e.ev.Of(expiry.KindReleaseFailed), no), "order %s: one release failure reported", no)
-					}
-				}
-			}
-			e.checkFinal(t, wins, true)
-			noLeak(t, ign)
-		})
+	ign := goleak.IgnoreCurrent()
+	e := newA5(t, a5opts{})
+	kinds := e.a5mix(t, 12, 3, 2, 2, 0)
+	e.place(t, "g0", "u0", "s0", -time.Minute)
+	e.seats.setBeforeRelease(func(_ context.Context, h cancel.Hold) error {
+		if h.ShowID == "s1" {
+			return errors.New("redis shard s1 down")
+		}
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	})
+	ctx := context.Background()
+	g := e.hold(t, ctx, "g0")
+	n := 0
+	for no := range kinds {
+		g.enqueue(ctx, no)
+		g.enqueue(ctx, no)
+		n += 2
 	}
+	g.queued(t, n)
+	gc, out := g.wait(t)
+	require.True(t, gc.cancelled)
+	for _, c := range out {
+		checkAnswer(t, kinds[c.no], c)
+	}
+	wins := winsOf(append(out, gc)...)
+	for no, k := range kinds {
+		if k == kDue {
+			assert.Equal(t, 1, wins[no], "due order %s", no)
+			if e.placed[no].ShowID == "s1" {
+				assert.Equal(t, 1, countOf(e.ev.Of(expiry.KindReleaseFailed), no), "order %s: one release failure reported", no)
+			}
+		}
+	}
+	e.checkFinal(t, wins, true)
+	noLeak(t, ign)
 }
 
 func countOf(evs []expiry.Event, no string) int {
@@ -2302,7 +2288,7 @@ func TestAttackTimeoutPanicAfterCommitInBatch(t *testing.T) {
 		for _, oneByOne := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/oneByOne=%v", where, oneByOne), func(t *testing.T) {
 				ign := goleak.IgnoreCurrent()
-				e := newA5(t, a5opts{oneByOne: oneByOne, batchSeats: where == "release"})
+				e := newA5(t, a5opts{oneByOne: oneByOne})
 				e.place(t, "g0", "u0", "s0", -time.Minute)
 				e.place(t, "boom", "u1", "s1", -time.Minute)
 				var ds []string
@@ -2372,7 +2358,7 @@ func TestAttackTimeoutPanicAfterCommitInBatch(t *testing.T) {
 func TestAttackTimeoutContextStorm(t *testing.T) {
 	ign := goleak.IgnoreCurrent()
 	for round := 0; round < 6; round++ {
-		e := newA5(t, a5opts{batchSeats: round%2 == 1})
+		e := newA5(t, a5opts{})
 		kinds := e.a5mix(t, 80, 20, 10, 10, 10)
 		e.store.latency.Store(int64(100 * time.Microsecond))
 		var mu sync.Mutex

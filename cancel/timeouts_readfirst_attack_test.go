@@ -42,6 +42,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/expirytest"
+	"github.com/seatflow/orderexpiry/internal/onebyone"
 )
 
 // rfQuiet is the Services' logger: the storms log thousands of lines.
@@ -94,16 +95,6 @@ func (s *rfStore) counts(no string) (reads, cas int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reads[no], s.cas[no]
-}
-
-// rfOneByOne is the store without BatchCanceller but with the optional
-// transitions a late payment and a deadline change need: the one-order
-// path, to compare with.
-type rfOneByOne struct {
-	cancel.OrderStore
-	cancel.Reinstater
-	cancel.DeadlineStore
-	cancel.DiscrepancyStore
 }
 
 // rfSender records the Handler's re-arms.
@@ -182,11 +173,11 @@ func newRF(t *testing.T, o rfOpts) *rfEnv {
 	e.seats = &a5seats{Seats: memstore.NewSeats(clk.now)}
 	var store cancel.OrderStore = rs
 	if o.oneByOne {
-		store = rfOneByOne{OrderStore: rs, Reinstater: rs, DeadlineStore: rs, DiscrepancyStore: rs}
+		store = onebyone.Store{OrderStore: rs}
 	}
 	obs := expiry.ObserverFunc(func(ctx context.Context, ev expiry.Event) { e.ev.Observe(ctx, ev) })
 	var err error
-	e.svc, err = cancel.New(cancel.Config{Store: store, Seats: e.seats, Discrepancies: e.mem, AcceptLatePayments: o.late, Runtime: expiry.Runtime{Observer: obs, Logger: rfQuiet}})
+	e.svc, err = cancel.New(cancel.Config{Store: store, Seats: e.seats, AcceptLatePayments: o.late, Runtime: expiry.Runtime{Observer: obs, Logger: rfQuiet}})
 	require.NoError(t, err)
 	r := &rfEnv{a5env: e, rs: rs, sender: &rfSender{}, canc: &rfCanceller{svc: e.svc}}
 	r.h, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: r.canc, Sender: r.sender, Runtime: expiry.Runtime{Observer: obs, Logger: rfQuiet}})
@@ -1275,10 +1266,6 @@ func (s *rfSQL) CancelDue(ctx context.Context, nos []string, reason cancel.Reaso
 	return s.Store.CancelDue(ctx, nos, reason)
 }
 
-type rfSQLOneByOne struct{ cancel.OrderStore }
-
-func (s rfSQLOneByOne) Scope() string { return s.OrderStore.(cancel.Scoped).Scope() }
-
 // rfTenantDDL is a host's tables shared by tenants: string statuses with
 // several decided values (a ticket used at the door, a refund done by the
 // host), a tenant column, claims deleted by a cancel.
@@ -1335,7 +1322,7 @@ type rfSQLWorld struct {
 	placed8 map[string]cancel.Placement
 }
 
-func newRFSQL(t *testing.T, oneByOne bool) *rfSQLWorld {
+func newRFSQL(t *testing.T, single bool) *rfSQLWorld {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "oe.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
@@ -1357,8 +1344,8 @@ func newRFSQL(t *testing.T, oneByOne bool) *rfSQLWorld {
 	w.s7 = &rfSQL{Store: w.stores[7], reads: map[string]int{}, cas: map[string]int{}}
 	w.seats = memstore.NewSeats(nil).Scoped(w.stores[7].Scope())
 	var store cancel.OrderStore = w.s7
-	if oneByOne {
-		store = rfSQLOneByOne{w.s7}
+	if single {
+		store = onebyone.Store{OrderStore: w.s7}
 	}
 	w.svc, err = cancel.New(cancel.Config{Store: store, Seats: w.seats, Runtime: expiry.Runtime{Observer: w.ev, Logger: rfQuiet}})
 	require.NoError(t, err)

@@ -103,8 +103,7 @@ func newWarnAttackEnv(t *testing.T) *warnAttackEnv {
 	e := &warnAttackEnv{clock: clock, store: &twoStmtStore{Store: inner, fired: map[string]bool{}}, sent: &capture{}}
 	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: e.sent, Runtime: expiry.Runtime{Clock: clock}, WarnBefore: attackLead})
 	require.NoError(t, err)
-	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: memstore.NewSeats(clock.Now), Discrepancies: inner,
-		AcceptLatePayments: true, Scheduler: sched,
+	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: memstore.NewSeats(clock.Now), AcceptLatePayments: true, Scheduler: sched,
 		OnWarning: func(ctx context.Context, o expiry.Order) error {
 			cur, _ := inner.Order(ctx, o.No)
 			e.mu.Lock()

@@ -29,7 +29,7 @@ const (
 	KindPaid
 	// KindDiscrepancy: a payment arrived for an order that was already
 	// cancelled, or paid by another payment; Reason. Counted once per
-	// payment id when the cancel service has a DiscrepancyStore; the host's
+	// payment id (the order store records it); the host's
 	// hook refunds.
 	KindDiscrepancy
 	// KindBadMessage: a message could not be decoded or named an invalid
@@ -47,6 +47,8 @@ const (
 	// KindSkipped: the reconciler could not finish an order's work (its
 	// cancel failed or timed out) and skipped it for now, with a backoff, so
 	// that it does not hold the others back; Reason ("cancel"), Err. Reason
+	// "held": an expired order a batch passed by because another
+	// transaction holds its row, tried again in the next round. Reason
 	// "unreadable": a row SQL holds that the library cannot act on (an
 	// order number that is not a valid id, a claim with no user), left as
 	// it is; OrderNo as the row has it, Err.

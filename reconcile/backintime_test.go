@@ -39,8 +39,7 @@ import (
 // orderStore is what the back-in-time cases need of an order store.
 type orderStore interface {
 	cancel.OrderStore
-	cancel.DiscrepancyStore
-	reconcile.Orders
+	cancel.OrderStore
 	Now(ctx context.Context) (time.Time, error)
 }
 
@@ -91,7 +90,7 @@ func (e *bitEnv) wire(t *testing.T, grace time.Duration) {
 	e.log, e.refunds = &expirytest.Recorder{}, map[string]int{}
 	rt := expiry.Runtime{Observer: e.log}
 	var err error
-	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, OnDiscrepancy: e.refund, Runtime: rt})
+	e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, OnDiscrepancy: e.refund, Runtime: rt})
 	require.NoError(t, err)
 	e.grace = grace
 	e.rec, err = reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: e.svc, Batch: 100,

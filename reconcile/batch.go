@@ -8,26 +8,18 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// batchService is a Service that expires many orders in one call
-// (*cancel.Service's ExpireDue: one transaction per batch when its store is
-// a cancel.BatchCanceller, one Cancel per order otherwise). The expired
-// pass uses it when the Service has it.
-type batchService interface {
-	ExpireDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error)
-}
-
 // minBatch is the fewest orders a worker's batch gets: below it, fewer
 // workers take a page.
 const minBatch = 16
 
-// expireBatches is cancelAll through b: the orders not backing off are cut
+// expireBatches cancels nos: the orders not backing off are cut
 // into up to Workers batches run at once, each one ExpireDue bounded by
 // OrderTimeout. A changed order counts as Expired; a listed order the batch
 // did not change lost its race (paid, cancelled, or no longer due
 // meanwhile). A batch that fails changed nothing: its orders are tried
 // one by one (Cancel), so one bad order is counted, backed off and skipped
 // alone and never holds the others back (I12).
-func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Report, b batchService) int {
+func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Report) int {
 	var todo []string
 	for _, no := range nos {
 		if r.waiting(no) {
@@ -54,18 +46,21 @@ func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Repor
 				return
 			}
 			bctx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
-			res, err := b.ExpireDue(bctx, chunk, cancel.ReasonReconcile)
+			res, err := r.c.Service.ExpireDue(bctx, chunk, cancel.ReasonReconcile)
 			done()
 			changed := make(map[string]bool, len(res))
 			for _, c := range res {
 				changed[c.Order.No] = true
 				r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: c.Order.No, Reason: "expired", Seats: len(c.Seats)})
 			}
-			lost := 0
+			lost, held := 0, 0
 			if err == nil && len(res) < len(chunk) {
-				// Those the batch left: a lost race if the order is still
-				// there (decided, or no longer due), nothing if it is gone,
-				// as cancelOne counts them.
+				// Those the batch left: nothing if the order is gone, a
+				// lost race if it was decided meanwhile; one still pending
+				// is skipped (its row held by another transaction, which
+				// the batch passes by), and the next round tries it again
+				// at no cost. An extension that made it not due meanwhile
+				// counts as skipped too: the next round's scan drops it.
 				var left []string
 				for _, no := range chunk {
 					if !changed[no] {
@@ -74,12 +69,21 @@ func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Repor
 				}
 				lost = len(left)
 				if st, serr := r.c.Orders.Statuses(ctx, left); serr == nil {
-					lost = len(st)
+					lost = 0
+					for no, s := range st {
+						if s.Status == expiry.StatusPending {
+							held++
+							r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSkipped, OrderNo: no, Reason: "held"})
+							continue
+						}
+						lost++
+					}
 				}
 			}
 			mu.Lock()
 			rep.Expired += len(res)
 			rep.LostRaces += lost
+			rep.Skipped += held
 			mu.Unlock()
 			if err == nil {
 				return

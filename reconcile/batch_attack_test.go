@@ -19,6 +19,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/expirytest"
+	"github.com/seatflow/orderexpiry/internal/onebyone"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
@@ -229,12 +230,6 @@ func (s *scanThen) Expired(ctx context.Context, cursor string, limit int) ([]str
 	return nos, next, err
 }
 
-// oneByOne is the Service without ExpireDue: the expired pass cancels order
-// by order, the path whose counts the batches must keep.
-type oneByOne struct{ *cancel.Service }
-
-func (oneByOne) ExpireDue() {} // not the batch's signature: hides it
-
 // TestBatchCountsStayTruthful: between the expired pass's scan and its
 // cancels, another host pays one listed order and the host deletes another
 // (an order it withdrew); the rest are due. The round's counts must say
@@ -268,7 +263,7 @@ func TestBatchCountsStayTruthful(t *testing.T) {
 				}}
 				var svc reconcile.Service = e.svc
 				if path == "one" {
-					svc = oneByOne{e.svc}
+					svc = onebyone.Service{Canceller: e.svc}
 				}
 				r, err := reconcile.New(reconcile.Config{Orders: orders, Seats: e.seats, Service: svc, Batch: 50, Workers: 1})
 				require.NoError(t, err)
@@ -362,7 +357,7 @@ func TestBatchPageWithAStuckRow(t *testing.T) {
 
 				var svc reconcile.Service = e.svc
 				if path == "one" {
-					svc = oneByOne{e.svc}
+					svc = onebyone.Service{Canceller: e.svc}
 				}
 				r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: svc, Batch: 100, Workers: 2,
 					OrderTimeout: 500 * time.Millisecond})
@@ -431,7 +426,9 @@ func TestBatchTwoReconcilersRace(t *testing.T) {
 			for k, rep := range reps {
 				assert.GreaterOrEqual(t, rep.LostRaces, 0, "host %d", k)
 				assert.LessOrEqual(t, rep.Expired+rep.LostRaces, orders, "host %d counts more orders than there are", k)
-				assert.Zero(t, rep.Skipped, "host %d", k)
+				// An order the other host's batch holds is passed by
+				// (skipped): that host cancels it.
+				assert.LessOrEqual(t, rep.Expired+rep.LostRaces+rep.Skipped, orders, "host %d counts more orders than there are", k)
 			}
 			st, err := e.seats.Show(ctx, show)
 			require.NoError(t, err)

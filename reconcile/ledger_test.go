@@ -41,7 +41,7 @@ func (p *pausedSeats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 func TestLockPassNeverFreesANewerLockOfTheSameOrder(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, AcceptLatePayments: true,
+	svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats, AcceptLatePayments: true,
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error { return nil }})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "s", Seats: []string{"a1"}, ExpireAt: e.clock().Add(time.Minute)}

@@ -28,7 +28,7 @@
 //     otherwise the pass goes on slowly, round after round. Each batch that
 //     restored anything is then checked against SQL again, so a cancel that
 //     committed meanwhile does not leave its seats locked;
-//   - sold seats (sold.go), when the seat store is a SoldScanner: seats
+//   - sold seats (sold.go): seats
 //     sold to an order SQL does not show paid (SQL went back in time: a
 //     failover that lost commits) are counted and reported, never freed;
 //   - refunds: recorded discrepancies whose refund hook failed or was
@@ -39,10 +39,9 @@
 // once: they waste a little work, never correctness. Rounds stop when the
 // context is done.
 //
-// Interfaces (4): Orders and Seats, the read side of the two stores the
-// passes walk; Service, the cancel path the expired pass calls
-// (cancel.Service, or a host's wrapper of it); SoldScanner, optional, the
-// seat store's sold seats for the sold pass.
+// Interfaces (1): Service, the cancel path the expired pass calls
+// (cancel.Service, or a host's wrapper of it). The stores are
+// cancel.OrderStore and cancel.SeatStore, taken whole.
 //
 // # Names
 //
@@ -67,69 +66,19 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Orders is the SQL side the reconciler reads; cancel/sqlstore's Store and
-// cancel/memstore's Store implement it. Every method is safe for concurrent
-// use, changes nothing, and returns only transient errors.
-type Orders interface {
-	// Expired returns up to limit numbers of orders that are pending and
-	// past expire_at by the store's clock, in (expire_at, order number)
-	// order, strictly after cursor ("" starts), following an index (never a
-	// full scan), and the cursor to continue from ("" when fewer than limit
-	// were returned). Keyset paging lets a round go past orders it skips
-	// (one whose cancel keeps failing) instead of meeting them first in
-	// every batch.
-	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	// Statuses returns the state of every order among nos that exists;
-	// orders that do not exist are absent from the map.
-	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
-	// Claims lists SQL's seat claims of pending and paid orders, a batch at
-	// a time, in key order after cursor ("" starts; "" returned: done).
-	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
-}
-
-// Seats is the seat side the reconciler scans and repairs; cancel/redisseat's
-// Seats and cancel/memstore's Seats implement it. Every method is safe for
-// concurrent use.
-type Seats interface {
-	cancel.SeatReleaser
-	cancel.SeatSeller
-	// ScanLocks returns the locks found examining about count entries from
-	// cursor ("" starts a pass), and the cursor to continue from ("" when
-	// the pass is complete). A lock may be seen twice in a pass.
-	ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error)
-	// Lost reports that the store lost its data (its marker is gone) and
-	// names the rebuild with a token: every caller gets the same token until
-	// MarkRestored succeeds or the store loses its data again (a new token
-	// then).
-	Lost(ctx context.Context) (token string, lost bool, err error)
-	// MarkRestored records a completed rebuild under token, only if token is
-	// still current (atomically); otherwise it returns an error wrapping
-	// cancel.ErrRestoreInterrupted and the rebuild starts over, so a second
-	// loss during a rebuild is never marked restored over a half-empty store.
-	MarkRestored(ctx context.Context, token string) error
-	// Missing returns the claims whose seat the store does not hold as the
-	// claim says (free, or a paid claim's seat only locked); it changes
-	// nothing.
-	Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error)
-	// Restore gives each claim's seat its state if the seat is free (and
-	// counts it for the user), and turns a paid claim's lock into a sale; it
-	// is idempotent and returns the number of seats changed.
-	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
-}
-
-// Service is the cancel path and the refund retries; *cancel.Service
-// implements it.
-//
-// Cancel is cancel.Service.Cancel. RetryDiscrepancies hands up to limit
-// recorded discrepancies whose refund hook failed back to the hook and
-// returns how many succeeded. When the Service also has cancel.Service's
-// ExpireDue and Config.Orders is a cancel.BatchCanceller (the store the
-// Service is wired to, as a host wires them), the expired pass cancels its
-// pages in batches through it (one transaction per batch), and a batch that
-// fails is tried again order by order with Cancel.
+// Service is the cancel path the expired pass calls and the refund retries;
+// *cancel.Service implements it (a host may wrap it: a test's fault, a
+// metric). Its methods are cancel.Service's: ExpireDue cancels a page of
+// expired orders in batches (one transaction per batch), a batch that
+// fails is tried again order by order with Cancel, and
+// RetryDiscrepancies hands up to limit recorded discrepancies whose refund
+// hook failed back to the hook and returns how many succeeded. Scope is
+// its order store's, which must be Config.Orders's.
 type Service interface {
 	Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error)
+	ExpireDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error)
 	RetryDiscrepancies(ctx context.Context, limit int) (int, error)
+	Scope() string
 }
 
 // Defaults of Config.
@@ -149,12 +98,15 @@ const (
 // Config wires a Reconciler. Orders, Seats and Service are required; zero
 // numbers take the defaults above, negative ones are refused.
 type Config struct {
-	Orders  Orders
-	Seats   Seats
+	// Orders is the order store the passes read (the Service's own).
+	Orders cancel.OrderStore
+	// Seats is the seat store the passes scan and repair (the Service's
+	// own).
+	Seats   cancel.SeatStore
 	Service Service
 	// Batch is how many orders, claims or seat entries one query handles.
 	Batch int
-	// Workers is how many expired orders are cancelled at once.
+	// Workers is how many batches of expired orders are cancelled at once.
 	Workers int
 	// MaxPerRound bounds the orders, claims and seat entries each pass
 	// handles in one round.
@@ -242,10 +194,6 @@ type Reconciler struct {
 	backoff map[string]backoff
 
 	soldPass soldPass // sold.go
-
-	// batches: Config.Orders is a cancel.BatchCanceller, so the Service
-	// (wired to the same store) expires pages in batches (batch.go).
-	batches bool
 }
 
 // backoff paces the retries of one order whose cancel failed, by
@@ -263,7 +211,6 @@ func New(c Config) (*Reconciler, error) {
 		return nil, err
 	}
 	r := &Reconciler{c: c, obs: c.Observer, log: c.Logger, backoff: map[string]backoff{}}
-	_, r.batches = c.Orders.(cancel.BatchCanceller)
 	return r, nil
 }
 
@@ -272,7 +219,9 @@ type Report struct {
 	Expired   int // orders cancelled by the expired pass
 	LostRaces int // expired orders someone else decided first
 	// Skipped counts expired orders left for a later round: their cancel
-	// failed or timed out in this round, or they are waiting out a backoff.
+	// failed or timed out in this round (backed off), their row was held
+	// by another transaction (passed by, tried again next round), or they
+	// are waiting out a backoff.
 	Skipped int
 	// Unreadable counts the rows SQL holds that no pass can act on: an
 	// expired order whose number is not a valid id, a claim whose user,
@@ -470,47 +419,10 @@ func (r *Reconciler) expired(ctx context.Context, rep *Report) error {
 // a multiple of MaxPerRound.
 const skipScanFactor = 10
 
-// cancelAll cancels nos with up to Workers calls at once, each its own
-// transaction bounded by OrderTimeout, so the database, not this loop, is the
-// limit. A failure is counted and the order backed off; it never stops the
-// others. It returns how many it tried (those not backing off). A Service
-// that expires orders in batches (batchService, batch.go) takes them so.
+// cancelAll cancels the readable orders of nos in batches (batch.go) and
+// returns how many it tried (those not backing off).
 func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) int {
-	nos = r.readable(ctx, nos, rep)
-	if b, ok := r.c.Service.(batchService); ok && r.batches {
-		return r.expireBatches(ctx, nos, rep, b)
-	}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	work := make(chan string)
-	for w := 0; w < min(r.c.Workers, len(nos)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for no := range work {
-				r.cancelOne(ctx, no, rep, &mu)
-			}
-		}()
-	}
-	tried := 0
-	for _, no := range nos {
-		if ctx.Err() != nil {
-			break
-		}
-		if r.waiting(no) {
-			mu.Lock()
-			rep.Skipped++
-			mu.Unlock()
-			continue
-		}
-		tried++
-		work <- no
-	}
-	close(work)
-	wg.Wait()
-	return tried
+	return r.expireBatches(ctx, r.readable(ctx, nos, rep), rep)
 }
 
 // cancelOne cancels one expired order, bounded by OrderTimeout, and counts

@@ -10,18 +10,6 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// SoldScanner lists the seats sold in the seat store, a bounded batch at a
-// time: the sold pass's input. A Seats that implements it (cancel/redisseat,
-// cancel/memstore) gets the sold pass; one that does not, none.
-//
-// ScanSold returns the sales found examining about count entries from
-// cursor ("" starts a pass), and the cursor to continue from ("" when the
-// pass is complete). A sale may be seen twice in a pass. It changes
-// nothing. Safe for concurrent use; errors are transient.
-type SoldScanner interface {
-	ScanSold(ctx context.Context, cursor string, count int) ([]cancel.SeatSale, string, error)
-}
-
 // soldPass is the sold pass's state: its cursor, and what this Reconciler
 // reported already.
 type soldPass struct {
@@ -50,16 +38,12 @@ type soldPass struct {
 // shows from the seat store first (redisseat's RetireShow): their sales
 // would otherwise be reported as sold_missing.
 func (r *Reconciler) sold(ctx context.Context, rep *Report) error {
-	sc, ok := r.c.Seats.(SoldScanner)
-	if !ok {
-		return nil
-	}
 	r.soldPass.mu.Lock()
 	cursor := r.soldPass.cursor
 	r.soldPass.mu.Unlock()
 	var errs []error
 	for calls := 0; calls*r.c.Batch < r.c.MaxPerRound; calls++ {
-		sales, next, err := sc.ScanSold(ctx, cursor, r.c.Batch)
+		sales, next, err := r.c.Seats.ScanSold(ctx, cursor, r.c.Batch)
 		if err != nil {
 			return errors.Join(append(errs, fmt.Errorf("reconcile: scan sold seats: %w", err))...)
 		}

@@ -12,24 +12,14 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// soldScanner is reconcile.SoldScanner (this package does not import
-// reconcile).
-type soldScanner interface {
-	ScanSold(ctx context.Context, cursor string, count int) ([]cancel.SeatSale, string, error)
-}
-
-// runBackInTime runs the cases of the seat store's optional interfaces for
-// when SQL goes back in time (cancel's backintime.go), each skipped for a
-// store that does not implement its interface.
+// runBackInTime runs the cases of the seat store's records for when SQL
+// goes back in time (cancel's backintime.go).
 func runBackInTime(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 	ctx := context.Background()
 
 	t.Run("ScanSold", func(t *testing.T) {
 		s := newSeats(t)
-		sc, ok := any(s).(soldScanner)
-		if !ok {
-			t.Skip("the store is no reconcile.SoldScanner")
-		}
+		sc := s
 		want := map[[2]string]cancel.SeatSale{}
 		for _, show := range []string{id("sa"), id("sb")} {
 			for i := 0; i < 5; i++ {
@@ -76,10 +66,7 @@ func runBackInTime(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 
 	t.Run("SeatStates", func(t *testing.T) {
 		s := newSeats(t)
-		r, ok := any(s).(cancel.SeatReader)
-		if !ok {
-			t.Skip("the store is no cancel.SeatReader")
-		}
+		r := s
 		a := cancel.Hold{ShowID: id("show"), OrderNo: id("o"), UserID: "u1", Seats: []string{"1"}}
 		b := cancel.Hold{ShowID: a.ShowID, OrderNo: id("o"), UserID: "u2", Seats: []string{"2"}}
 		require.NoError(t, lockErr(s.Lock(ctx, a, 0)))
@@ -101,10 +88,7 @@ func runBackInTime(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 
 	t.Run("RefundLedger", func(t *testing.T) {
 		s := newSeats(t)
-		l, ok := any(s).(cancel.RefundLedger)
-		if !ok {
-			t.Skip("the store is no cancel.RefundLedger")
-		}
+		l := s
 		pid := id("pay")
 		other := strings.ToUpper(pid) // I10: a case variant is another id
 		refunded, err := l.Refunded(ctx, pid)

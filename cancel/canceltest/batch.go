@@ -14,17 +14,11 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// runBatch is the part of RunStore for stores that implement
-// cancel.BatchCanceller: outcomes only, read back through the store.
+// runBatch is the part of RunStore for CancelDue: outcomes only, read back
+// through the store.
 func runBatch(t *testing.T, setup func(t *testing.T) (StoreHarness, time.Time), place func(t *testing.T, h StoreHarness, user string, expireAt time.Time, seats ...string) cancel.Placement) {
 	ctx := context.Background()
-	batcher := func(t *testing.T, h StoreHarness) cancel.BatchCanceller {
-		b, ok := h.Store.(cancel.BatchCanceller)
-		if !ok {
-			t.Skip("the store is no cancel.BatchCanceller")
-		}
-		return b
-	}
+	batcher := func(t *testing.T, h StoreHarness) cancel.OrderStore { return h.Store }
 	claimed := func(t *testing.T, h StoreHarness) map[string]string {
 		out := map[string]string{}
 		cursor := ""
@@ -189,17 +183,13 @@ func keys(m map[string]cancel.Result) []string {
 	return out
 }
 
-// runBatchSeats is the part of RunSeats for seat stores that implement
-// cancel.BatchReleaser: each hold of the call is released as Release
+// runBatchSeats is the part of RunSeats for ReleaseAll: each hold of the call is released as Release
 // releases it alone, guarded by its own order number and lock id.
 func runBatchSeats(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 	ctx := context.Background()
 	t.Run("ReleaseAll", func(t *testing.T) {
 		s := newSeats(t)
-		br, ok := s.(cancel.BatchReleaser)
-		if !ok {
-			t.Skip("the seat store is no cancel.BatchReleaser")
-		}
+		br := s
 		show := id("show")
 		a := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u1", Seats: []string{"a1", "a2"}}
 		b := cancel.Hold{ShowID: show, OrderNo: id("o"), UserID: "u1", Seats: []string{"b1"}}

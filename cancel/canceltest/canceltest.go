@@ -15,27 +15,26 @@
 // discrepancy is recorded once per payment id and retried after a lease
 // (I9), ids match byte for byte (I10), an order number placed twice is
 // ErrOrderExists, and the expiry scan pages past orders that stay pending
-// (I12). Its optional part runs on stores that implement cancel.Reinstater,
-// cancel.DeadlineStore and cancel.WarnStore (late payments, deadline control,
-// the expiry warning), with the hostile-but-legal races of each: a late
-// callback repeated and raced by a second payment id, a late payment racing
-// the seat's sale to another order, an extension racing the timeout, a
-// warning redelivered after the payment. Stores that implement
-// cancel.BatchCanceller run the batch cases (only the due and pending orders
-// of a batch change, a batch racing payments never leaves an order both paid
-// and released), seat stores that implement cancel.BatchReleaser the
-// ReleaseAll case. RunHooks is the suite of a store's transition hook
-// (cancel.Hook), apart from RunStore.
+// (I12). It tests cancel.OrderStore and cancel.SeatStore whole: the
+// optional transitions (late payments, deadline control, the expiry
+// warning) with the hostile-but-legal races of each (a late callback
+// repeated and raced by a second payment id, a late payment racing the
+// seat's sale to another order, an extension racing the timeout, a warning
+// redelivered after the payment), skipped, saying so, only for a store that
+// answers them with cancel.ErrUnsupported; the batch cases (only the due
+// and pending orders of a batch change, a batch racing payments never
+// leaves an order both paid and released); ReleaseAll; and the seat
+// store's records for when SQL goes back in time. RunHooks is the suite of
+// a store's transition hook (cancel.Hook), apart from RunStore.
 //
-// Interfaces (2): Store and SeatStore, what the suites call (the stores'
-// interfaces and the reads they check with). What a suite needs around a
-// store (its clock, a way to lose its data) is a field of StoreHarness or
-// SeatsHarness.
+// Interfaces (1): SeatStore, cancel.SeatStore with the reads the seat suite
+// checks with. What a suite needs around a store (its clock, a way to lose
+// its data) is a field of StoreHarness or SeatsHarness.
 //
 // # Names
 //
 // RunStore, RunSeats and RunHooks, the suites; StoreHarness and
-// SeatsHarness, what a host's test hands them; the two interfaces above.
+// SeatsHarness, what a host's test hands them; the interface above.
 package canceltest
 
 import (
@@ -53,19 +52,9 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Store is what the suite tests: the cancel.OrderStore, the
-// cancel.DiscrepancyStore and the reconciler's read side of them.
-type Store interface {
-	cancel.OrderStore
-	cancel.DiscrepancyStore
-	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
-	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
-}
-
 // StoreHarness is one fresh, empty store.
 type StoreHarness struct {
-	Store Store
+	Store cancel.OrderStore
 	// Place commits a new pending order (in its own transaction).
 	Place func(ctx context.Context, p cancel.Placement) error
 	// Now reads the store's clock.

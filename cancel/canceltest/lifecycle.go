@@ -2,10 +2,12 @@ package canceltest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -49,39 +51,43 @@ func (c *claimer) claim(_ context.Context, h cancel.Hold, limit int) (string, er
 }
 
 // runLifecycle is RunStore's part for the optional transitions:
-// cancel.Reinstater, cancel.DeadlineStore and cancel.WarnStore. A store that
-// lacks one skips its cases, saying so.
+// ReinstateCancelled, SetDeadline and MarkWarned. A store that answers one
+// with cancel.ErrUnsupported skips its cases, saying so.
 func runLifecycle(t *testing.T, setup setupFunc, place placeFunc) {
 	runLatePayments(t, setup, place)
 	runDeadlines(t, setup, place)
 	runWarnings(t, setup, place)
 }
 
-// reinstater is h's store as a cancel.Reinstater, or a skip.
-func reinstater(t *testing.T, h StoreHarness) cancel.Reinstater {
-	r, ok := h.Store.(cancel.Reinstater)
-	if !ok {
-		t.Skipf("%T does not implement cancel.Reinstater: late payments are refunded", h.Store)
+// unsupported skips t when err says the store cannot do what is tested.
+func unsupported(t *testing.T, h StoreHarness, what string, err error) {
+	if errors.Is(err, cancel.ErrUnsupported) {
+		t.Skipf("%T cannot %s (cancel.ErrUnsupported): %v", h.Store, what, err)
 	}
-	return r
 }
 
-// deadlines is h's store as a cancel.DeadlineStore, or a skip.
-func deadlines(t *testing.T, h StoreHarness) cancel.DeadlineStore {
-	d, ok := h.Store.(cancel.DeadlineStore)
-	if !ok {
-		t.Skipf("%T does not implement cancel.DeadlineStore", h.Store)
-	}
-	return d
+// reinstater is h's store, or a skip when it cannot reinstate (late
+// payments are refunded then).
+func reinstater(t *testing.T, h StoreHarness) cancel.OrderStore {
+	_, err := h.Store.ReinstateCancelled(context.Background(), pay(id("gone"), ""), func(context.Context, cancel.Hold, int) (string, error) {
+		return "", errors.New("canceltest: no order to claim seats for")
+	})
+	unsupported(t, h, "reinstate a cancelled order", err)
+	return h.Store
 }
 
-// warns is h's store as a cancel.WarnStore, or a skip.
-func warns(t *testing.T, h StoreHarness) cancel.WarnStore {
-	w, ok := h.Store.(cancel.WarnStore)
-	if !ok {
-		t.Skipf("%T does not implement cancel.WarnStore", h.Store)
-	}
-	return w
+// deadlines is h's store, or a skip when it keeps no deadline to move.
+func deadlines(t *testing.T, h StoreHarness) cancel.OrderStore {
+	_, err := h.Store.SetDeadline(context.Background(), cancel.DeadlineChange{OrderNo: id("gone"), In: time.Minute})
+	unsupported(t, h, "move a deadline", err)
+	return h.Store
+}
+
+// warns is h's store, or a skip when it keeps no warned flag.
+func warns(t *testing.T, h StoreHarness) cancel.OrderStore {
+	_, err := h.Store.MarkWarned(context.Background(), id("gone"), time.Minute)
+	unsupported(t, h, "mark an order warned", err)
+	return h.Store
 }
 
 // timeout cancels the due order no by its timeout, which must change it.

@@ -13,17 +13,10 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// SeatStore is what the seat suite tests: the lock taken at placement, the
-// releaser and seller (cancel.SeatStore), the reconciler's scan and rebuild
-// (reconcile.Seats), the host's retirement of a finished show, and three
-// reads for checking.
+// SeatStore is what the seat suite tests: cancel.SeatStore, the host's
+// retirement of a finished show, and three reads for checking.
 type SeatStore interface {
 	cancel.SeatStore
-	ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error)
-	Lost(ctx context.Context) (token string, lost bool, err error)
-	Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error)
-	Restore(ctx context.Context, claims []cancel.Claim) (int, error)
-	MarkRestored(ctx context.Context, token string) error
 	// RetireShow deletes a show's seats and counters; it must refuse (an
 	// error, nothing changed) while the show holds locks.
 	RetireShow(ctx context.Context, show string) error
@@ -53,10 +46,8 @@ type SeatsHarness struct {
 	Wipe func()
 }
 
-// RunSeats runs the seat-store suite, with the cases of the optional
-// interfaces for when SQL goes back in time (cancel.SeatReader,
-// cancel.RefundLedger, and ScanSold of reconcile.SoldScanner) for a store
-// that implements them. newHarness must return an empty store
+// RunSeats runs the seat-store suite, with the cases for when SQL goes back
+// in time (SeatStates, Refunded and MarkRefunded, ScanSold). newHarness must return an empty store
 // (for Redis, a fresh namespace): some cases count the calls of a scan pass.
 func RunSeats(t *testing.T, newHarness func(t *testing.T) SeatsHarness) {
 	ctx := context.Background()

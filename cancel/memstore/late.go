@@ -10,7 +10,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// ReinstateCancelled implements cancel.Reinstater like sqlstore's: an order
+// ReinstateCancelled implements cancel.OrderStore like sqlstore's: an order
 // cancelled by its timeout or the reconciler becomes paid by p, its seats
 // claimed again (sold), if none is claimed by another order and claim
 // succeeds; claim runs with the store locked, as sqlstore runs it inside the
@@ -80,7 +80,7 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 	return cancel.Result{Changed: true, Order: cur, Seats: slices.Clone(o.placed), PaymentID: p.PaymentID, LockID: lockID}, nil
 }
 
-// SetDeadline implements cancel.DeadlineStore like sqlstore's, by the
+// SetDeadline implements cancel.OrderStore like sqlstore's, by the
 // store's clock (whole milliseconds, as there).
 func (s *Store) SetDeadline(_ context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
 	if err := expiry.ValidateID("order number", c.OrderNo); err != nil {
@@ -128,7 +128,7 @@ func (s *Store) SetDeadline(_ context.Context, c cancel.DeadlineChange) (cancel.
 	return cancel.DeadlineResult{Changed: true, Order: cur, Previous: prev}, nil
 }
 
-// MarkWarned implements cancel.WarnStore like sqlstore's: the warned flag,
+// MarkWarned implements cancel.OrderStore like sqlstore's: the warned flag,
 // set once, on a pending order due within lead and not yet due.
 func (s *Store) MarkWarned(_ context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
 	if err := expiry.ValidateID("order number", orderNo); err != nil {

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,8 +16,8 @@ import (
 
 // Seats is an in-memory seat store with the semantics of cancel/redisseat:
 // it passes the same conformance suite (cancel/canceltest.RunSeats), so the
-// two cannot drift. Like redisseat's it is also a cancel.SeatReader, a
-// cancel.RefundLedger and a reconcile.SoldScanner. Its clock (NewSeats) plays the Redis server's: lock
+// two cannot drift. It implements cancel.SeatStore. Its clock (NewSeats)
+// plays the Redis server's: lock
 // times and ages are read from it. Safe for concurrent use.
 type Seats struct {
 	mu       sync.Mutex
@@ -25,7 +26,7 @@ type Seats struct {
 	locked   map[string]map[string]struct{}         // show → locked seats (the lock index)
 	listed   map[string]struct{}                    // shows the lock scan walks
 	held     map[[2]string]int                      // (show, user) → seats held
-	refunds  map[string]string                      // payment id → order (RefundLedger)
+	refunds  map[string]string                      // payment id → order (SeatStore.Refunded)
 	token    string                                 // the current (or completed) rebuild's token
 	restored bool
 	tokens   int
@@ -77,7 +78,7 @@ func (s *Seats) Scoped(scope string) *Seats {
 	return c
 }
 
-// Scope implements cancel.Scoped.
+// Scope implements cancel.OrderStore.
 func (s *Seats) Scope() string { return s.scope }
 
 func (s *Seats) reset() {
@@ -124,7 +125,7 @@ func (s *Seats) index(show, seat string, locked bool) {
 	s.listed[show] = struct{}{} // lock, restore: the show is listed with its first lock
 }
 
-// Lock implements cancel.SeatLocker (see redisseat.Seats.Lock): every seat
+// Lock implements cancel.SeatStore (see redisseat.Seats.Lock): every seat
 // must be free; a seat listed twice is refused by Hold.Validate.
 func (s *Seats) Lock(_ context.Context, h cancel.Hold, limit int) (string, error) {
 	if err := h.Validate(); err != nil {
@@ -172,6 +173,11 @@ func (s *Seats) Release(_ context.Context, h cancel.Hold) (int, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.release(h), nil
+}
+
+// release is Release under s.mu.
+func (s *Seats) release(h cancel.Hold) int {
 	freed := 0
 	for _, seat := range h.Seats {
 		if st, ok := s.seats[h.ShowID][seat]; ok && st.Status == cancel.SeatLocked && st.OrderNo == h.OrderNo && (h.LockID == "" || st.LockID == h.LockID) {
@@ -182,10 +188,43 @@ func (s *Seats) Release(_ context.Context, h cancel.Hold) (int, error) {
 			freed++
 		}
 	}
-	return freed, nil
+	return freed
 }
 
-// Sell implements cancel.SeatSeller (see redisseat.Seats.Sell).
+// ReleaseAll implements cancel.SeatStore (see redisseat.Seats.ReleaseAll):
+// Release for each of holds, the holds of one show in one atomic step.
+// Seats.Fail is asked once per show with "Release": a failing step frees
+// none of that show's holds and counts -1 for each, as redisseat's does.
+func (s *Seats) ReleaseAll(_ context.Context, holds []cancel.Hold) ([]int, error) {
+	for _, h := range holds {
+		if err := h.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]int, len(holds))
+	failed := map[string]error{}
+	var errs []error
+	for _, h := range holds {
+		if _, asked := failed[h.ShowID]; !asked {
+			failed[h.ShowID] = s.fail("Release")
+			if failed[h.ShowID] != nil {
+				errs = append(errs, failed[h.ShowID])
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, h := range holds {
+		if failed[h.ShowID] != nil {
+			out[i] = -1
+			continue
+		}
+		out[i] = s.release(h)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Sell implements cancel.SeatStore (see redisseat.Seats.Sell).
 func (s *Seats) Sell(_ context.Context, h cancel.Hold) (int, error) {
 	if err := h.Validate(); err != nil {
 		return 0, err
@@ -250,7 +289,7 @@ func (s *Seats) listedShows() []string {
 	return out
 }
 
-// ScanLocks implements reconcile.Seats (see redisseat.Seats.ScanLocks):
+// ScanLocks implements cancel.SeatStore (see redisseat.Seats.ScanLocks):
 // it walks the listed shows' lock indexes, never the sold seats, counting one
 // entry per lock and at least one per show, and unlists a show whose index
 // is empty. The cursor is "show|seat" of the next entry to examine.
@@ -347,7 +386,7 @@ func (s *Seats) Wipe() {
 	}
 }
 
-// Lost implements reconcile.Seats (see redisseat.Seats.Lost): the
+// Lost implements cancel.SeatStore (see redisseat.Seats.Lost): the
 // first call after a loss starts a rebuild under a new token, and every call
 // returns it until MarkRestored succeeds or the store is wiped again.
 func (s *Seats) Lost(context.Context) (string, bool, error) {
@@ -366,7 +405,7 @@ func (s *Seats) Lost(context.Context) (string, bool, error) {
 	return s.token, true, nil
 }
 
-// MarkRestored implements reconcile.Seats (see
+// MarkRestored implements cancel.SeatStore (see
 // redisseat.Seats.MarkRestored).
 func (s *Seats) MarkRestored(_ context.Context, token string) error {
 	if err := s.fail("MarkRestored"); err != nil {
@@ -381,7 +420,7 @@ func (s *Seats) MarkRestored(_ context.Context, token string) error {
 	return nil
 }
 
-// Restore implements reconcile.Seats (see redisseat.Seats.Restore).
+// Restore implements cancel.SeatStore (see redisseat.Seats.Restore).
 func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 	if err := s.fail("Restore"); err != nil {
 		return 0, err
@@ -435,7 +474,7 @@ func (s *Seats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 	return changed, nil
 }
 
-// Missing implements reconcile.Seats (see redisseat.Seats.Missing).
+// Missing implements cancel.SeatStore (see redisseat.Seats.Missing).
 func (s *Seats) Missing(_ context.Context, claims []cancel.Claim) ([]cancel.Claim, error) {
 	if err := s.fail("Missing"); err != nil {
 		return nil, err
@@ -473,7 +512,7 @@ func (s *Seats) WipeShow(show string) {
 	}
 }
 
-// ScanSold implements reconcile.SoldScanner (see redisseat.Seats.ScanSold):
+// ScanSold implements cancel.SeatStore (see redisseat.Seats.ScanSold):
 // the sold seats of every show, in (show, seat) order, count sales per call.
 // The cursor is "show|seat" of the next sale.
 func (s *Seats) ScanSold(_ context.Context, cursor string, count int) ([]cancel.SeatSale, string, error) {
@@ -513,7 +552,7 @@ func (s *Seats) ScanSold(_ context.Context, cursor string, count int) ([]cancel.
 	return out, "", nil
 }
 
-// SeatStates implements cancel.SeatReader (see redisseat.Seats.SeatStates).
+// SeatStates implements cancel.SeatStore (see redisseat.Seats.SeatStates).
 func (s *Seats) SeatStates(_ context.Context, show string, seats []string) (map[string]cancel.SeatState, error) {
 	if err := expiry.ValidateID("show id", show); err != nil {
 		return nil, err
@@ -537,7 +576,7 @@ func (s *Seats) SeatStates(_ context.Context, show string, seats []string) (map[
 	return out, nil
 }
 
-// Refunded implements cancel.RefundLedger (see redisseat.Seats.Refunded).
+// Refunded implements cancel.SeatStore (see redisseat.Seats.Refunded).
 func (s *Seats) Refunded(_ context.Context, paymentID string) (bool, error) {
 	if err := expiry.ValidateID("payment id", paymentID); err != nil {
 		return false, err
@@ -551,7 +590,7 @@ func (s *Seats) Refunded(_ context.Context, paymentID string) (bool, error) {
 	return ok, nil
 }
 
-// MarkRefunded implements cancel.RefundLedger (see
+// MarkRefunded implements cancel.SeatStore (see
 // redisseat.Seats.MarkRefunded): the first mark of a payment id stays.
 func (s *Seats) MarkRefunded(_ context.Context, paymentID, orderNo string) error {
 	if err := expiry.ValidateID("payment id", paymentID); err != nil {
@@ -570,3 +609,5 @@ func (s *Seats) MarkRefunded(_ context.Context, paymentID, orderNo string) error
 	}
 	return nil
 }
+
+var _ cancel.SeatStore = (*Seats)(nil)

@@ -59,10 +59,8 @@ type discrepancy struct {
 	settled             bool
 }
 
-// Store is an in-memory order store: cancel.OrderStore,
-// cancel.DiscrepancyStore, cancel.Reinstater, cancel.DeadlineStore,
-// cancel.WarnStore and reconcile.Orders, with the same behaviour
-// as sqlstore's Store (both pass cancel/canceltest's RunStore). Ids compare
+// Store is an in-memory order store (cancel.OrderStore), with the same
+// behaviour as sqlstore's Store (both pass cancel/canceltest's RunStore). Ids compare
 // byte for byte, as there. Safe for concurrent use.
 type Store struct {
 	mu     sync.Mutex
@@ -161,7 +159,7 @@ func (s *Store) rowHeld(no string) error {
 	return nil
 }
 
-// Scope implements cancel.Scoped.
+// Scope implements cancel.OrderStore.
 func (s *Store) Scope() string { return s.scope }
 
 func (s *Store) fail(op string) error {
@@ -245,7 +243,7 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	return s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "", p.PaymentID)
 }
 
-// RecordDiscrepancy implements cancel.DiscrepancyStore: once per payment id,
+// RecordDiscrepancy implements cancel.OrderStore: once per payment id,
 // marked tried now by the store's clock.
 func (s *Store) RecordDiscrepancy(_ context.Context, d cancel.Discrepancy) (bool, error) {
 	if err := d.Validate(); err != nil {
@@ -264,7 +262,7 @@ func (s *Store) RecordDiscrepancy(_ context.Context, d cancel.Discrepancy) (bool
 	return true, nil
 }
 
-// ClaimDiscrepancies implements cancel.DiscrepancyStore: the unsettled
+// ClaimDiscrepancies implements cancel.OrderStore: the unsettled
 // records tried at least lease ago (whole milliseconds, rounded up), least
 // recently tried first (then by payment id), each marked tried now.
 func (s *Store) ClaimDiscrepancies(_ context.Context, lease time.Duration, limit int) ([]cancel.Discrepancy, error) {
@@ -301,7 +299,7 @@ func (s *Store) ClaimDiscrepancies(_ context.Context, lease time.Duration, limit
 	return out, nil
 }
 
-// SettleDiscrepancy implements cancel.DiscrepancyStore. Idempotent; a
+// SettleDiscrepancy implements cancel.OrderStore. Idempotent; a
 // payment id never recorded gives an error wrapping expiry.ErrNotFound.
 func (s *Store) SettleDiscrepancy(_ context.Context, paymentID string) error {
 	if err := s.fail("SettleDiscrepancy"); err != nil {
@@ -377,7 +375,7 @@ func (s *Store) transitionLocked(ctx context.Context, no, userID string, to expi
 	return cancel.Result{Changed: true, Order: cur, Seats: seats, PaymentID: o.paymentID, Reason: reason, LockID: o.lockID}, nil
 }
 
-// Expired implements reconcile.Orders like sqlstore's: pending orders
+// Expired implements cancel.OrderStore like sqlstore's: pending orders
 // due by the store's clock in (expire_at, order number) order, strictly after
 // cursor, which is "expire_at_ms|order_no" ("" starts); next is "" after a
 // page shorter than limit.
@@ -446,7 +444,7 @@ func (s *Store) Overdue(context.Context) (n int, oldest time.Duration, err error
 	return n, oldest, nil
 }
 
-// Statuses implements reconcile.Orders: each order's age is the time
+// Statuses implements cancel.OrderStore: each order's age is the time
 // since its last write by the store's clock, in whole milliseconds (as
 // sqlstore's), never negative.
 func (s *Store) Statuses(_ context.Context, nos []string) (map[string]cancel.OrderState, error) {
@@ -465,7 +463,7 @@ func (s *Store) Statuses(_ context.Context, nos []string) (map[string]cancel.Ord
 	return out, nil
 }
 
-// Claims implements reconcile.Orders; the cursor is "show|seat".
+// Claims implements cancel.OrderStore; the cursor is "show|seat".
 func (s *Store) Claims(_ context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
 	if err := s.fail("Claims"); err != nil {
 		return nil, "", err
@@ -535,7 +533,7 @@ func (s *Store) Snapshot() (restore func()) {
 	}
 }
 
-// CancelDue implements cancel.BatchCanceller: each listed order still
+// CancelDue implements cancel.OrderStore: each listed order still
 // pending and due by the store's clock is cancelled as CancelPending
 // cancels it (each order atomically, as in one transaction of sqlstore).
 // An order whose row the host holds (HoldRow) is skipped, as sqlstore's
@@ -581,3 +579,5 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 	}
 	return out, nil
 }
+
+var _ cancel.OrderStore = (*Store)(nil)

@@ -17,11 +17,11 @@ import (
 // backintime.go): a set <ns>:sold of the shows whose seats may be sold,
 // which the reconciler's sold pass walks (ScanSold), and one key per
 // refunded payment id, <ns>:refund:{<payment id>} (value: the order), the
-// refund hook's record beside SQL's (cancel.RefundLedger). Neither has a
+// refund hook's record beside SQL's (SeatStore.Refunded). Neither has a
 // TTL; a refund key is a few dozen bytes per refund, kept for good, since a
 // provider may repeat a callback late.
 
-// ScanSold implements reconcile.SoldScanner: the sold seats of every show
+// ScanSold implements cancel.SeatStore: the sold seats of every show
 // listed in <ns>:sold (Lock lists a show, in the same round trip as its
 // listing for the lock scan; Restore and Reindex list the shows whose sales
 // they wrote; RetireShow unlists), a bounded batch at a time. cursor ""
@@ -81,7 +81,7 @@ func (s *Seats) ScanSold(ctx context.Context, cursor string, count int) ([]cance
 	return out, "", nil
 }
 
-// SeatStates implements cancel.SeatReader: the locked and sold seats among
+// SeatStates implements cancel.SeatStore: the locked and sold seats among
 // seats of show (one HMGET); free seats, and values this package did not
 // write, are absent.
 func (s *Seats) SeatStates(ctx context.Context, show string, seats []string) (map[string]cancel.SeatState, error) {
@@ -111,7 +111,7 @@ func (s *Seats) SeatStates(ctx context.Context, show string, seats []string) (ma
 	return out, nil
 }
 
-// Refunded implements cancel.RefundLedger: whether <ns>:refund:{paymentID}
+// Refunded implements cancel.SeatStore: whether <ns>:refund:{paymentID}
 // exists.
 func (s *Seats) Refunded(ctx context.Context, paymentID string) (bool, error) {
 	if err := expiry.ValidateID("payment id", paymentID); err != nil {
@@ -127,7 +127,7 @@ func (s *Seats) Refunded(ctx context.Context, paymentID string) (bool, error) {
 	return true, nil
 }
 
-// MarkRefunded implements cancel.RefundLedger: SET NX of
+// MarkRefunded implements cancel.SeatStore: SET NX of
 // <ns>:refund:{paymentID} to orderNo (the first mark stays), no TTL.
 func (s *Seats) MarkRefunded(ctx context.Context, paymentID, orderNo string) error {
 	if err := expiry.ValidateID("payment id", paymentID); err != nil {

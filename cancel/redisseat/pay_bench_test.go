@@ -38,9 +38,9 @@ func BenchmarkPay(b *testing.B) {
 			require.NoError(b, store.Migrate(ctx))
 			seats, err := redisseat.New(testenv.Redis(b), "oe-paybench-"+testenv.Unique())
 			require.NoError(b, err)
-			ledger, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store})
+			ledger, err := cancel.New(cancel.Config{Store: store, Seats: seats})
 			require.NoError(b, err)
-			hidden, err := cancel.New(cancel.Config{Store: store, Seats: struct{ cancel.SeatStore }{seats}, Discrepancies: store})
+			hidden, err := cancel.New(cancel.Config{Store: store, Seats: struct{ cancel.SeatStore }{seats}})
 			require.NoError(b, err)
 			svcs := [2]*cancel.Service{ledger, hidden}
 			prefix := testenv.Unique()

@@ -14,7 +14,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Lost implements reconcile.Seats. It reports whether the
+// Lost implements cancel.SeatStore. It reports whether the
 // namespace's marker key says the seat state must be rebuilt from SQL (Redis
 // lost its data, or this namespace was never rebuilt), and names the rebuild:
 // the first caller after a loss starts one under a fresh random token, and
@@ -40,7 +40,7 @@ func (s *Seats) Lost(ctx context.Context) (token string, lost bool, err error) {
 	return token, true, nil
 }
 
-// MarkRestored implements reconcile.Seats: it records that the
+// MarkRestored implements cancel.SeatStore: it records that the
 // rebuild named token is complete, atomically and only if token is still the
 // current rebuild's; otherwise (the data was lost again, so the rebuild must
 // start over) it changes nothing and returns an error wrapping
@@ -61,7 +61,7 @@ func (s *Seats) MarkRestored(ctx context.Context, token string) error {
 	return nil
 }
 
-// Restore implements reconcile.Seats: it gives free seats the state of
+// Restore implements cancel.SeatStore: it gives free seats the state of
 // their SQL claims (locked at the server's time for a pending order, sold for
 // a paid one), raising the user's counter for each, and turns a paid order's
 // locks (same order and user) into sales; seats held otherwise are left
@@ -128,7 +128,7 @@ func (s *Seats) Restore(ctx context.Context, claims []cancel.Claim) (int, error)
 // order. It changes nothing (one HMGET per show). The reconciler reads SQL
 // again for what Missing returns before it restores, so a seat that a cancel
 // released between the claims read and now is never locked again. Part of
-// reconcile.Seats.
+// cancel.SeatStore.
 func (s *Seats) Missing(ctx context.Context, claims []cancel.Claim) ([]cancel.Claim, error) {
 	byShow := map[string][]cancel.Claim{}
 	var shows []string

@@ -1,8 +1,8 @@
 // Package redisseat keeps seat state in Redis (go-redis v9): which seats of a
 // show are free, locked by a pending order, or sold, and how many seats each
-// user holds (the purchase-limit counter). It implements cancel.SeatStore
-// (Lock at placement, Release after a cancel, Sell after a payment) and the
-// reconciler's reconcile.Seats (the lock scan and the rebuild from SQL).
+// user holds (the purchase-limit counter). It implements cancel.SeatStore:
+// Lock at placement, Release after a cancel, Sell after a payment, and the
+// reconciler's lock scan and rebuild from SQL.
 //
 // # Layout
 //
@@ -200,7 +200,7 @@ func (s *Seats) Scoped(scope string) *Seats {
 	return &c
 }
 
-// Scope implements cancel.Scoped: the scope given to Scoped ("" for New's).
+// Scope implements cancel.OrderStore: the scope given to Scoped ("" for New's).
 func (s *Seats) Scope() string { return s.scope }
 
 // seen passes on the error of a Redis call. On Redis Cluster, an error that
@@ -272,7 +272,7 @@ func (s *Seats) list(ctx context.Context, show string) error {
 	return s.seen(s.rdb.SAdd(ctx, s.showsKey(), show).Err())
 }
 
-// Lock implements cancel.SeatLocker: it locks every seat of h for h.OrderNo
+// Lock implements cancel.SeatStore: it locks every seat of h for h.OrderNo
 // and h.UserID, all or nothing, at the Redis server's time, and raises the
 // user's counter by len(h.Seats). limit is the most seats the user may hold
 // in the show (0: no limit). A seat that is not free (locked by any order,
@@ -406,7 +406,7 @@ func (s *Seats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 	return s.run(ctx, "release", releaseScript, h, []any{h.OrderNo, h.LockID})
 }
 
-// Sell implements cancel.SeatSeller: seats of h locked by h.OrderNo for
+// Sell implements cancel.SeatStore: seats of h locked by h.OrderNo for
 // h.UserID, or free, become sold to it; it returns how many. A seat locked
 // by the same order number for another user is left alone, like another
 // order's.
@@ -524,3 +524,5 @@ func (s *Seats) Check(ctx context.Context) error {
 		return check(ctx, s.rdb)
 	}
 }
+
+var _ cancel.SeatStore = (*Seats)(nil)

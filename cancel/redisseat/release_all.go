@@ -24,7 +24,7 @@ type releaseCall struct {
 	argv []any
 }
 
-// ReleaseAll implements cancel.BatchReleaser: Release for each of holds,
+// ReleaseAll implements cancel.SeatStore: Release for each of holds,
 // one releaseAllScript call per show (a show's list of more than about
 // 2000 seats in a few), all of them sent in one pipeline (one round trip;
 // on Redis Cluster one per node). It returns how many seats each hold

@@ -31,7 +31,7 @@ func (s *Seats) ListedShows(ctx context.Context) ([]string, error) {
 	return shows, nil
 }
 
-// ScanLocks implements reconcile.Seats: the seat locks of every listed
+// ScanLocks implements cancel.SeatStore: the seat locks of every listed
 // show, a bounded batch at a time. cursor "" starts a pass; the returned
 // cursor continues it, and is "" when the pass is complete. count bounds the
 // entries examined per call, about (Redis's SSCAN COUNT is a hint, and a

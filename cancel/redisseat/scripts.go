@@ -109,7 +109,7 @@ return {1, first, ms .. '.' .. gen}
 var releaseScript = redis.NewScript(lockIDLua + seatlua.Release)
 
 // releaseAllScript is releaseScript for many holds of one show in one call
-// (cancel.BatchReleaser): a batch of cancels releases per show in one round
+// (SeatStore.ReleaseAll): a batch of cancels releases per show in one round
 // trip.
 //
 // KEYS as releaseScript's.

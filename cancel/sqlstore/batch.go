@@ -12,7 +12,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// CancelDue implements cancel.BatchCanceller, honouring the Mapping as
+// CancelDue implements cancel.OrderStore, honouring the Mapping as
 // CancelPending does (its scope, statuses, id types, claims or none). One
 // transaction: the listed orders still pending and due by the database's
 // clock are locked (SELECT … FOR UPDATE; SQLite's write transaction), set

@@ -17,6 +17,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/redisseat"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/internal/onebyone"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
@@ -135,7 +136,7 @@ func TestBatchReleaseLateNeverFreesANewerLock(t *testing.T) {
 					expirer, err := cancel.New(cancel.Config{Store: s, Seats: slow})
 					require.NoError(t, err)
 					refunds := &bfRefunds{}
-					buyer, err := cancel.New(cancel.Config{Store: s, Seats: late, AcceptLatePayments: true, Discrepancies: s, OnDiscrepancy: refunds.hook})
+					buyer, err := cancel.New(cancel.Config{Store: s, Seats: late, AcceptLatePayments: true, OnDiscrepancy: refunds.hook})
 					require.NoError(t, err)
 
 					now, err := s.Now(ctx)
@@ -449,12 +450,6 @@ func TestBatchRacesEveryDecider(t *testing.T) {
 	}
 }
 
-// onlyOrders hides a store's CancelDue: the Service then expires order by
-// order (Cancel), the path the batch must agree with.
-type onlyOrders struct{ *sqlstore.Store }
-
-func (o onlyOrders) CancelDue() {} // not cancel.BatchCanceller's: hides it
-
 // mixedMapping is a store under attack: the library's schema, a host's,
 // or a host's without its claims table.
 type mixedMapping struct {
@@ -536,7 +531,7 @@ func TestBatchOfMixedOrders(t *testing.T) {
 					rs := redisSeats(t, s)
 					var orders cancel.OrderStore = s
 					if path == "one" {
-						orders = onlyOrders{s}
+						orders = onebyone.Store{OrderStore: s}
 					}
 					svc, err := cancel.New(cancel.Config{Store: orders, Seats: rs})
 					require.NoError(t, err)

@@ -46,7 +46,7 @@ func (r *bfRefunds) count(id string) int {
 
 // bfService wires a Service on s with a memstore seat store of s's scope.
 func bfService(t *testing.T, s *sqlstore.Store, seats *memstore.Seats, refunds *bfRefunds) *cancel.Service {
-	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats.Scoped(s.Scope()), Discrepancies: s, OnDiscrepancy: refunds.hook})
+	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats.Scoped(s.Scope()), OnDiscrepancy: refunds.hook})
 	require.NoError(t, err)
 	return svc
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// RecordDiscrepancy implements cancel.DiscrepancyStore: it inserts d into
+// RecordDiscrepancy implements cancel.OrderStore: it inserts d into
 // oe_payment_discrepancy keyed by the store's scope and d.PaymentID, tried
 // now by the database's clock. recorded is false, and nothing changes, when
 // the payment id is there already in this scope (settled or not); the
@@ -44,7 +44,7 @@ func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bo
 	return recorded, nil
 }
 
-// ClaimDiscrepancies implements cancel.DiscrepancyStore: up to limit
+// ClaimDiscrepancies implements cancel.OrderStore: up to limit
 // unsettled discrepancies last tried at least lease ago by the database's
 // clock (whole milliseconds, rounded up), least recently tried first, each
 // marked tried now by a compare-and-set on its tried_at, so that of
@@ -114,7 +114,7 @@ func (s *Store) ClaimDiscrepancies(ctx context.Context, lease time.Duration, lim
 	return out, nil
 }
 
-// SettleDiscrepancy implements cancel.DiscrepancyStore: it marks the record
+// SettleDiscrepancy implements cancel.OrderStore: it marks the record
 // of paymentID settled, so it is never claimed again. Idempotent; a payment
 // id never recorded gives an error wrapping expiry.ErrNotFound.
 func (s *Store) SettleDiscrepancy(ctx context.Context, paymentID string) error {

@@ -299,7 +299,7 @@ func genScenario(t *testing.T, d sqlstore.Dialect, g genSchema, db *sql.DB, s7, 
 	stores := map[int]*sqlstore.Store{7: s7, 8: s8}
 	service := func(s *sqlstore.Store) (*memstore.Seats, *cancel.Service) {
 		seats := memstore.NewSeats(nil).Scoped(s.Scope())
-		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, OnDiscrepancy: book.hook(s.Scope()), Runtime: quiet})
+		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, OnDiscrepancy: book.hook(s.Scope()), Runtime: quiet})
 		require.NoError(t, err)
 		return seats, svc
 	}

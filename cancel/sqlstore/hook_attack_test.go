@@ -92,7 +92,7 @@ func newMappedHookWorld(t *testing.T, d sqlstore.Dialect, db *sql.DB, acceptLate
 	require.NoError(t, err)
 	seats = seats.Scoped(s.Scope())
 	w := &hookWorld{d: d, db: db, store: s, seats: seats, show: "show-" + testenv.Unique(), refunds: map[string]int{}}
-	w.svc, err = cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, AcceptLatePayments: acceptLate,
+	w.svc, err = cancel.New(cancel.Config{Store: s, Seats: seats, AcceptLatePayments: acceptLate,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -765,13 +765,12 @@ func twoInstancesRace(t *testing.T, d sqlstore.Dialect, db *sql.DB, mixed bool) 
 	t.Cleanup(func() { s2.Close() })
 	g := newHookGate(w)
 	s2.SetHook(g.hook)
-	svc2, err := cancel.New(cancel.Config{Store: s2, Seats: w.seats, Discrepancies: s2,
-		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			w.refunds[d.PaymentID]++
-			return nil
-		}})
+	svc2, err := cancel.New(cancel.Config{Store: s2, Seats: w.seats, OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.refunds[d.PaymentID]++
+		return nil
+	}})
 	require.NoError(t, err)
 	const n = 12
 	var os []cancel.Placement

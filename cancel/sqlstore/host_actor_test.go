@@ -59,7 +59,7 @@ func tenantService(t *testing.T, db *sql.DB, d sqlstore.Dialect, id int, seats *
 	t.Cleanup(func() { s.Close() })
 	require.NoError(t, s.Migrate(ctx))
 	require.NoError(t, s.Check(ctx))
-	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats.Scoped(s.Scope()), Discrepancies: s, OnDiscrepancy: book.hook(s.Scope())})
+	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats.Scoped(s.Scope()), OnDiscrepancy: book.hook(s.Scope())})
 	require.NoError(t, err)
 	return s, svc
 }
@@ -154,7 +154,7 @@ func TestHostDeletedOrderPaymentRefunded(t *testing.T) {
 				require.NoError(t, s.Check(ctx))
 				book := &refundBook{}
 				seats := memstore.NewSeats(nil).Scoped(s.Scope())
-				svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, OnDiscrepancy: book.hook(s.Scope())})
+				svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, OnDiscrepancy: book.hook(s.Scope())})
 				require.NoError(t, err)
 
 				p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: time.Now().Add(time.Hour)}

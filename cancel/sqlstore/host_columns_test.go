@@ -103,7 +103,7 @@ func TestHostPaddedCharStatusAndPaymentID(t *testing.T) {
 		"payment_ref  VARCHAR(64) NULL", "payment_ref  CHAR(40) NULL"))
 	book := &refundBook{}
 	seats := memstore.NewSeats(nil).Scoped(s.Scope())
-	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, OnDiscrepancy: book.hook(s.Scope())})
+	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, OnDiscrepancy: book.hook(s.Scope())})
 	require.NoError(t, err)
 	now, err := s.Now(ctx)
 	require.NoError(t, err)
@@ -144,7 +144,7 @@ func TestHostNarrowIntegerOrderNumber(t *testing.T) {
 		s := hostStore(t, db, d, edited(numericOrder, "number       BIGINT      NOT NULL", "number       INTEGER     NOT NULL",
 			"order_number BIGINT      NOT NULL", "order_number INTEGER     NOT NULL"))
 		seats := memstore.NewSeats(nil).Scoped(s.Scope())
-		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s})
+		svc, err := cancel.New(cancel.Config{Store: s, Seats: seats})
 		require.NoError(t, err)
 		now, err := s.Now(ctx)
 		require.NoError(t, err)

@@ -81,7 +81,7 @@ func reviewService(t *testing.T, db *sql.DB, d sqlstore.Dialect, o reviewOpts) *
 	if o.hook != nil {
 		hook = o.hook
 	}
-	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, OnDiscrepancy: hook,
+	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, OnDiscrepancy: hook,
 		AcceptLatePayments: o.late, Scheduler: sched, PlaceTimeout: o.timeout, Runtime: quiet})
 	require.NoError(t, err)
 	return &reviewWorld{d: d, db: db, s: s, svc: svc, seats: seats, book: o.book, label: o.label, sent: sent}
@@ -870,7 +870,7 @@ func TestHostReviewCheckRefusesPreviousKey(t *testing.T) {
 				return // refused: the host is told to Migrate
 			}
 			seats := shared.Scoped(s.Scope())
-			svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Discrepancies: s, OnDiscrepancy: book.hook(s.Scope()), Runtime: quiet})
+			svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, OnDiscrepancy: book.hook(s.Scope()), Runtime: quiet})
 			require.NoError(t, err)
 			ws = append(ws, &reviewWorld{d: d, db: db, s: s, svc: svc, seats: seats, book: book, label: s.Scope(), sent: &countingSender{}})
 		}

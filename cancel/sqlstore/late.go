@@ -1,8 +1,8 @@
 package sqlstore
 
 // The store side of the optional transitions: a late payment reinstating a
-// cancelled order (cancel.Reinstater), a pending order's deadline moved
-// (cancel.DeadlineStore), the expiry warning's flag (cancel.WarnStore).
+// cancelled order (ReinstateCancelled), a pending order's deadline moved
+// (SetDeadline), the expiry warning's flag (MarkWarned).
 // They use three columns of oe_order that Migrate adds to older tables:
 // seats, the seat ids the order was placed with (comma-separated, sorted;
 // ids never contain a comma, see expiry.ValidateID), kept after a cancel
@@ -83,7 +83,7 @@ func (s *Store) lateSQL(q string) string {
 	return rebind(s.dialect, strings.ReplaceAll(q, "NOW_MS", strings.TrimPrefix(s.q.now.sql, "SELECT ")))
 }
 
-// ReinstateCancelled implements cancel.Reinstater. In one transaction: the
+// ReinstateCancelled implements cancel.OrderStore. In one transaction: the
 // compare-and-set status 2 → 1 (cancel_reason timeout or reconcile; the
 // SET always changes the row, so matched and changed rows agree), the seats
 // read from oe_order.seats and inserted again as sold claims (the primary
@@ -357,7 +357,7 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 	return cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID, LockID: lockID}, true, true, nil
 }
 
-// SetDeadline implements cancel.DeadlineStore: a compare-and-set of
+// SetDeadline implements cancel.OrderStore: a compare-and-set of
 // expire_at_ms on the value just read (so Previous is exact), guarded by the
 // database's clock in the same statement: pending, and for an extension not
 // due and before now+In, for a shortening after now+In. A concurrent change
@@ -509,7 +509,7 @@ func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) 
 	}
 }
 
-// MarkWarned implements cancel.WarnStore: one compare-and-set of
+// MarkWarned implements cancel.OrderStore: one compare-and-set of
 // warned_at_ms (NULL to the database's clock, so it always changes the
 // row), on a pending order due within lead and not yet due by that clock.
 // On a store with a Mapping the flag is the side row's (oe_order_side): an

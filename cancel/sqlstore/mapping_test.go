@@ -12,7 +12,6 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/canceltest"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
-	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
@@ -256,39 +255,12 @@ func hostStore(t testing.TB, db *sql.DB, d sqlstore.Dialect, hs hostSchema) *sql
 	return s
 }
 
-// mappedStore is a store with a Mapping as the suite sees it: the order
-// store with the late payments, the warning and deadline control (what the
-// host's table lacks kept in the side table). A mapping without a deadline
-// column has no deadline control (SetDeadline gives cancel.ErrUnsupported:
-// TestMappedStoreRefusesTheLibrarysOwnTransitions): deadlineStore hides it,
-// so the suite skips it.
-type mappedStore struct {
-	canceltest.Store
-	s *sqlstore.Store
-}
-
-type deadlineStore struct{ mappedStore }
-
-func (m deadlineStore) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
-	return m.s.SetDeadline(ctx, c)
-}
-
-func (m mappedStore) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
-	return m.s.ReinstateCancelled(ctx, p, claim)
-}
-
-func (m mappedStore) MarkWarned(ctx context.Context, orderNo string, lead time.Duration) (expiry.WarnResult, error) {
-	return m.s.MarkWarned(ctx, orderNo, lead)
-}
-
 func hostHarness(t *testing.T, db *sql.DB, d sqlstore.Dialect, hs hostSchema) canceltest.StoreHarness {
 	s := hostStore(t, db, d, hs)
-	var store canceltest.Store = mappedStore{s, s}
-	if hs.mapping.Orders.Deadline.Column != "" {
-		store = deadlineStore{mappedStore{s, s}}
-	}
+	// A mapping without a deadline column answers SetDeadline with
+	// cancel.ErrUnsupported, and the suite skips deadline control.
 	return canceltest.StoreHarness{
-		Store: store,
+		Store: s,
 		Now:   s.Now,
 		Place: func(ctx context.Context, p cancel.Placement) error {
 			tx, err := db.BeginTx(ctx, nil)
@@ -377,8 +349,4 @@ func TestMappedStoreRefusesTheLibrarysOwnTransitions(t *testing.T) {
 	s := hostStore(t, db, sqlstore.SQLite, window)
 	_, err := s.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: "o-1", In: time.Minute})
 	require.ErrorIs(t, err, cancel.ErrUnsupported, "the window's deadline is the host's")
-}
-
-func (m mappedStore) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
-	return m.s.CancelDue(ctx, orderNos, reason)
 }

@@ -22,7 +22,7 @@ import (
 // (status, expire_at_ms)): each page is an index range from the cursor,
 // whatever precedes it. The cursor is "key|order_no", the key being the
 // deadline column's value (epoch milliseconds on the library's schema). It
-// implements reconcile.Orders.
+// implements cancel.OrderStore.
 func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	if limit <= 0 {
 		return nil, "", nil
@@ -157,7 +157,7 @@ const maxIn = 500
 // the resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
 // without one or after the clock stepped back past the write). Only rows whose number equals a requested one byte for byte
 // are kept, so a case-insensitive collation of the host's table cannot
-// answer for a case variant (I10). It implements reconcile.Orders.
+// answer for a case variant (I10). It implements cancel.OrderStore.
 func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	out := make(map[string]cancel.OrderState, len(nos))
 	want := make(map[string]bool, len(nos))
@@ -312,7 +312,7 @@ func splitSeats(list string) []string {
 // Claims returns up to limit seat claims of pending and paid orders in
 // (show, seat) order after the cursor ("" starts; the returned cursor is ""
 // when there are no more), following the claims' unique key. It implements
-// reconcile.Orders: the reconciler rebuilds the seat store from it.
+// cancel.OrderStore: the reconciler rebuilds the seat store from it.
 // Without a claims table in the Mapping there are none.
 func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
 	if limit <= 0 || !s.m.claims {

@@ -4,15 +4,12 @@
 // this package imports none of them (it reads go-sql-driver/mysql's error
 // numbers by reflection, see mysqlErrorNumber).
 //
-// One Store serves every interface the core declares over orders:
-//   - cancel.OrderStore (Order, CancelPending, PayPending),
-//   - cancel.DiscrepancyStore (RecordDiscrepancy, ClaimDiscrepancies,
-//     SettleDiscrepancy),
-//   - cancel.Reinstater (ReinstateCancelled), cancel.DeadlineStore
-//     (SetDeadline) and cancel.WarnStore (MarkWarned), in late.go,
-//   - cancel.BatchCanceller (CancelDue: many due orders in one
-//     transaction), in batch.go,
-//   - reconcile.Orders (Expired, Statuses, Claims).
+// A Store is the core's order store, cancel.OrderStore: the transitions
+// (Order, CancelPending, PayPending) in transition.go, the discrepancies in
+// discrepancy.go, the optional transitions (ReinstateCancelled,
+// SetDeadline, MarkWarned) in late.go, CancelDue (many due orders in one
+// transaction) in batch.go, and the reconciler's reads (Expired, Statuses,
+// Claims) in reads.go.
 //
 // The schema (schema/*.sql, also returned by Schema) has three tables:
 // oe_order, oe_order_seat, whose primary key (show_id, seat_id) allows one
@@ -243,7 +240,7 @@ func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
 	return st, nil
 }
 
-// Scope implements cancel.Scoped: "" for the library's own schema (the
+// Scope implements cancel.OrderStore: "" for the library's own schema (the
 // whole table); with a Mapping, its orders table and its Where conditions
 // sorted ("shop_order?tenant_id=7"), so that two services on tables of their
 // own, or two tenants of one table, are two scopes. Give the seat store the
@@ -418,3 +415,5 @@ func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, str
 	o.ReadAt = time.UnixMilli(nowMS)
 	return o, paymentID.String, nil
 }
+
+var _ cancel.OrderStore = (*Store)(nil)

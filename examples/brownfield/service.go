@@ -80,7 +80,7 @@ func Open(ctx context.Context, c Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.svc, err = cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched, Discrepancies: store, OnDiscrepancy: s.refund, Runtime: expiry.Runtime{Logger: c.Logger}})
+	s.svc, err = cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched, OnDiscrepancy: s.refund, Runtime: expiry.Runtime{Logger: c.Logger}})
 	if err != nil {
 		return nil, err
 	}

@@ -143,8 +143,7 @@ func New(ctx context.Context, c Config) (*App, *expiry.Shell, error) {
 	// refunded otherwise. The scheduler sends each order's first messages
 	// after its placement committed (its expiry message and its warning),
 	// and again for a shortened deadline.
-	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Discrepancies: a.store,
-		Runtime: expiry.Runtime{Observer: obs, Logger: a.log}, OnDiscrepancy: onDiscrepancy,
+	a.svc, err = cancel.New(cancel.Config{Store: a.store, Seats: a.seats, Runtime: expiry.Runtime{Observer: obs, Logger: a.log}, OnDiscrepancy: onDiscrepancy,
 		AcceptLatePayments: true, OnWarning: onWarning, Scheduler: a.sched})
 	if err != nil {
 		return nil, nil, err

@@ -222,13 +222,24 @@ func reconcileOnce(ctx context.Context, e *env, dry bool, w, logs io.Writer) err
 // clock) is reported as made, and nothing is written.
 type dryService struct{ orders cancel.OrderStore }
 
-// Scope implements cancel.Scoped: the order store's (a mapped store's
-// reconciler is refused a service of another scope).
-func (d dryService) Scope() string {
-	if s, ok := d.orders.(cancel.Scoped); ok {
-		return s.Scope()
+// Scope is the order store's (a mapped store's reconciler is refused a
+// service of another scope).
+func (d dryService) Scope() string { return d.orders.Scope() }
+
+// ExpireDue reports the orders Cancel would cancel, as the real service's
+// batch would.
+func (d dryService) ExpireDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	var out []cancel.Result
+	for _, no := range orderNos {
+		res, err := d.Cancel(ctx, cancel.Request{OrderNo: no, Reason: reason, OnlyIfDue: true})
+		if err != nil && !errors.Is(err, expiry.ErrNotFound) {
+			return out, err
+		}
+		if res.Changed {
+			out = append(out, res)
+		}
 	}
-	return ""
+	return out, nil
 }
 
 func (d dryService) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
@@ -251,6 +262,19 @@ type drySeats struct{ *redisseat.Seats }
 
 func (d drySeats) Release(ctx context.Context, h cancel.Hold) (int, error) { return d.locked(ctx, h) }
 func (d drySeats) Sell(ctx context.Context, h cancel.Hold) (int, error)    { return d.locked(ctx, h) }
+
+// ReleaseAll reports what each hold's release would free, as Release.
+func (d drySeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	out := make([]int, len(holds))
+	for i, h := range holds {
+		n, err := d.locked(ctx, h)
+		if err != nil {
+			return out, err
+		}
+		out[i] = n
+	}
+	return out, nil
+}
 
 func (drySeats) Restore(_ context.Context, claims []cancel.Claim) (int, error) {
 	return len(claims), nil

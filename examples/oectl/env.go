@@ -110,7 +110,7 @@ func openEnv(ctx context.Context, c config) (*env, error) {
 	// service wires them (redisseat.Seats.Scoped).
 	e.seats = root.Scoped(e.store.Scope())
 	quiet := expiry.Runtime{Logger: slog.New(slog.DiscardHandler)}
-	if e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, Runtime: quiet}); err != nil {
+	if e.svc, err = cancel.New(cancel.Config{Store: e.store, Seats: e.seats, Runtime: quiet}); err != nil {
 		return fail(err)
 	}
 	return e, nil

@@ -207,11 +207,11 @@ func (d *demo) wire(ctx context.Context) error {
 		return err
 	}
 	if d.svc, err = cancel.New(cancel.Config{
-		Store:         store,
-		Scheduler:     d.sched, // the expiry message, once the placing transaction committed
-		Seats:         &flakyReleaser{SeatStore: d.seats, failOnce: failOnce},
-		Discrepancies: store, // the refund hook runs once per payment id
-		Runtime:       expiry.Runtime{Observer: d, Logger: logger},
+		Store:     store,
+		Scheduler: d.sched, // the expiry message, once the placing transaction committed
+		Seats:     &flakyReleaser{SeatStore: d.seats, failOnce: failOnce},
+		// the refund hook runs once per payment id
+		Runtime: expiry.Runtime{Observer: d, Logger: logger},
 
 		OnDiscrepancy: d.onDiscrepancy,
 	}); err != nil {
@@ -770,4 +770,20 @@ func (f *flakyReleaser) Release(ctx context.Context, h cancel.Hold) (int, error)
 		return 0, errors.New("injected fault: Redis unavailable")
 	}
 	return f.SeatStore.Release(ctx, h)
+}
+
+// ReleaseAll is Release for each hold (-1 for a failed one), so the fault
+// hits the batch releases of the consumer and the reconciler too.
+func (f *flakyReleaser) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	out := make([]int, len(holds))
+	var errs []error
+	for i, h := range holds {
+		n, err := f.Release(ctx, h)
+		if err != nil {
+			out[i], errs = -1, append(errs, err)
+			continue
+		}
+		out[i] = n
+	}
+	return out, errors.Join(errs...)
 }

@@ -34,7 +34,7 @@ func wire(ctx context.Context, db *sql.DB, rdb redis.UniversalClient, rt expiry.
 	seats, err2 := redisseat.New(rdb, "")
 	sender := inproc.New(inproc.Config{Runtime: rt}) // or expiry/rocketmq's Sender and Consumer
 	sched, err3 := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: rt})
-	svc, err4 := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched, Discrepancies: store, OnDiscrepancy: refund, Runtime: rt})
+	svc, err4 := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched, OnDiscrepancy: refund, Runtime: rt})
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, nil, err
 	}

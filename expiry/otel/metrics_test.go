@@ -183,7 +183,7 @@ func TestObserverThroughTheLibrary(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, sender.Close()) })
 	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: rt, WarnBefore: 2 * time.Second})
 	require.NoError(t, err)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, Runtime: rt, Scheduler: sched,
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: rt, Scheduler: sched,
 		AcceptLatePayments: true, DiscrepancyLease: 5 * time.Second, // over before the reconciler retries the hook
 		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error {
 			if hookCalls.Add(1) == 1 {
@@ -215,7 +215,7 @@ func TestObserverThroughTheLibrary(t *testing.T) {
 	require.NoError(t, err)
 	// unsent places orders whose message is lost: the same stores, no
 	// Scheduler, so Place sends nothing.
-	unsent, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, Runtime: rt})
+	unsent, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: rt})
 	require.NoError(t, err)
 
 	deadlines := map[string]time.Time{}

@@ -120,7 +120,7 @@ func (r *roundClock) busy() bool {
 }
 
 type clockedOrders struct {
-	reconcile.Orders
+	cancel.OrderStore
 	rc *roundClock
 }
 
@@ -136,7 +136,7 @@ func (o clockedOrders) Expired(ctx context.Context, cursor string, limit int) ([
 		o.rc.scan += time.Since(t0)
 		o.rc.mu.Unlock()
 	}()
-	return o.Orders.Expired(ctx, cursor, limit)
+	return o.OrderStore.Expired(ctx, cursor, limit)
 }
 
 type clockedSeats struct {
@@ -272,7 +272,7 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 		}
 		var err error
 		s.obs = newCancelCounter(o.n)
-		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Discrepancies: s.store, Runtime: expiry.Runtime{Observer: s.obs, Logger: c.log}}); err != nil {
+		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Runtime: expiry.Runtime{Observer: s.obs, Logger: c.log}}); err != nil {
 			return err
 		}
 	}

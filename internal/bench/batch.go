@@ -10,6 +10,7 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/internal/onebyone"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
@@ -19,30 +20,6 @@ import (
 // one transaction per batch, then redisseat's ReleaseAll per show), the
 // other through the one-order path (the Service seen without ExpireDue:
 // one Service.Cancel per order), rounds alternating between them.
-
-// oneOrder hides cancel.Service's ExpireDue from the reconciler: its
-// expired pass then cancels order by order, as before batches.
-type oneOrder struct{ reconcile.Service }
-
-// The round clock of part 6 (roundClock) on both copies: its wrappers hide
-// the optional methods, so the batch copy's get them back.
-type batchOrders struct {
-	clockedOrders
-	bc cancel.BatchCanceller
-}
-
-func (o batchOrders) CancelDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
-	return o.bc.CancelDue(ctx, nos, reason)
-}
-
-type batchClocked struct {
-	clockedService
-	svc *cancel.Service
-}
-
-func (s batchClocked) ExpireDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
-	return s.svc.ExpireDue(ctx, nos, reason)
-}
 
 // ReleaseAll counts what the batch path's releases freed, as Release does.
 func (s *countingSeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
@@ -115,14 +92,14 @@ func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *tabl
 		var err error
 		s.obs = newCancelCounter(o.n)
 		rt := expiry.Runtime{Observer: s.obs, Logger: c.log}
-		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Discrepancies: s.store, Runtime: rt}); err != nil {
+		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Runtime: rt}); err != nil {
 			return err
 		}
 		rc := clocks[i]
-		var orders reconcile.Orders = batchOrders{clockedOrders{s.store, rc}, s.store}
-		var svc reconcile.Service = batchClocked{clockedService{s.svc, rc, s.obs}, s.svc}
+		orders := clockedOrders{s.store, rc}
+		var svc reconcile.Service = clockedService{s.svc, rc, s.obs}
 		if i == 1 {
-			orders, svc = clockedOrders{s.store, rc}, clockedService{oneOrder{s.svc}, rc, s.obs}
+			svc = clockedService{onebyone.Service{Canceller: s.svc}, rc, s.obs}
 		}
 		if recs[i], err = reconcile.New(reconcile.Config{Orders: orders, Seats: clockedSeats{s.seats, rc}, Service: svc, Runtime: rt}); err != nil {
 			return err

@@ -90,14 +90,14 @@ func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int,
 		var err error
 		s.obs = newCancelCounter(o.n)
 		rt := expiry.Runtime{Observer: s.obs, Logger: c.log}
-		var orders cancel.OrderStore = s.store
-		if i == 1 {
-			orders = onlyOrderStore{s.store} // CancelDue hidden: Timeout goes order by order
-		}
-		if s.svc, err = cancel.New(cancel.Config{Store: orders, Seats: s.seats, Discrepancies: s.store, Runtime: rt}); err != nil {
+		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Runtime: rt}); err != nil {
 			return err
 		}
-		if handlers[i], err = expiry.NewHandler(expiry.HandlerConfig{Canceller: s.svc, Sender: rearm, Runtime: rt}); err != nil {
+		var canceller expiry.Canceller = s.svc
+		if i == 1 {
+			canceller = oneOrderTimeouts{s.svc} // Timeout goes order by order
+		}
+		if handlers[i], err = expiry.NewHandler(expiry.HandlerConfig{Canceller: canceller, Sender: rearm, Runtime: rt}); err != nil {
 			return err
 		}
 	}
@@ -195,6 +195,12 @@ func (c *common) consumeEngine(engine string, o backlogOpts, workers, slice int,
 	return nil
 }
 
-// onlyOrderStore is sqlstore's Store seen as a cancel.OrderStore alone: no
-// CancelDue, so the Service cancels each Timeout by itself.
-type onlyOrderStore struct{ cancel.OrderStore }
+// oneOrderTimeouts is the Service with every Timeout by the one-order path
+// (one Cancel each), the path Service.Timeout takes for a lone call: the
+// copy the batches are compared with.
+type oneOrderTimeouts struct{ *cancel.Service }
+
+func (s oneOrderTimeouts) Timeout(ctx context.Context, orderNo string) (bool, expiry.Order, error) {
+	res, err := s.Cancel(ctx, cancel.Request{OrderNo: orderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+	return res.Changed, res.Order, err
+}

@@ -42,36 +42,42 @@ type drainSet struct {
 // timedOrders, timedSeats and timedService split a round's time between the
 // expired scan, the cancels and the claims pass.
 type timedOrders struct {
-	reconcile.Orders
+	cancel.OrderStore
 	scan, claims *time.Duration
 }
 
 func (t timedOrders) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	t0 := time.Now()
 	defer func() { *t.scan += time.Since(t0) }()
-	return t.Orders.Expired(ctx, cursor, limit)
+	return t.OrderStore.Expired(ctx, cursor, limit)
 }
 
 func (t timedOrders) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
 	t0 := time.Now()
 	defer func() { *t.claims += time.Since(t0) }()
-	return t.Orders.Claims(ctx, cursor, limit)
+	return t.OrderStore.Claims(ctx, cursor, limit)
 }
 
 type timedSeats struct {
-	reconcile.Seats
+	cancel.SeatStore
 	claims *time.Duration
 }
 
 func (t timedSeats) Restore(ctx context.Context, claims []cancel.Claim) (int, error) {
 	t0 := time.Now()
 	defer func() { *t.claims += time.Since(t0) }()
-	return t.Seats.Restore(ctx, claims)
+	return t.SeatStore.Restore(ctx, claims)
 }
 
 type timedService struct {
 	reconcile.Service
 	d *time.Duration
+}
+
+func (t timedService) ExpireDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	t0 := time.Now()
+	defer func() { *t.d += time.Since(t0) }()
+	return t.Service.ExpireDue(ctx, nos, reason)
 }
 
 func (t timedService) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {

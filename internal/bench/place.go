@@ -105,7 +105,7 @@ type placeSetup struct {
 	store    *sqlstore.Store
 	svcIP    *cancel.Service // places, then sends through senderIP (Config.Scheduler)
 	svcMQ    *cancel.Service // places, then sends through senderMQ
-	seats    cancel.SeatLocker
+	seats    cancel.SeatStore
 	senderIP expiry.DelaySender
 	senderMQ expiry.DelaySender
 	limit    int

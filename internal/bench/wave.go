@@ -14,6 +14,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/expiry/rocketmq"
+	"github.com/seatflow/orderexpiry/internal/onebyone"
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
@@ -219,14 +220,14 @@ func (c *common) waveCopy(ctx context.Context, s *backlogSet, oneOrderPath bool,
 	}
 	s.obs = newCancelCounter(o.n)
 	rt := expiry.Runtime{Observer: expiry.MultiObserver(s.obs, clock), Logger: c.log}
-	var orders cancel.OrderStore = s.store
-	if oneOrderPath {
-		orders = onlyOrderStore{s.store}
-	}
-	if s.svc, err = cancel.New(cancel.Config{Store: orders, Seats: s.seats, Discrepancies: s.store, Runtime: rt}); err != nil {
+	if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Runtime: rt}); err != nil {
 		return nil, err
 	}
-	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: s.svc, Sender: sender, Runtime: rt})
+	var canceller expiry.Canceller = s.svc
+	if oneOrderPath {
+		canceller = oneOrderTimeouts{s.svc}
+	}
+	h, err := expiry.NewHandler(expiry.HandlerConfig{Canceller: canceller, Sender: sender, Runtime: rt})
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +237,7 @@ func (c *common) waveCopy(ctx context.Context, s *backlogSet, oneOrderPath bool,
 	}
 	var rsvc reconcile.Service = s.svc
 	if oneOrderPath {
-		rsvc = oneOrder{s.svc}
+		rsvc = onebyone.Service{Canceller: s.svc}
 	}
 	rec, err := reconcile.New(reconcile.Config{Orders: s.store, Seats: s.seats, Service: rsvc, Runtime: rt})
 	if err != nil {

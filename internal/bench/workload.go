@@ -117,7 +117,7 @@ func bulkInsert(ctx context.Context, db *sql.DB, n int, gen func(i int) orderRow
 // lockAll locks every hold in Redis with redisseat, from `workers`
 // goroutines: the locks cancel.Service.Place takes, for orders the bench
 // bulk-loads into SQL instead of placing them one by one.
-func lockAll(ctx context.Context, seats cancel.SeatLocker, holds []cancel.Hold, workers int) error {
+func lockAll(ctx context.Context, seats cancel.SeatStore, holds []cancel.Hold, workers int) error {
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex

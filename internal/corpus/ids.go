@@ -56,62 +56,26 @@ func (n *IDs) From(v string) string {
 // as the store suite and the model test use it.
 type Store interface {
 	cancel.OrderStore
-	cancel.DiscrepancyStore
-	cancel.Reinstater
-	cancel.WarnStore
-	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
-	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
 	Now(ctx context.Context) (time.Time, error)
-	Scope() string
 }
 
 // Translated is a Store seen through IDs for its user ids (Users, nil:
 // as they are), its show ids (Shows) and its order numbers (Orders).
+// Without Late it cannot reinstate (cancel.ErrUnsupported, as a store
+// that cannot tell a timeout's cancel), without Deadline it moves no
+// deadline (as a mapping without a deadline column).
 type Translated struct {
 	Inner                Store
 	Users, Shows, Orders *IDs
+	Late, Deadline       bool
 }
-
-// Late is Translated with late payments (cancel.Reinstater).
-type Late struct{ Translated }
-
-// WithDeadline is Translated with deadline control (cancel.DeadlineStore).
-type WithDeadline struct {
-	Translated
-	Deadlines cancel.DeadlineStore
-}
-
-// LateWithDeadline is Translated with both.
-type LateWithDeadline struct{ WithDeadline }
 
 // View returns s seen through t's IDs, with late payments when late is
 // true (a mapping that can tell a timeout's cancel: CanReinstate) and
-// deadline control when s has it and deadline is true (a Deadline column).
-func (t Translated) View(s Store, late, deadline bool) ViewStore {
-	t.Inner = s
-	d, ok := s.(cancel.DeadlineStore)
-	switch {
-	case ok && deadline && late:
-		return LateWithDeadline{WithDeadline{Translated: t, Deadlines: d}}
-	case ok && deadline:
-		return WithDeadline{Translated: t, Deadlines: d}
-	case late:
-		return Late{t}
-	}
+// deadline control when deadline is true (a Deadline column).
+func (t Translated) View(s Store, late, deadline bool) Translated {
+	t.Inner, t.Late, t.Deadline = s, late, deadline
 	return t
-}
-
-// ViewStore is what View returns: Store without the optional Reinstater.
-type ViewStore interface {
-	cancel.OrderStore
-	cancel.DiscrepancyStore
-	cancel.WarnStore
-	Expired(ctx context.Context, cursor string, limit int) (nos []string, next string, err error)
-	Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error)
-	Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error)
-	Now(ctx context.Context) (time.Time, error)
-	Scope() string
 }
 
 // CanReinstate reports whether a store of m can tell a cancel by the
@@ -216,19 +180,12 @@ func (t Translated) PayPending(ctx context.Context, p cancel.Payment) (cancel.Re
 	return t.result(res), err
 }
 
-// ReinstateCancelled implements cancel.Reinstater.
-func (l Late) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
-	return l.reinstate(ctx, p, claim)
-}
-
-// ReinstateCancelled implements cancel.Reinstater.
-func (l LateWithDeadline) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
-	return l.reinstate(ctx, p, claim)
-}
-
-// reinstate is the inner store's ReinstateCancelled: the claim callback
-// sees the caller's ids.
-func (t Translated) reinstate(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
+// ReinstateCancelled implements cancel.OrderStore: the inner store's, whose
+// claim callback sees the caller's ids.
+func (t Translated) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
+	if !t.Late {
+		return cancel.Result{}, fmt.Errorf("corpus: this mapping cannot tell a timeout's cancel: %w", cancel.ErrUnsupported)
+	}
 	p.OrderNo, p.UserID = t.nTo(p.OrderNo), t.uTo(p.UserID)
 	res, err := t.Inner.ReinstateCancelled(ctx, p, func(ctx context.Context, h cancel.Hold, limit int) (string, error) {
 		h.OrderNo, h.UserID, h.ShowID = t.nFrom(h.OrderNo), t.uFrom(h.UserID), t.sFrom(h.ShowID)
@@ -237,20 +194,20 @@ func (t Translated) reinstate(ctx context.Context, p cancel.Payment, claim func(
 	return t.result(res), err
 }
 
-// MarkWarned implements cancel.WarnStore.
+// MarkWarned implements cancel.OrderStore.
 func (t Translated) MarkWarned(ctx context.Context, no string, lead time.Duration) (expiry.WarnResult, error) {
 	res, err := t.Inner.MarkWarned(ctx, t.nTo(no), lead)
 	res.Order = t.order(res.Order)
 	return res, err
 }
 
-// RecordDiscrepancy implements cancel.DiscrepancyStore.
+// RecordDiscrepancy implements cancel.OrderStore.
 func (t Translated) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bool, error) {
 	d.OrderNo, d.UserID = t.nTo(d.OrderNo), t.uTo(d.UserID)
 	return t.Inner.RecordDiscrepancy(ctx, d)
 }
 
-// ClaimDiscrepancies implements cancel.DiscrepancyStore.
+// ClaimDiscrepancies implements cancel.OrderStore.
 func (t Translated) ClaimDiscrepancies(ctx context.Context, lease time.Duration, limit int) ([]cancel.Discrepancy, error) {
 	ds, err := t.Inner.ClaimDiscrepancies(ctx, lease, limit)
 	for i := range ds {
@@ -259,12 +216,12 @@ func (t Translated) ClaimDiscrepancies(ctx context.Context, lease time.Duration,
 	return ds, err
 }
 
-// SettleDiscrepancy implements cancel.DiscrepancyStore.
+// SettleDiscrepancy implements cancel.OrderStore.
 func (t Translated) SettleDiscrepancy(ctx context.Context, paymentID string) error {
 	return t.Inner.SettleDiscrepancy(ctx, paymentID)
 }
 
-// Expired implements reconcile.ExpiredFinder.
+// Expired implements cancel.OrderStore.
 func (t Translated) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	nos, next, err := t.Inner.Expired(ctx, cursor, limit)
 	for i := range nos {
@@ -273,7 +230,7 @@ func (t Translated) Expired(ctx context.Context, cursor string, limit int) ([]st
 	return nos, next, err
 }
 
-// Statuses implements reconcile.StatusReader.
+// Statuses implements cancel.OrderStore.
 func (t Translated) Statuses(ctx context.Context, nos []string) (map[string]cancel.OrderState, error) {
 	in := make([]string, len(nos))
 	for i, no := range nos {
@@ -291,7 +248,7 @@ func (t Translated) Statuses(ctx context.Context, nos []string) (map[string]canc
 	return out, err
 }
 
-// Claims implements reconcile.ClaimScanner.
+// Claims implements cancel.OrderStore.
 func (t Translated) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
 	cs, next, err := t.Inner.Claims(ctx, cursor, limit)
 	for i := range cs {
@@ -303,29 +260,27 @@ func (t Translated) Claims(ctx context.Context, cursor string, limit int) ([]can
 // Now is the store's clock.
 func (t Translated) Now(ctx context.Context) (time.Time, error) { return t.Inner.Now(ctx) }
 
-// Scope implements cancel.Scoped.
+// Scope implements cancel.OrderStore.
 func (t Translated) Scope() string { return t.Inner.Scope() }
 
-// SetDeadline implements cancel.DeadlineStore.
-func (w WithDeadline) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
-	c.OrderNo, c.UserID = w.nTo(c.OrderNo), w.uTo(c.UserID)
-	res, err := w.Deadlines.SetDeadline(ctx, c)
-	res.Order = w.order(res.Order)
+// SetDeadline implements cancel.OrderStore.
+func (t Translated) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	if !t.Deadline {
+		return cancel.DeadlineResult{}, fmt.Errorf("corpus: this mapping has no deadline column: %w", cancel.ErrUnsupported)
+	}
+	c.OrderNo, c.UserID = t.nTo(c.OrderNo), t.uTo(c.UserID)
+	res, err := t.Inner.SetDeadline(ctx, c)
+	res.Order = t.order(res.Order)
 	return res, err
 }
 
-// CancelDue implements cancel.BatchCanceller when Inner does (an error
-// wrapping cancel.ErrUnsupported otherwise).
+// CancelDue implements cancel.OrderStore.
 func (t Translated) CancelDue(ctx context.Context, orderNos []string, reason cancel.Reason) ([]cancel.Result, error) {
-	bc, ok := t.Inner.(cancel.BatchCanceller)
-	if !ok {
-		return nil, fmt.Errorf("corpus: %T: %w", t.Inner, cancel.ErrUnsupported)
-	}
 	nos := make([]string, len(orderNos))
 	for i, no := range orderNos {
 		nos[i] = t.nTo(no)
 	}
-	res, err := bc.CancelDue(ctx, nos, reason)
+	res, err := t.Inner.CancelDue(ctx, nos, reason)
 	for i := range res {
 		res[i] = t.result(res[i])
 	}

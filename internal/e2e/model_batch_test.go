@@ -1,10 +1,8 @@
 package e2e_test
 
 // The model test's batch path (model_test.go): the decorators of the stores'
-// optional batch methods (cancel.BatchCanceller's CancelDue,
-// cancel.BatchReleaser's ReleaseAll), offered only when the store under
-// them has the method, so the Service and the reconciler choose the path a
-// host's stores would give them; and ExpireBatch, which drives the
+// batch methods (cancel.OrderStore's CancelDue, cancel.SeatStore's
+// ReleaseAll); and ExpireBatch, which drives the
 // reconciler's expired pass through cancel.Service.ExpireDue: cleanly, with
 // some of a batch's orders decided between the pass's listing and its
 // compare-and-set, and with the batch failing before its commit, after it
@@ -29,23 +27,9 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
-// mOrderView is what the Service and the reconciler are given of the order
-// store: mOrders, or mBatchOrders where the store can cancel in batches.
-type mOrderView interface {
-	cancel.OrderStore
-	reconcile.Orders
-}
-
-// mSeatView is the same for the seat store: mSeats or mBatchSeats.
-type mSeatView interface {
-	cancel.SeatStore
-	reconcile.Seats
-}
-
-// mBatchOrders is mOrders over a store that is a cancel.BatchCanceller.
+// mBatchOrders is mOrders with the store's CancelDue.
 type mBatchOrders struct{ *mOrders }
 
 // CancelDue passes a batch to the store, after ExpireBatch's race (midBatch)
@@ -70,7 +54,7 @@ func (s mBatchOrders) CancelDue(ctx context.Context, nos []string, reason cancel
 		ask = slices.DeleteFunc(slices.Clone(nos), func(no string) bool { return m.stuck[no] })
 		m.stats.kinds["batch_stuck_passed_by"]++
 	}
-	res, err := s.inner.(cancel.BatchCanceller).CancelDue(ctx, ask, reason)
+	res, err := s.inner.CancelDue(ctx, ask, reason)
 	if err != nil {
 		// Nothing changed (the contract): Check compares the store with
 		// the model after the action.
@@ -112,7 +96,7 @@ func (s mBatchOrders) CancelDue(ctx context.Context, nos []string, reason cancel
 	return res, err
 }
 
-// mBatchSeats is mSeats over a seat store that is a cancel.BatchReleaser.
+// mBatchSeats is mSeats with the seat store's ReleaseAll.
 type mBatchSeats struct{ *mSeats }
 
 // ReleaseAll passes the holds to the seat store and audits each as a
@@ -154,7 +138,7 @@ func (s mBatchSeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int
 		for _, h := range run {
 			before[h.ShowID] = s.show(ctx, h.ShowID)
 		}
-		ns, err = s.inner.(cancel.BatchReleaser).ReleaseAll(ctx, run)
+		ns, err = s.inner.ReleaseAll(ctx, run)
 		for show := range before {
 			after[show] = s.show(ctx, show)
 		}

@@ -155,7 +155,7 @@ func (s *mOrders) ReinstateCancelled(ctx context.Context, p cancel.Payment, clai
 	if mode == mBefore {
 		return cancel.Result{}, injected("ReinstateCancelled")
 	}
-	res, err := s.inner.(cancel.Reinstater).ReinstateCancelled(ctx, p, claim)
+	res, err := s.inner.ReinstateCancelled(ctx, p, claim)
 	if err == nil && res.Changed {
 		s.m.onReinstated(p, res)
 	}
@@ -169,7 +169,7 @@ func (s *mOrders) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (can
 	if _, hit := s.m.fault("SetDeadline", c.OrderNo); hit {
 		return cancel.DeadlineResult{}, injected("SetDeadline")
 	}
-	res, err := s.inner.(cancel.DeadlineStore).SetDeadline(ctx, c)
+	res, err := s.inner.SetDeadline(ctx, c)
 	if err == nil && res.Changed {
 		o := s.m.orders[c.OrderNo]
 		switch {
@@ -189,7 +189,7 @@ func (s *mOrders) MarkWarned(ctx context.Context, no string, lead time.Duration)
 	if mode == mBefore {
 		return expiry.WarnResult{}, injected("MarkWarned")
 	}
-	res, err := s.inner.(cancel.WarnStore).MarkWarned(ctx, no, lead)
+	res, err := s.inner.MarkWarned(ctx, no, lead)
 	if hit {
 		if err == nil && res.Fired {
 			s.m.orders[no].warned++ // marked, never fired: at most once
@@ -465,4 +465,30 @@ func (o *mObserver) Observe(_ context.Context, e expiry.Event) {
 	case expiry.KindHandled:
 		o.handled = e
 	}
+}
+
+// Scope is the store's own.
+func (s *mOrders) Scope() string { return s.inner.Scope() }
+
+// Scope is the seat store's own.
+func (s *mSeats) Scope() string { return s.inner.Scope() }
+
+// SeatStates, Refunded, MarkRefunded and ScanSold pass to the seat store
+// unfaulted: they are its records for when SQL goes back in time, which
+// the model's stores never do (internal/patroni and reconcile's
+// back-in-time cases drive them).
+func (s *mSeats) SeatStates(ctx context.Context, show string, seats []string) (map[string]cancel.SeatState, error) {
+	return s.inner.SeatStates(ctx, show, seats)
+}
+
+func (s *mSeats) Refunded(ctx context.Context, paymentID string) (bool, error) {
+	return s.inner.Refunded(ctx, paymentID)
+}
+
+func (s *mSeats) MarkRefunded(ctx context.Context, paymentID, orderNo string) error {
+	return s.inner.MarkRefunded(ctx, paymentID, orderNo)
+}
+
+func (s *mSeats) ScanSold(ctx context.Context, cursor string, count int) ([]cancel.SeatSale, string, error) {
+	return s.inner.ScanSold(ctx, cursor, count)
 }

@@ -218,7 +218,9 @@ func (m *machine) pay(t *rapid.T, no string, o *mOrder, user string, rightful bo
 	if errors.Is(err, cancel.ErrDiscrepancy) {
 		m.owed[pid] = no
 	}
-	if m.hit("PayPending", "ReinstateCancelled", "Lock", "Sell", "Release") {
+	// Order: a payment the seat store recorded refunded reads its order
+	// (refusedBefore), and a failed read is the provider's to repeat.
+	if m.hit("PayPending", "ReinstateCancelled", "Lock", "Sell", "Release", "Order") {
 		return
 	}
 	switch {

@@ -21,9 +21,9 @@ package e2e_test
 // the connection dropped). A seat-store outage makes every seat operation fail
 // for a few actions. The decorators see the true result of every call, so the
 // model follows what really happened, not what the library was told. Where the
-// stores can cancel and release in batches (cancel.BatchCanceller,
-// cancel.BatchReleaser), the decorators offer those methods too, and the
-// reconciler's expired pass takes them (model_batch_test.go).
+// stores cancel and release in batches (CancelDue, ReleaseAll), the
+// decorators fault those methods too, and the reconciler's expired pass
+// takes them (model_batch_test.go).
 //
 // The variants: fake stores on a FakeClock (fast, many runs), and the SQL store
 // on SQLite, MariaDB and PostgreSQL with the Redis seat store (fewer, shorter
@@ -210,8 +210,6 @@ var (
 // interfaces over orders, plus the store's clock.
 type mOrderStore interface {
 	cancel.OrderStore
-	cancel.DiscrepancyStore
-	reconcile.Orders
 	Now(ctx context.Context) (time.Time, error)
 }
 
@@ -341,10 +339,6 @@ func mRun(t *testing.T, name string, newEnv func(rt *rapid.T) *mEnv) {
 		if env.noDeadline {
 			delete(actions, "Extend")
 			delete(actions, "Shorten")
-		}
-		if m.batchSteps == nil { // the store has no CancelDue: no batches to drive
-			delete(actions, "ExpireBatch")
-			delete(actions, "ExpireBatchMore")
 		}
 		if env.noClaims {
 			delete(actions, "WipeSeats")
@@ -483,9 +477,8 @@ type machine struct {
 	// sees it, with the batch's order numbers; it returns the orders it
 	// decided meanwhile (ExpireBatch's race).
 	midBatch func(nos []string) []string
-	// faultOps are the faults ArmFault draws from: mFaultOps, and the batch
-	// path's where the stores offer it. batchSteps are ExpireBatch's
-	// scenarios (nil: the store has no CancelDue).
+	// faultOps are the faults ArmFault draws from: mFaultOps and the batch
+	// path's. batchSteps are ExpireBatch's scenarios.
 	faultOps   []mFaultOp
 	batchSteps []string
 	lead       time.Duration // the warning's lead (SchedulerConfig.WarnBefore)
@@ -518,24 +511,12 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m.fo = &mOrders{m: m, inner: env.store, place: env.place}
 	m.fs = &mSeats{m: m, inner: env.seats}
-	// The batch paths are offered when, and only when, the store under the
-	// decorator has them: the Service and the reconciler choose their path
-	// by a type assertion, as they do on a host's stores.
-	m.faultOps = slices.Clone(mFaultOps)
-	var orders mOrderView = m.fo
-	var seats mSeatView = m.fs
-	if _, ok := env.store.(cancel.BatchCanceller); ok {
-		orders = mBatchOrders{m.fo}
-		m.faultOps = append(m.faultOps, mBatchFaultOps[0])
-		m.batchSteps = []string{"clean", "race", "cancel_due_before", "cancel_due_lost_ack", "seat_store_down"}
-	}
-	if _, ok := env.seats.(cancel.BatchReleaser); ok {
-		seats = mBatchSeats{m.fs}
-		m.faultOps = append(m.faultOps, mBatchFaultOps[1])
-		if m.batchSteps != nil {
-			m.batchSteps = append(m.batchSteps, "release_all_before", "release_all_lost_ack", "release_all_one_show")
-		}
-	}
+	// Every store batches: the decorators offer CancelDue and ReleaseAll
+	// with their own faults, and ExpireBatch drives them.
+	m.faultOps = append(slices.Clone(mFaultOps), mBatchFaultOps...)
+	orders, seats := mBatchOrders{m.fo}, mBatchSeats{m.fs}
+	m.batchSteps = []string{"clean", "race", "cancel_due_before", "cancel_due_lost_ack", "seat_store_down",
+		"release_all_before", "release_all_lost_ack", "release_all_one_show"}
 	m.snd = &mSender{m: m}
 	var err error
 	m.lead = (env.expiryMax / 10).Truncate(time.Millisecond)
@@ -552,7 +533,7 @@ func newMachine(rt *rapid.T, env *mEnv, stats *mStats) *machine {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	m.svc, err = cancel.New(cancel.Config{Store: orders, Seats: seats, Discrepancies: m.fo, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet},
+	m.svc, err = cancel.New(cancel.Config{Store: orders, Seats: seats, Runtime: expiry.Runtime{Observer: m.obs, Logger: quiet},
 		OnDiscrepancy: m.refund, DiscrepancyLease: env.lease,
 		AcceptLatePayments: true, OnWarning: m.onWarning, Scheduler: m.sched})
 	if err != nil {

@@ -33,7 +33,7 @@ import (
 // (the SQLite store measures it by the database's clock, see rv2Settle),
 // mod may change the rest.
 func rv2Rec(e *rvEnv, svc *cancel.Service, seats *memstore.Seats, mod func(*reconcile.Config)) *reconcile.Reconciler {
-	c := reconcile.Config{Orders: e.store.(reconcile.Orders), Seats: seats, Service: svc, Settle: time.Millisecond, Runtime: rvQuiet}
+	c := reconcile.Config{Orders: e.store.(cancel.OrderStore), Seats: seats, Service: svc, Settle: time.Millisecond, Runtime: rvQuiet}
 	if mod != nil {
 		mod(&c)
 	}
@@ -385,7 +385,7 @@ type rv2Unknown struct {
 }
 
 func (s *rv2Unknown) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error)) (cancel.Result, error) {
-	inner := s.rvStore.(cancel.Reinstater)
+	inner := s.rvStore
 	mode, _ := s.mode.Swap("").(string)
 	switch mode {
 	case "committed":
@@ -417,7 +417,7 @@ func TestReview2HoldsReinstatementCommitUnknown(t *testing.T) {
 			t.Run(kind+"/"+mode, func(t *testing.T) {
 				e := newRvEnv(t, kind)
 				store := &rv2Unknown{rvStore: e.store}
-				svc, err := cancel.New(cancel.Config{Store: store, Seats: e.seats, Discrepancies: e.store, OnDiscrepancy: e.refunds.hook,
+				svc, err := cancel.New(cancel.Config{Store: store, Seats: e.seats, OnDiscrepancy: e.refunds.hook,
 					AcceptLatePayments: true, Runtime: rvQuiet})
 				require.NoError(t, err)
 				rec := rv2Rec(e, svc, e.seats, nil)

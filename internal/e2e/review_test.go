@@ -65,7 +65,6 @@ func (r *rvRefunds) count(id string) int {
 // rvStore is what the tests need of an order store: both adapters serve it.
 type rvStore interface {
 	cancel.OrderStore
-	cancel.DiscrepancyStore
 }
 
 // rvEnv is one world: an order store (memstore or SQLite), a memstore seat
@@ -115,7 +114,7 @@ func newRvEnv(t *testing.T, kind string) *rvEnv {
 // service wires a Service on the world, with the refund hook; mod may change
 // the config.
 func (e *rvEnv) service(mod func(*cancel.Config)) *cancel.Service {
-	c := cancel.Config{Store: e.store, Seats: e.seats, Discrepancies: e.store, OnDiscrepancy: e.refunds.hook, Runtime: rvQuiet}
+	c := cancel.Config{Store: e.store, Seats: e.seats, OnDiscrepancy: e.refunds.hook, Runtime: rvQuiet}
 	if mod != nil {
 		mod(&c)
 	}
@@ -473,7 +472,7 @@ func TestReviewLimitOfOrderPlacedBeforeUpgradeKept(t *testing.T) {
 	t.Cleanup(func() { store.Close() })
 	require.NoError(t, store.Migrate(ctx))
 	refunds := &rvRefunds{}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: refunds.hook,
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, OnDiscrepancy: refunds.hook,
 		AcceptLatePayments: true, Runtime: rvQuiet})
 	require.NoError(t, err)
 
@@ -721,7 +720,7 @@ func TestReviewRecheckSparesReinstatedLock(t *testing.T) {
 		return nil
 	}
 	refunds := &rvRefunds{}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: refunds.hook,
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, OnDiscrepancy: refunds.hook,
 		AcceptLatePayments: true, Runtime: rvQuiet})
 	require.NoError(t, err)
 	rec, err := reconcile.New(reconcile.Config{Orders: store, Seats: seats, Service: svc, Runtime: rvQuiet})
@@ -783,7 +782,7 @@ func TestReviewHoldsLockPassSparesReinstatedLock(t *testing.T) {
 		return nil
 	}
 	refunds := &rvRefunds{}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, OnDiscrepancy: refunds.hook,
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, OnDiscrepancy: refunds.hook,
 		AcceptLatePayments: true, Runtime: rvQuiet})
 	require.NoError(t, err)
 	newRec := func() *reconcile.Reconciler {
@@ -1117,7 +1116,7 @@ func TestReviewRepeatedCallbackNeverRefundedOnTableWithoutPaymentID(t *testing.T
 	m.Orders.PaymentID = ""
 	store := rvHostStore(t, db, m)
 	refunds := &rvRefunds{}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: memstore.NewSeats(nil).Scoped(store.Scope()), Discrepancies: store, OnDiscrepancy: refunds.hook, Runtime: rvQuiet})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: memstore.NewSeats(nil).Scoped(store.Scope()), OnDiscrepancy: refunds.hook, Runtime: rvQuiet})
 	require.NoError(t, err)
 	p := cancel.Placement{OrderNo: "A", UserID: "u1", ShowID: "ev", Seats: []string{"a1"}, ExpireAt: time.Now().Add(time.Hour)}
 	require.NoError(t, svc.Place(ctx, p, store.Insert(db, nil)))

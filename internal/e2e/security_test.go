@@ -115,7 +115,7 @@ func newSecWorld(t *testing.T, db *sql.DB, d sqlstore.Dialect, rdb *redis.Client
 	w.seats, err = redisseat.New(rdb, ns)
 	require.NoError(t, err)
 	quiet := secQuiet()
-	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Discrepancies: w.store, Runtime: expiry.Runtime{Observer: w.obs, Logger: quiet}})
+	w.svc, err = cancel.New(cancel.Config{Store: w.store, Seats: w.seats, Runtime: expiry.Runtime{Observer: w.obs, Logger: quiet}})
 	require.NoError(t, err)
 	w.handler, err = expiry.NewHandler(expiry.HandlerConfig{Canceller: w.svc, Sender: w.sent, Runtime: expiry.Runtime{Observer: w.obs, Logger: quiet}})
 	require.NoError(t, err)

@@ -135,7 +135,7 @@ func NewWorld(t testing.TB, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalC
 	seats, err := redisseat.New(rdb, "oe-"+show)
 	require.NoError(t, err)
 	w := &World{DB: db, Store: store, Seats: seats, Ledger: NewLedger(), Rearms: &Rearms{}, ShowID: show, Limit: 0}
-	w.config = cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Discrepancies: store, Runtime: expiry.Runtime{Observer: w.Ledger},
+	w.config = cancel.Config{Store: store, Seats: countingReleaser{w.Seats, w.Ledger}, Runtime: expiry.Runtime{Observer: w.Ledger},
 		OnDiscrepancy: w.Ledger.refund}
 	w.Service, err = cancel.New(w.config)
 	require.NoError(t, err)

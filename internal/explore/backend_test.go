@@ -8,7 +8,6 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
-	"github.com/seatflow/orderexpiry/reconcile"
 )
 
 // A world runs on a backend: the in-memory stores (the exploration), or
@@ -16,19 +15,12 @@ import (
 // memstore's seats (the replays, replay_test.go). The world, the gates and
 // the ledgers see the stores through these interfaces only.
 
-// orderStore is what a world needs of a tenant's order store: every
-// interface the library uses or type-asserts on it (memstore.Store and
-// sqlstore.Store implement them all; with cancel.BatchCanceller a
-// reconcile round expires a tenant's due orders in one batch), and the store's clock for the host
-// (a placement's deadline is the store's now plus the window).
+// orderStore is what a world needs of a tenant's order store: the
+// library's cancel.OrderStore (a reconcile round expires a tenant's due
+// orders in one batch), and the store's clock for the host (a placement's
+// deadline is the store's now plus the window).
 type orderStore interface {
 	cancel.OrderStore
-	cancel.DiscrepancyStore
-	cancel.Reinstater
-	cancel.DeadlineStore
-	cancel.WarnStore
-	cancel.BatchCanceller
-	reconcile.Orders
 	Now(ctx context.Context) (time.Time, error)
 }
 
@@ -36,7 +28,6 @@ type orderStore interface {
 // interfaces, and the observer's reads (Show, Held).
 type seatStore interface {
 	cancel.SeatStore
-	reconcile.Seats
 	Show(ctx context.Context, show string) (map[string]cancel.SeatState, error)
 	Held(ctx context.Context, show, user string) (int, error)
 }

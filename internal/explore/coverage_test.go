@@ -38,7 +38,7 @@ func TestGatesCoverEveryMethod(t *testing.T) {
 		},
 		{
 			typ:   reflect.TypeOf(&memstore.Seats{}),
-			gated: []string{"Lock", "Release", "Sell", "Restore", "MarkRestored"},
+			gated: []string{"Lock", "Release", "ReleaseAll", "Sell", "Restore", "MarkRestored"},
 			// Reads; MarkRefunded follows the refund hook's success (a stop
 			// before it is a stop after the hook: the hook runs again after
 			// the lease, the by-design repeat); the rest is the host's or a

@@ -184,7 +184,7 @@ func (x *explorer) explore(n *node, left int) {
 func isSeatWrite(at string) bool {
 	name, _, _ := strings.Cut(at, "(")
 	switch name {
-	case "Lock", "Release", "Sell", "Restore", "MarkRestored":
+	case "Lock", "Release", "ReleaseAll", "Sell", "Restore", "MarkRestored":
 		return true
 	}
 	return false

@@ -181,7 +181,7 @@ func resultSummary(r cancel.Result) string {
 // sqlstore, or sqlstore itself in a replay) behind the gate. It embeds the
 // store as an orderStore, which holds every interface the library uses or
 // type-asserts (cancel.OrderStore, DiscrepancyStore, Reinstater,
-// DeadlineStore, WarnStore, reconcile.Orders), and overrides the calls it
+// DeadlineStore, WarnStore, cancel.OrderStore), and overrides the calls it
 // gates or records. TestGatesCoverEveryMethod keeps the lists complete.
 type gatedStore struct {
 	orderStore
@@ -194,15 +194,7 @@ type gatedStore struct {
 // has a store of its own: see newWorld.)
 func (g *gatedStore) Scope() string { return g.t.scope() }
 
-var (
-	_ cancel.OrderStore       = (*gatedStore)(nil)
-	_ cancel.DiscrepancyStore = (*gatedStore)(nil)
-	_ cancel.Reinstater       = (*gatedStore)(nil)
-	_ cancel.DeadlineStore    = (*gatedStore)(nil)
-	_ cancel.WarnStore        = (*gatedStore)(nil)
-	_ cancel.BatchCanceller   = (*gatedStore)(nil)
-	_ reconcile.Orders        = (*gatedStore)(nil)
-)
+var _ cancel.OrderStore = (*gatedStore)(nil)
 
 func (g *gatedStore) Order(ctx context.Context, no string) (expiry.Order, error) {
 	var o expiry.Order
@@ -388,7 +380,7 @@ func claimsSummary(cs []cancel.Claim) string {
 
 // gatedSeats is a tenant's view of the seat store (memstore.Seats standing
 // in for redisseat, or redisseat itself in a replay) behind the gate:
-// cancel.SeatStore and reconcile.Seats.
+// cancel.SeatStore and cancel.SeatStore.
 // Its writes also check scope: a call through one tenant's wiring that
 // changes another tenant's show is a finding (I16).
 type gatedSeats struct {
@@ -397,18 +389,13 @@ type gatedSeats struct {
 	t *tenant
 }
 
-// Scope is the seat store's (cancel.Scoped), which the library checks
-// against the order store's at startup.
-func (s *gatedSeats) Scope() string {
-	if sc, ok := s.seatStore.(cancel.Scoped); ok {
-		return sc.Scope()
-	}
-	return ""
-}
+// Scope is the seat store's, which the library checks against the order
+// store's at startup.
+func (s *gatedSeats) Scope() string { return s.seatStore.Scope() }
 
 var (
 	_ cancel.SeatStore = (*gatedSeats)(nil)
-	_ reconcile.Seats  = (*gatedSeats)(nil)
+	_ cancel.SeatStore = (*gatedSeats)(nil)
 )
 
 // write runs a seat-store write, comparing every other tenant's show before
@@ -448,6 +435,22 @@ func (s *gatedSeats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 		return fmt.Sprint(n), err
 	})
 	return n, err
+}
+
+// ReleaseAll is one gated step: one seat-store call (one atomic step per
+// show), as a batch of cancels makes it.
+func (s *gatedSeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	var ns []int
+	args := make([]string, len(holds))
+	for i, h := range holds {
+		args[i] = holdArgs(h)
+	}
+	err := s.write(ctx, "ReleaseAll", strings.Join(args, "; "), func() (string, error) {
+		var err error
+		ns, err = s.seatStore.ReleaseAll(ctx, holds)
+		return fmt.Sprint(ns), err
+	})
+	return ns, err
 }
 
 func (s *gatedSeats) Sell(ctx context.Context, h cancel.Hold) (int, error) {

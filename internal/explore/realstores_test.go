@@ -498,6 +498,23 @@ func (s *redisSeats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 	return s.Seats.Release(ctx, s.hold(h))
 }
 
+func (s *redisSeats) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	in := make([]cancel.Hold, len(holds))
+	for i, h := range holds {
+		in[i] = s.hold(h)
+	}
+	return s.Seats.ReleaseAll(ctx, in)
+}
+
+func (s *redisSeats) SeatStates(ctx context.Context, show string, seats []string) (map[string]cancel.SeatState, error) {
+	st, err := s.Seats.SeatStates(ctx, show, seats)
+	for seat, v := range st {
+		v.LockID = s.ids.library(s.scope, show, v.LockID)
+		st[seat] = v
+	}
+	return st, err
+}
+
 func (s *redisSeats) Sell(ctx context.Context, h cancel.Hold) (int, error) {
 	return s.Seats.Sell(ctx, s.hold(h))
 }

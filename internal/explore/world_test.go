@@ -287,7 +287,7 @@ func newWorld(p *pool, shared bool, b backend) (*world, error) {
 			if err != nil {
 				return nil, err
 			}
-			svc, err := cancel.New(withShortenSink(cancel.Config{Store: t.gstore, Seats: t.gseats, Discrepancies: t.gstore, Runtime: rt,
+			svc, err := cancel.New(withShortenSink(cancel.Config{Store: t.gstore, Seats: t.gseats, Runtime: rt,
 				OnDiscrepancy: w.refund(t), AcceptLatePayments: true}, sched, gatedSender{w, t}))
 			if err != nil {
 				return nil, fmt.Errorf("tenant %d instance %d: cancel.New: %w", t.n, i+1, err)

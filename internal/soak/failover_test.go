@@ -209,9 +209,8 @@ func runClusterFailover(t *testing.T, sc foScenario) {
 	seats, err := redisseat.New(cc, ns)
 	require.NoError(t, err)
 	obs := &failObserver{failed: map[string]string{}}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store,
-		OnDiscrepancy: func(context.Context, cancel.Discrepancy) error { return nil },
-		PlaceTimeout:  2 * time.Second, Runtime: expiry.Runtime{Observer: obs}})
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, OnDiscrepancy: func(context.Context, cancel.Discrepancy) error { return nil },
+		PlaceTimeout: 2 * time.Second, Runtime: expiry.Runtime{Observer: obs}})
 	require.NoError(t, err)
 	const grace = 4 * time.Second // above PlaceTimeout: a lock whose order is missing after it is abandoned
 	// The round after the failover must find the seat steps the outage failed

@@ -432,7 +432,7 @@ func soak(t *testing.T, sc soakConfig) {
 		finalMu      sync.Mutex
 		finalRefunds []Line
 	)
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Discrepancies: store, DiscrepancyLease: finalLease,
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, DiscrepancyLease: finalLease,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			finalMu.Lock()
 			defer finalMu.Unlock()

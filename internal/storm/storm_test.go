@@ -34,6 +34,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
 	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/internal/e2e"
+	"github.com/seatflow/orderexpiry/internal/onebyone"
 	"github.com/seatflow/orderexpiry/internal/storm"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 	"github.com/seatflow/orderexpiry/reconcile"
@@ -184,7 +185,6 @@ const discrepancyLease = 2 * time.Second
 // (redisseat.Seats).
 type seatStore interface {
 	cancel.SeatStore
-	reconcile.Seats
 }
 
 // releaser is the seat store, but counts, in the world's Ledger, every seat a
@@ -225,6 +225,23 @@ func (r *releaser) Restore(ctx context.Context, claims []cancel.Claim) (int, err
 		}
 	}
 	return total, nil
+}
+
+// ReleaseAll counts each hold's release as Release does; a failed call
+// marks every hold whose count it did not give.
+func (r *releaser) ReleaseAll(ctx context.Context, holds []cancel.Hold) ([]int, error) {
+	ns, err := r.seatStore.ReleaseAll(ctx, holds)
+	r.mu.Lock()
+	for i, h := range holds {
+		switch {
+		case i < len(ns) && ns[i] > 0:
+			r.ledger.Released[h.OrderNo] += ns[i]
+		case err != nil && (i >= len(ns) || ns[i] < 0):
+			r.failed[h.OrderNo]++
+		}
+	}
+	r.mu.Unlock()
+	return ns, err
 }
 
 func (r *releaser) Release(ctx context.Context, h cancel.Hold) (int, error) {
@@ -302,6 +319,15 @@ func (c recordingService) Cancel(ctx context.Context, req cancel.Request) (cance
 	return res, err
 }
 
+// ExpireDue is Cancel per order, so that the history records each cancel
+// as its own operation.
+func (c recordingService) ExpireDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	return onebyone.Expire(ctx, c.Cancel, nos, reason)
+}
+
+// Scope is the Service's.
+func (c recordingService) Scope() string { return c.r.svc.Scope() }
+
 func (c recordingService) RetryDiscrepancies(ctx context.Context, limit int) (int, error) {
 	n, err := c.r.svc.RetryDiscrepancies(ctx, limit)
 	c.r.errs.Err("retry_refunds", err)
@@ -344,7 +370,7 @@ func newRig(t *testing.T, w *e2e.World, cfg config) *rig {
 	r.audit = &auditStore{OrderStore: w.Store, mutant: cfg.mutant}
 	logger := slog.New(logCounter{r.logs})
 	var err error
-	r.svc, err = cancel.New(cancel.Config{Store: r.audit, Seats: r.rel, Discrepancies: w.Store, DiscrepancyLease: discrepancyLease,
+	r.svc, err = cancel.New(cancel.Config{Store: r.audit, Seats: r.rel, DiscrepancyLease: discrepancyLease,
 		Runtime: expiry.Runtime{Observer: w.Ledger, Logger: logger}, OnDiscrepancy: r.refund})
 	require.NoError(t, err)
 	w.Service = r.svc

@@ -238,7 +238,7 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	svc, err := cancel.New(cancel.Config{Store: store, Seats: st, Scheduler: sched, Discrepancies: store, Runtime: expiry.Runtime{Observer: ev, Logger: logger},
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: st, Scheduler: sched, Runtime: expiry.Runtime{Observer: ev, Logger: logger},
 		OnDiscrepancy: func(ctx context.Context, d cancel.Discrepancy) error {
 			ev.put(Line{K: "refund", O: d.OrderNo, Pay: d.PaymentID})
 			return nil
