@@ -125,6 +125,12 @@
 //     every dialect (I10) over a host's columns, whatever their collation;
 //     PostgreSQL's padded CHAR(n) statuses and payment ids read as the
 //     values they hold; an id an integer column cannot hold is no order.
+//   - It writes orders without a deadline (an operator's hand-made order,
+//     a deadline it cleared: NULL in a nullable deadline or creation
+//     column): such an order is pending and never due until it has one
+//     (Order.ExpireAt zero). Its expiry message and warning are final, the
+//     reconciler never expires it and leaves its seats to it, and a
+//     payment pays it.
 //   - It edits the settings the mapping reads: a window setting that is not
 //     a whole number makes no order due (its deadline is none, Order.ExpireAt
 //     zero) until it is one again, and Check names it.
