@@ -64,7 +64,8 @@ const (
 	// OutcomeMissing: no such order; nothing to do.
 	OutcomeMissing
 	// OutcomeFinal: the order was already paid or cancelled (by a payment,
-	// a user, the reconciler or an earlier delivery); nothing to do.
+	// a user, the reconciler or an earlier delivery), is in a status the
+	// host owns (StatusHost, I19), or has no deadline; nothing to do.
 	// Duplicate deliveries end here (invariant I5).
 	OutcomeFinal
 	// OutcomeRearmed: not due yet; a message was sent for the time left.
@@ -127,8 +128,9 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 
 // Handle decides what a delivered message means:
 //
-//   - order missing, not pending, or pending without a deadline
-//     (Order.ExpireAt zero): nothing (OutcomeMissing, OutcomeFinal);
+//   - order missing, not pending (paid, cancelled, or in a status the host
+//     owns: StatusHost), or pending without a deadline (Order.ExpireAt
+//     zero): nothing (OutcomeMissing, OutcomeFinal);
 //   - pending but not due by the store's clock: re-arm with the time left
 //     (OutcomeRearmed);
 //   - due: cancelled with reason timeout (OutcomeCancelled).
