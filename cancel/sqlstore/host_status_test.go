@@ -24,6 +24,7 @@ type hostStatusCase struct {
 	hs                hostSchema
 	table, no, status string
 	hold, offline     any // the host's own values
+	pending           any // the mapping's pending value, as the host writes it and reads it back
 	cancelled         any // the mapping's cancelled value, as the host writes it
 	libCancel         any // the value the reconciler's cancel writes, as read back
 	statusScan        func() any
@@ -34,14 +35,14 @@ type hostStatusCase struct {
 var hostStatusCases = []hostStatusCase{
 	{
 		hs: seatflow, table: "order_info", no: "order_no", status: "status",
-		hold: int64(7), offline: int64(8), cancelled: int64(2), libCancel: int64(2),
+		hold: int64(7), offline: int64(8), pending: int64(0), cancelled: int64(2), libCancel: int64(2),
 		statusScan: func() any { return new(int64) }, readStatus: func(v any) any { return *v.(*int64) },
 	},
 	{
 		// String statuses on a table the server compares case-insensitively
 		// (MariaDB's default collation): "new" is not the mapping's "NEW".
 		hs: shop, table: "shop_order", no: "order_code", status: "state", where: " AND tenant_id = 7",
-		hold: "ON_HOLD", offline: "new", cancelled: "CANCELLED", libCancel: "EXPIRED",
+		hold: "ON_HOLD", offline: "new", pending: "NEW", cancelled: "CANCELLED", libCancel: "EXPIRED",
 		statusScan: func() any { return new(string) }, readStatus: func(v any) any { return *v.(*string) },
 	},
 }
@@ -148,13 +149,14 @@ func hostStatuses(t *testing.T, c hostStatusCase, d sqlstore.Dialect, db *sql.DB
 	for _, no := range []string{held.OrderNo, offline.OrderNo} {
 		o, err := s.Order(ctx, no)
 		if assert.NoError(t, err, "%s is readable", no) {
-			assert.NotContains(t, []expiry.Status{expiry.StatusPending, expiry.StatusPaid, expiry.StatusCancelled}, o.Status,
-				"%s is none of the library's states", no)
+			assert.Equal(t, expiry.StatusHost, o.Status, "%s is none of the library's states", no)
 		}
 	}
 	sts, err := s.Statuses(ctx, []string{held.OrderNo, crashed.OrderNo, dueOK.OrderNo, offline.OrderNo})
 	assert.NoError(t, err, "one order in the host's status must not fail the page")
 	assert.Len(t, sts, 4)
+	assert.Equal(t, expiry.StatusHost, sts[held.OrderNo].Status)
+	assert.Equal(t, expiry.StatusCancelled, sts[crashed.OrderNo].Status)
 	_, _, err = s.Claims(ctx, "", 100)
 	assert.NoError(t, err, "nor a page of claims")
 
@@ -162,6 +164,7 @@ func hostStatuses(t *testing.T, c hostStatusCase, d sqlstore.Dialect, db *sql.DB
 	ures, err := svc.UserCancel(ctx, held.OrderNo, held.UserID)
 	assert.NoError(t, err)
 	assert.False(t, ures.Changed, "a user's cancel of an order the host holds changes nothing")
+	assert.Equal(t, expiry.StatusHost, ures.Order.Status, "and says why")
 
 	// A payment for it cannot be taken (the host owns the order): it is a
 	// discrepancy, recorded and refunded once however often the provider
@@ -171,6 +174,7 @@ func hostStatuses(t *testing.T, c hostStatusCase, d sqlstore.Dialect, db *sql.DB
 		assert.ErrorIs(t, err, cancel.ErrDiscrepancy, "I9: a payment for an order in the host's status is a discrepancy, never lost")
 	}
 	assert.Equal(t, 1, book.count(s.Scope(), "pay-k"+u), "I9, I14: refunded once")
+	assert.NotEmpty(t, ev.of(expiry.KindDiscrepancy, "paid_after_host", offline.OrderNo), "the host is told why")
 
 	// A reconcile round goes past them, and does everything else.
 	const settle = 100 * time.Millisecond
@@ -180,6 +184,7 @@ func hostStatuses(t *testing.T, c hostStatusCase, d sqlstore.Dialect, db *sql.DB
 	for round := 1; round <= 2; round++ {
 		rep, err := r.Round(ctx)
 		assert.NoError(t, err, "round %d: the passes go past the orders in the host's statuses", round)
+		assert.GreaterOrEqual(t, rep.HostStatus, 2, "round %d counts them", round)
 		t.Logf("round %d: %+v", round, rep)
 	}
 	assert.Equal(t, c.libCancel, c.rowStatus(t, db, d, dueOK.OrderNo), "I3, I12: the ordinary due order is expired beside them")
@@ -203,4 +208,16 @@ func hostStatuses(t *testing.T, c hostStatusCase, d sqlstore.Dialect, db *sql.DB
 	assert.NoError(t, err)
 	assert.Empty(t, holder(t, rs, show, "h1"), "cancelled by the host, its seat is freed")
 	assert.Equal(t, "locked:"+offline.OrderNo, holder(t, rs, show, "k1"))
+
+	// The host makes the other pending again: the refunded payment, repeated,
+	// stays refunded (its fate never flips, I14); a new one pays the order.
+	c.setStatus(t, db, d, offline.OrderNo, c.pending)
+	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: offline.OrderNo, PaymentID: "pay-k" + u})
+	assert.ErrorIs(t, err, cancel.ErrDiscrepancy, "I14: a refunded payment is never honoured later")
+	assert.Equal(t, 1, book.count(s.Scope(), "pay-k"+u), "I9: nor refunded twice")
+	assert.Equal(t, c.pending, c.rowStatus(t, db, d, offline.OrderNo))
+	res, err = svc.Pay(ctx, cancel.Payment{OrderNo: offline.OrderNo, PaymentID: "pay-k2" + u})
+	require.NoError(t, err)
+	assert.True(t, res.Changed, "back in the library's hands, the order is paid")
+	assert.Equal(t, "sold:"+offline.OrderNo, holder(t, rs, show, "k1"), "I15: its seat is sold to it")
 }
