@@ -240,15 +240,16 @@ func (p Payment) Validate() error {
 }
 
 // Discrepancy is money that arrived for an order that could not take it: the
-// order was cancelled, or paid already by another payment. The host refunds
-// it, keyed by PaymentID.
+// order was cancelled, paid already by another payment, or in a status the
+// host owns. The host refunds it, keyed by PaymentID.
 type Discrepancy struct {
 	PaymentID string
 	OrderNo   string
 	UserID    string
 	// Status is the order's status when the payment arrived: cancelled
 	// (also for an order that was gone: deleted by the host, or never
-	// placed in the store's scope), or paid (by another payment); pending when the payment was refused
+	// placed in the store's scope), paid (by another payment), or
+	// expiry.StatusHost (in a status the host owns); pending when the payment was refused
 	// because the seat store recorded it refunded although SQL has its
 	// order pending again (SQL went back in time, backintime.go).
 	Status expiry.Status

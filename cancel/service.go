@@ -329,10 +329,12 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 // Config.AcceptLatePayments, paying an order cancelled by its timeout or the
 // reconciler reinstates it as paid when every seat can be claimed again
 // (Changed true, expiry.KindReinstated; see OrderStore.ReinstateCancelled). Paying a cancelled
-// order otherwise, a paid one with another payment id, or an order that is
+// order otherwise, a paid one with another payment id, an order in a status
+// the host owns (expiry.StatusHost: the library cannot take it, and never
+// writes over the host's status), or an order that is
 // not in the store (the host deleted it, or it was never placed in this
-// scope), is a discrepancy: nothing changes, it is recorded once per payment id (with
-// Config.Discrepancies) and handed to the refund hook, and the error wraps
+// scope), is a discrepancy: nothing changes, it is recorded once per payment id (by
+// the order store) and handed to the refund hook, and the error wraps
 // ErrDiscrepancy (a repeated callback gets it too). A store's failed Hook
 // is an error wrapping ErrHook (checked first: never a discrepancy, even
 // when the hook's own error wraps one): nothing was paid, sold, recorded or
@@ -384,7 +386,8 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 	case res.Order.Status == expiry.StatusCancelled && s.acceptLate:
 		return s.payLate(ctx, p, res)
 	case res.Order.Status == expiry.StatusCancelled,
-		res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID:
+		res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID,
+		res.Order.Status == expiry.StatusHost: // the host's order: the money cannot be taken (I19)
 		return s.refuse(ctx, p, res, res.Order.Status, false)
 	}
 	return res, nil // the same payment again, or an order still pending (a store that refused)

@@ -47,7 +47,8 @@
 //     never crashes the consumer, never blocks the queue behind it, and is
 //     counted.
 //   - I8: The purchase-limit counter equals the user's seats in pending and
-//     paid orders; never below 0.
+//     paid orders (and in orders in a status the host owns, which keep
+//     their seats: I19); never below 0.
 //   - I9: A payment that cannot be honoured is refunded once per payment id,
 //     however often the provider repeats its callback, across crashes and
 //     hosts: recorded in SQL first, the hook retried until it succeeds, and
@@ -90,8 +91,24 @@
 //     payment had started is closed exactly once in the end. (Not built yet:
 //     issue 39.)
 //   - I19: Statuses the host owns: a status outside the mapping means "not
-//     the library's": its message is final, the passes skip and count it,
-//     and it never holds another order back. (In part: issue 37.)
+//     the library's" (StatusHost): its message is final, the passes skip
+//     and count it, and it never holds another order back. The library
+//     changes nothing of it, row or seats: a timeout and a user's cancel
+//     change nothing (no error: the order is answered with StatusHost);
+//     the reconciler's lock pass neither frees nor sells its seats, and the
+//     claims pass does not restore them, for as long as the host keeps it
+//     there, because the host's order holds them as a pending one does (an
+//     offline payment awaited, an operator's hold): freeing them would let
+//     a second buyer take seats the host may still sell (I15). A payment
+//     for it cannot be taken without writing over the host's status and
+//     bypassing what the host is doing with the order, nor dropped (I14):
+//     it is a discrepancy, recorded once per payment id and refunded once
+//     (I9), and Pay's error (cancel.ErrDiscrepancy; the refund hook's
+//     Discrepancy.Status is StatusHost) tells the host why. Once the host
+//     writes one of the mapping's statuses the order is the library's
+//     again (cancelled: its seats are freed by the next lock pass). A host
+//     status that means closed belongs among the mapping's cancelled
+//     values. (Statuses meaning "the buyer is paying" are I18's.)
 //
 // # The host is an actor
 //
@@ -125,6 +142,15 @@
 //     every dialect (I10) over a host's columns, whatever their collation;
 //     PostgreSQL's padded CHAR(n) statuses and payment ids read as the
 //     values they hold; an id an integer column cannot hold is no order.
+//   - It writes statuses of its own, outside the mapping (an operator's
+//     hold, an offline payment awaited): such an order is the host's
+//     (StatusHost, I19) until it writes one of the mapping's again.
+//   - It writes orders without a deadline (an operator's hand-made order,
+//     a deadline it cleared: NULL in a nullable deadline or creation
+//     column): such an order is pending and never due until it has one
+//     (Order.ExpireAt zero). Its expiry message and warning are final, the
+//     reconciler never expires it and leaves its seats to it, and a
+//     payment pays it.
 //   - It edits the settings the mapping reads: a window setting that is not
 //     a whole number makes no order due (its deadline is none, Order.ExpireAt
 //     zero) until it is one again, and Check names it.
@@ -158,9 +184,10 @@
 //   - Message, EncodeMessage, DecodeMessage, ErrBadMessage, MaxMessageLen,
 //     MaxHop, MaxWarnLead: the wire format every transport carries, and its
 //     bounds, so a message is refused the same way on every transport;
-//   - Order, Status (StatusPending, StatusPaid, StatusCancelled),
-//     ErrNotFound, ValidateID, ErrInvalidID, MaxIDLen: an order as the
-//     stores read it, and the id rule every adapter applies;
+//   - Order, Status (StatusPending, StatusPaid, StatusCancelled,
+//     StatusHost), ErrNotFound, ValidateID, ErrInvalidID, MaxIDLen: an
+//     order as the stores read it (StatusHost: in a status the host owns,
+//     I19), and the id rule every adapter applies;
 //   - Event, Kind (KindHandled, KindRearmed, KindSent, KindSendFailed,
 //     KindCancelled, KindPaid, KindDiscrepancy, KindRefunded, KindHookFailed,
 //     KindReleaseFailed, KindSellFailed, KindRepaired, KindSkipped,

@@ -64,7 +64,8 @@ const (
 	// OutcomeMissing: no such order; nothing to do.
 	OutcomeMissing
 	// OutcomeFinal: the order was already paid or cancelled (by a payment,
-	// a user, the reconciler or an earlier delivery); nothing to do.
+	// a user, the reconciler or an earlier delivery), is in a status the
+	// host owns (StatusHost, I19), or has no deadline; nothing to do.
 	// Duplicate deliveries end here (invariant I5).
 	OutcomeFinal
 	// OutcomeRearmed: not due yet; a message was sent for the time left.
@@ -127,8 +128,9 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 
 // Handle decides what a delivered message means:
 //
-//   - order missing, not pending, or pending without a deadline
-//     (Order.ExpireAt zero): nothing (OutcomeMissing, OutcomeFinal);
+//   - order missing, not pending (paid, cancelled, or in a status the host
+//     owns: StatusHost), or pending without a deadline (Order.ExpireAt
+//     zero): nothing (OutcomeMissing, OutcomeFinal);
 //   - pending but not due by the store's clock: re-arm with the time left
 //     (OutcomeRearmed);
 //   - due: cancelled with reason timeout (OutcomeCancelled).
@@ -139,7 +141,8 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 // the store saw it.
 //
 // A warning message (m.Warning) goes to the Warner instead: fired
-// (OutcomeWarned); paid, cancelled, due or warned already (OutcomeFinal);
+// (OutcomeWarned); paid, cancelled, due, warned already, or pending without
+// a deadline (OutcomeFinal);
 // pending with more than m.Lead left by the store's clock, because it came
 // early or the deadline was extended (re-armed for the time left minus the
 // lead, OutcomeRearmed); pending within the lead but not fired, because the
@@ -201,6 +204,11 @@ func (h *Handler) warn(ctx context.Context, m Message) (Outcome, error) {
 		case res.Order.No != m.OrderNo:
 			return OutcomeFailed, fmt.Errorf("expiry: order %s: the warner answered with order %q and no error", m.OrderNo, res.Order.No)
 		case res.Warned || res.Order.Status != StatusPending:
+			return OutcomeFinal, nil
+		case res.Order.ExpireAt.IsZero():
+			// Pending without a deadline (Order.ExpireAt): never due, so
+			// never within the lead. Remaining() means nothing then (it
+			// saturates, and minus the lead would wrap to centuries).
 			return OutcomeFinal, nil
 		}
 		if left := res.Order.Remaining() - m.Lead; left > 0 {

@@ -315,6 +315,10 @@ func TestHandlerWarning(t *testing.T) {
 		// twice, then dropped, not re-armed every 100 ms until the deadline.
 		"never fires": {fixedWarner{res: expiry.WarnResult{Order: pending(30 * time.Second)}}, expiry.OutcomeFinal, 0},
 		"early":       {fixedWarner{res: expiry.WarnResult{Order: pending(10 * time.Minute)}}, expiry.OutcomeRearmed, 9 * time.Minute},
+		// Pending without a deadline (a host's NULL deadline): nothing to
+		// warn of, ever; not a re-arm for the time a zero deadline seems to
+		// have left.
+		"no deadline": {fixedWarner{res: expiry.WarnResult{Order: expiry.Order{No: "o1", Status: expiry.StatusPending, ReadAt: now}}}, expiry.OutcomeFinal, 0},
 		"missing":     {fixedWarner{err: expiry.ErrNotFound}, expiry.OutcomeMissing, 0},
 		"down":        {fixedWarner{err: errors.New("db down")}, expiry.OutcomeFailed, 0},
 		"zero order":  {fixedWarner{}, expiry.OutcomeFailed, 0},

@@ -8,6 +8,16 @@ import (
 
 // Status is an order's state. Pending is the only state an order leaves, and
 // it leaves it once: to Paid or to Cancelled (invariant I1).
+//
+// StatusHost is none of them: the order's row holds a status value the
+// store's mapping does not name (the host's own: an operator's hold, an
+// offline payment awaited), so the order is not the library's while it
+// stays there (invariant I19). The library changes nothing of it: a
+// timeout, a user's cancel and the reconciler leave it and its seats as
+// they are, and a payment for it cannot be taken (package cancel refunds it
+// as a discrepancy). Only the host moves an order into or out of it; once
+// the row holds one of the mapping's values again, the order is the
+// library's again.
 type Status uint8
 
 // The order states, with the values the SQL schema stores.
@@ -15,9 +25,13 @@ const (
 	StatusPending   Status = 0
 	StatusPaid      Status = 1
 	StatusCancelled Status = 2
+	// StatusHost: a status the host owns (see Status). The library's own
+	// schema never writes it; a discrepancy of a payment for such an order
+	// is recorded with it.
+	StatusHost Status = 3
 )
 
-// String returns "pending", "paid", "cancelled" or "status(N)".
+// String returns "pending", "paid", "cancelled", "host" or "status(N)".
 func (s Status) String() string {
 	switch s {
 	case StatusPending:
@@ -26,6 +40,8 @@ func (s Status) String() string {
 		return "paid"
 	case StatusCancelled:
 		return "cancelled"
+	case StatusHost:
+		return "host"
 	default:
 		return fmt.Sprintf("status(%d)", uint8(s))
 	}

@@ -19,8 +19,11 @@
 //     left to the host that decided it, which releases or sells its seats
 //     right after its commit: so one host frees an order's seats, not two
 //     racing each other seat by seat, and only a decider that crashed (or
-//     whose seat store call failed) leaves anything to repair;
-//   - claims: SQL's seat claims of pending and paid orders are
+//     whose seat store call failed) leaves anything to repair. An order in
+//     a status the host owns (expiry.StatusHost, I19) is the host's: its
+//     locks are left as they are, and counted (Report.HostStatus);
+//   - claims: SQL's seat claims of pending and paid orders (not those of
+//     an order in a status the host owns: counted) are
 //     given to the seat store, which fills the seats it lacks (a lost lock,
 //     a show evicted or lost in a partial failure). When the seat store says
 //     it lost all its data (its marker is gone) this is the rebuild, marked
@@ -230,6 +233,13 @@ type Report struct {
 	// every round while it lasts, as an expiry.KindSkipped event with
 	// Reason "unreadable" naming its order; the others go on.
 	Unreadable int
+	// HostStatus counts the orders in a status the host owns
+	// (expiry.StatusHost, invariant I19) that the lock pass and the claims
+	// pass went past: their seats are left as they are (neither freed, sold
+	// nor restored) until the host gives the order a status of the
+	// mapping. Each is reported, in every round while it lasts, as an
+	// expiry.KindSkipped event with Reason "host_status" naming its order.
+	HostStatus int
 	Locks      int // seat locks found by the lock pass
 	Released   int // seats released by the lock pass (or by the claims pass's re-check)
 	Sold       int // seats marked sold by the lock pass (or by the claims pass's re-check)
@@ -328,7 +338,7 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 // was really lost can be restored for an order that a cancel decides in the
 // short window that remains; recheck then releases it at once.
 func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Report) error {
-	claims = r.readableClaims(ctx, claims, rep)
+	claims = r.libraryClaims(ctx, r.readableClaims(ctx, claims, rep), rep)
 	missing, err := r.c.Seats.Missing(ctx, claims)
 	if err != nil || len(missing) == 0 {
 		if err != nil {
@@ -560,6 +570,7 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		return fmt.Errorf("reconcile: read statuses: %w", err)
 	}
 	var errs []error
+	skipped := map[string]bool{} // host-status orders reported in this call
 	for _, k := range keys {
 		ol, no := byLock[k], k.no
 		hold := cancel.Hold{ShowID: ol.show, OrderNo: no, UserID: ol.user, Seats: ol.seats, LockID: ol.lockID}
@@ -593,6 +604,11 @@ func (r *Reconciler) fixLocks(ctx context.Context, locks []cancel.SeatLock, from
 		switch {
 		case exists && st.Status == expiry.StatusPending:
 			continue // the message path or the expired pass will decide it
+		case exists && hostOwned(st.Status):
+			// The host's order (I19): its seats are the host's to free or
+			// sell, by giving the order a status of the mapping.
+			r.hostStatus(ctx, no, rep, skipped)
+			continue
 		case exists && !fromSQL && st.Age != cancel.AgeUnknown && st.Age < r.c.Settle:
 			rep.Settling += len(ol.seats) // its decider is releasing or selling them
 			continue

@@ -96,7 +96,7 @@ func (r *Reconciler) judgeSales(ctx context.Context, sales []cancel.SeatSale, re
 		case st.Status == expiry.StatusCancelled:
 			reason = cancel.DivergedSoldCancelled
 		default:
-			continue // paid: the sale is the order's
+			continue // paid: the sale is the order's (in a status the host owns: the host's to judge)
 		}
 		if counted[[2]string{s.ShowID, s.SeatID}] {
 			continue

@@ -57,3 +57,43 @@ func (r *Reconciler) readableClaims(ctx context.Context, claims []cancel.Claim, 
 	}
 	return out
 }
+
+// hostOwned reports a status that is none of the library's: the host's own
+// (expiry.StatusHost, I19), or any other the store may answer one day.
+// Such an order is the host's to decide; no pass frees, sells or restores
+// its seats.
+func hostOwned(s expiry.Status) bool {
+	return s != expiry.StatusPending && s != expiry.StatusPaid && s != expiry.StatusCancelled
+}
+
+// hostStatus counts and reports order no, in a status the host owns, once
+// per call of its pass (reported holds those reported already). Its callers
+// run outside the expired pass's workers: rep is theirs alone. It is the
+// host's ordinary business (an operator's hold), so it is logged at debug
+// level; the event and Report.HostStatus count it.
+func (r *Reconciler) hostStatus(ctx context.Context, no string, rep *Report, reported map[string]bool) {
+	if reported[no] {
+		return
+	}
+	reported[no] = true
+	rep.HostStatus++
+	r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindSkipped, OrderNo: no, Reason: "host_status"})
+	r.log.DebugContext(ctx, "reconcile: an order in a status the host owns; its seats are left to the host", "order", no)
+}
+
+// libraryClaims returns the claims of orders in the library's statuses,
+// and reports the others (in a status the host owns), once per order: the
+// claims pass does not restore the seats of an order that is not the
+// library's; the claims' unique key keeps them from another order in SQL.
+func (r *Reconciler) libraryClaims(ctx context.Context, claims []cancel.Claim, rep *Report) []cancel.Claim {
+	out := claims[:0:0]
+	reported := map[string]bool{}
+	for _, c := range claims {
+		if hostOwned(c.Status) {
+			r.hostStatus(ctx, c.OrderNo, rep, reported)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}

@@ -152,7 +152,9 @@ func (s *Store) Overdue(ctx context.Context) (n int, oldest time.Duration, err e
 const maxIn = 500
 
 // Statuses returns the state of each existing order among nos (missing ones
-// are absent from the map): its status and the time since its last write
+// are absent from the map): its status (expiry.StatusHost for a value the
+// mapping does not name: the host's own, which never fails the page, I19)
+// and the time since its last write
 // by the database's clock (whole milliseconds, as cancel.OrderAge gives it;
 // the resolution of the Mapping's UpdatedAt column, and cancel.AgeUnknown
 // without one or after the clock stepped back past the write). Only rows whose number equals a requested one byte for byte
@@ -184,7 +186,8 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.O
 			return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 		}
 		for rows.Next() {
-			var no, key, show string
+			var no, show string
+			var key sql.NullString
 			var ageMS sql.NullInt64
 			var lockID, seats sql.NullString
 			if err := rows.Scan(&no, &key, &ageMS, idCol{&show}, &lockID, &seats); err != nil {
@@ -192,11 +195,7 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.O
 				return nil, fmt.Errorf("sqlstore: statuses: %w", err)
 			}
 			unpad(&no, &show)
-			st, err := s.status(key)
-			if err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("sqlstore: statuses: order %s: %w", no, err)
-			}
+			st := s.status(key) // the host's own status is an answer, not an error (I19)
 			age := cancel.AgeUnknown
 			if ageMS.Valid {
 				age = cancel.OrderAge(time.Duration(ageMS.Int64) * time.Millisecond)
@@ -313,7 +312,10 @@ func splitSeats(list string) []string {
 // (show, seat) order after the cursor ("" starts; the returned cursor is ""
 // when there are no more), following the claims' unique key. It implements
 // cancel.OrderStore: the reconciler rebuilds the seat store from it.
-// Without a claims table in the Mapping there are none.
+// Without a claims table in the Mapping there are none. A live claim of an
+// order in a status the host owns comes with Status expiry.StatusHost (the
+// reconciler leaves it to the host), never as an error that would fail the
+// page for the claims after it (I12, I19).
 func (s *Store) Claims(ctx context.Context, cursor string, limit int) ([]cancel.Claim, string, error) {
 	if limit <= 0 || !s.m.claims {
 		return nil, "", nil
@@ -387,7 +389,7 @@ func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) (o
 	out = make([]cancel.Claim, 0, limit)
 	for rows.Next() {
 		var c cancel.Claim
-		var key string
+		var key sql.NullString
 		// A host's columns may hold NULL where the library never writes
 		// one (a legacy row): read as "", an id the reconciler refuses and
 		// reports for that claim alone, instead of failing the whole page.
@@ -398,9 +400,7 @@ func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) (o
 		c.ShowID, c.SeatID, c.OrderNo, c.UserID, c.LockID = show.String, seat.String, no.String, user.String, lockID.String
 		lastShow, lastSeat = show.String, seat.String
 		unpad(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID)
-		if c.Status, err = s.status(key); err != nil {
-			return nil, "", "", fmt.Errorf("order %s: %w", c.OrderNo, err)
-		}
+		c.Status = s.status(key)
 		out = append(out, c)
 	}
 	return out, lastShow, lastSeat, rows.Err()

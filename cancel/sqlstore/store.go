@@ -373,16 +373,21 @@ func (s *Store) timeArg(at time.Time) any {
 	return sec - int64(s.m.window/time.Second)
 }
 
-// status maps a status value as the database returned it.
-func (s *Store) status(key string) (expiry.Status, error) {
-	k, ok := s.m.statusOf[key]
-	if !ok {
-		return 0, fmt.Errorf("status %q is none of the mapping's statuses", key)
+// status maps a status value as the database returned it. A value the
+// mapping does not name, NULL included, is the host's own status
+// (expiry.StatusHost, I19): never an error, which would fail every read of
+// the order and every page of Statuses and Claims that holds it.
+func (s *Store) status(key sql.NullString) expiry.Status {
+	k, ok := s.m.statusOf[key.String]
+	if !ok || !key.Valid {
+		return expiry.StatusHost
 	}
-	return expiry.Status(k), nil
+	return expiry.Status(k)
 }
 
-// Order implements cancel.OrderStore.
+// Order implements cancel.OrderStore. An order whose status value is none
+// of the mapping's (the host's own) reads with Status expiry.StatusHost; a
+// NULL deadline (or creation time) reads as none, ExpireAt zero.
 func (s *Store) Order(ctx context.Context, orderNo string) (expiry.Order, error) {
 	o, _, err := s.orderRow(ctx, orderNo)
 	return o, err
@@ -394,7 +399,7 @@ func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, str
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: %w", err)
 	}
 	o := expiry.Order{No: orderNo}
-	var status string
+	var status sql.NullString
 	var nowMS int64
 	var paymentID sql.NullString
 	st, err := s.prepared(ctx, s.q.order.sql)
@@ -409,9 +414,7 @@ func (s *Store) orderRow(ctx context.Context, orderNo string) (expiry.Order, str
 	if err != nil {
 		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
 	}
-	if o.Status, err = s.status(status); err != nil {
-		return expiry.Order{}, "", fmt.Errorf("sqlstore: order %s: %w", orderNo, err)
-	}
+	o.Status = s.status(status)
 	o.ReadAt = time.UnixMilli(nowMS)
 	return o, paymentID.String, nil
 }

@@ -360,8 +360,8 @@ var saleor = Entry{
 		Mapping: func(d sqlstore.Dialect) sqlstore.Mapping {
 			m := saleorMapping(d)
 			m.Orders.ShowID = "show_id"
-			// "partially fulfilled" left out: reading such an order is an
-			// error (none of the mapping's statuses).
+			// "partially fulfilled" left out: such an order reads as the
+			// host's (expiry.StatusHost), which the library leaves alone.
 			m.Orders.Statuses.Paid = []any{"unfulfilled", "fulfilled", "partially_returned", "returned"}
 			return m
 		},
