@@ -370,7 +370,7 @@ func (r *resolved) cas(b *sb, extra string, extraSlot slot, owner, due bool) {
 	}
 }
 
-// liveState writes the claims' state condition of a live claim (locked) for
+// lockedOnly writes the claims' state condition of a live claim (locked) for
 // the transitions, with the alias.
 func (r *resolved) lockedOnly(b *sb, alias string) {
 	if r.cState != "" {

@@ -307,7 +307,7 @@ func literal(what string, v any) (lit, error) {
 	return lit{sql: s, key: s, arg: n}, nil
 }
 
-// dialectQuote returns the quoting of an identifier in d.
+// quoteIdent returns the quoting of an identifier in d.
 func quoteIdent(d Dialect, name string) string {
 	if d == MySQL {
 		return "`" + name + "`"

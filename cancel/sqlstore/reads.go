@@ -65,9 +65,9 @@ func expiredCursor(expireAt time.Time, no string) string {
 	return strconv.FormatInt(expireAt.UnixMilli(), 10) + "|" + no
 }
 
-// minKey is the key before every deadline, by key kind: integers of the
-// epoch types, microseconds since 1970 (floored at 1000-01-01, the least
-// MySQL DATETIME) of the MySQL and PostgreSQL time types.
+// minMicros is the key before every deadline of the time types, as
+// microseconds since 1970 (floored at 1000-01-01, the least MySQL
+// DATETIME) of MySQL and PostgreSQL.
 const minMicros = -30610224000000000
 
 // maxCursorNo bounds the order number of a cursor of Expired, in bytes.

@@ -10,7 +10,7 @@ package e2e
 // Two holes were found (the first two tests, named Hole* when committed,
 // b133618); both are fixed, and every test here passes: attacks that held.
 //
-// Shared with review_test.go: rvEnv, rvKinds, rvQuiet, rvRefunds.
+// Shared with payment_decisions_test.go: rvEnv, rvKinds, rvQuiet, rvRefunds.
 
 import (
 	"context"
