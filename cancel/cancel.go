@@ -52,7 +52,7 @@
 //   - Hold, Claim, SeatLock, SeatSale, SeatState, SeatStatus (SeatLocked,
 //     SeatSold), OrderState, AgeUnknown, Discrepancy: the values the store
 //     interfaces exchange, which an adapter in another package builds;
-//   - Reason, ReasonTimeout, ReasonUser, ReasonReconcile, ReasonExpired,
+//   - Reason, ReasonTimeout, ReasonUser, ReasonReconcile, ReasonExpireNow,
 //     MaxReasonLen: who cancelled, stored with the order; a host may add its
 //     own reasons;
 //   - MaxSeats, MaxBatch, ValidateBatch, ValidateLockID, CheckScope,

@@ -5,10 +5,10 @@ package cancel
 // come back after panics, cancellations and storms
 // (timeouts_attack_test.go).
 func TimeoutLanesInUse(s *Service) int {
-	if s.timeouts == nil {
+	if s.batcher == nil {
 		return 0
 	}
-	s.timeouts.mu.Lock()
-	defer s.timeouts.mu.Unlock()
-	return s.timeouts.inFlight
+	s.batcher.mu.Lock()
+	defer s.batcher.mu.Unlock()
+	return s.batcher.inFlight
 }

@@ -4,12 +4,12 @@ import "time"
 
 // QueuedTimeouts is how many Timeout calls of s wait for a batch.
 func QueuedTimeouts(s *Service) int {
-	if s.timeouts == nil {
+	if s.batcher == nil {
 		return 0
 	}
-	s.timeouts.mu.Lock()
-	defer s.timeouts.mu.Unlock()
-	return len(s.timeouts.queue)
+	s.batcher.mu.Lock()
+	defer s.batcher.mu.Unlock()
+	return len(s.batcher.queue)
 }
 
 // SetLaneStall sets how long a Timeout store call may take before it gives

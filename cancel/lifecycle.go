@@ -15,10 +15,10 @@ import (
 // OrderStore method with ErrUnsupported: the caller gets that error, and a
 // late payment is refunded.
 
-// ReasonExpired is the reason of an operator's expire-now (Service.ExpireNow).
+// ReasonExpireNow is the reason of an operator's expire-now (Service.ExpireNow).
 // Like a user's cancel it is final for the late-payment policy: a payment
 // after it is refunded, never reinstated.
-const ReasonExpired Reason = "expired"
+const ReasonExpireNow Reason = "expired"
 
 // ErrUnsupported reports that the order store cannot do the optional
 // transition an operation needs (OrderStore.ReinstateCancelled,
@@ -185,14 +185,14 @@ func (s *Service) setDeadline(ctx context.Context, c DeadlineChange, reason stri
 }
 
 // ExpireNow is an operator's "expire it now": it cancels a pending order at
-// once with ReasonExpired (a compare-and-set on pending, without the due
+// once with ReasonExpireNow (a compare-and-set on pending, without the due
 // guard, so it is not late either), and gives its seats back as any cancel
 // does. A late payment after it is refunded, never reinstated. Counted as
 // expiry.KindCancelled (Reason "expired") and expiry.KindDeadlineChanged
 // ("expired_now", Delay the time the order had left, negated). Errors as
 // Cancel's.
 func (s *Service) ExpireNow(ctx context.Context, orderNo string) (Result, error) {
-	res, err := s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonExpired})
+	res, err := s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonExpireNow})
 	if err == nil && res.Changed {
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: orderNo, Reason: "expired_now", Delay: res.Order.ReadAt.Sub(res.Order.ExpireAt)})
 	}

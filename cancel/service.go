@@ -26,8 +26,9 @@ type Service struct {
 	onWarning     func(context.Context, expiry.Order) error
 	sched         *expiry.Scheduler
 	maxHold       time.Duration
-	// timeouts batches concurrent Timeout calls (timeouts.go).
-	timeouts *timeouts
+	// batcher groups concurrent Timeout calls into batches, as a database
+	// groups commits (timeouts.go).
+	batcher *groupCommit
 }
 
 // Defaults of Config.
@@ -133,7 +134,7 @@ func New(c Config) (*Service, error) {
 		s.lease = DiscrepancyLeaseDefault
 	}
 	s.maxHold = c.MaxHold
-	s.timeouts = &timeouts{store: c.Store}
+	s.batcher = &groupCommit{store: c.Store}
 	if s.maxHold == 0 {
 		s.maxHold = MaxHoldDefault
 	}
@@ -297,7 +298,7 @@ func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, expiry.Ord
 	if err := validate(orderNo, ""); err != nil {
 		return false, expiry.Order{}, err
 	}
-	res, err := s.timeouts.timeout(ctx, s, orderNo)
+	res, err := s.batcher.timeout(ctx, s, orderNo)
 	return res.Changed, res.Order, err
 }
 

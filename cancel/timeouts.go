@@ -10,7 +10,7 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// timeouts groups Timeout calls into batches, as a database groups commits.
+// groupCommit groups Timeout calls into batches, as a database groups commits.
 // Timeout calls take lanes, timeoutLanes of them: a call that finds a lane
 // free goes alone, by the one-order path, so a quiet Service behaves as it
 // would without batching; the calls that arrive while every lane is busy
@@ -34,7 +34,7 @@ import (
 // transaction. So a batch changes how the store is asked, never what a call
 // answers. One order whose cancel is slow inside a batch's transaction (a
 // slow hook) delays the others of that batch: they share one transaction.
-type timeouts struct {
+type groupCommit struct {
 	store OrderStore
 
 	mu       sync.Mutex
@@ -71,7 +71,7 @@ type timeoutCall struct {
 
 // timeout is Service.Timeout's cancel: alone when a lane is free, else in
 // the next batch.
-func (t *timeouts) timeout(ctx context.Context, s *Service, no string) (Result, error) {
+func (t *groupCommit) timeout(ctx context.Context, s *Service, no string) (Result, error) {
 	t.mu.Lock()
 	if t.inFlight < timeoutLanes {
 		t.inFlight++
@@ -119,7 +119,7 @@ func (s *Service) readDecided(ctx context.Context, no string) (expiry.Order, boo
 // lane returns the function that gives up the lane a lone call or a batch
 // holds (counted in inFlight): when it returns, or after laneStall,
 // whichever comes first, and once.
-func (t *timeouts) lane(s *Service) func() {
+func (t *groupCommit) lane(s *Service) func() {
 	var once sync.Once
 	free := func() { once.Do(func() { t.free(s) }) }
 	stall := time.AfterFunc(laneStall, free)
@@ -131,7 +131,7 @@ func (t *timeouts) lane(s *Service) func() {
 
 // free hands a lane that came free to the calls that queued meanwhile, as
 // a batch run by a goroutine of its own, or gives it back.
-func (t *timeouts) free(s *Service) {
+func (t *groupCommit) free(s *Service) {
 	t.mu.Lock()
 	calls := t.take()
 	if len(calls) == 0 {
@@ -145,7 +145,7 @@ func (t *timeouts) free(s *Service) {
 
 // take removes up to MaxBatch calls from the queue, skipping those whose
 // caller has gone. t.mu must be held.
-func (t *timeouts) take() []*timeoutCall {
+func (t *groupCommit) take() []*timeoutCall {
 	var calls []*timeoutCall
 	n := 0
 	for ; n < len(t.queue) && len(calls) < MaxBatch; n++ {
@@ -161,7 +161,7 @@ func (t *timeouts) take() []*timeoutCall {
 
 // drain runs one batch on the lane it was handed; the lane then goes to
 // the next batch, if calls queued meanwhile.
-func (t *timeouts) drain(s *Service, calls []*timeoutCall) {
+func (t *groupCommit) drain(s *Service, calls []*timeoutCall) {
 	defer t.lane(s)()
 	t.batch(s, calls)
 }
@@ -172,7 +172,7 @@ func (t *timeouts) drain(s *Service, calls []*timeoutCall) {
 // then goes alone and meets its own order's panic in its own goroutine, as
 // without batches. A panic after the commit (a host Observer's, the seat
 // store's) leaves the cancels answered and their seats to the reconciler.
-func (t *timeouts) batch(s *Service, calls []*timeoutCall) {
+func (t *groupCommit) batch(s *Service, calls []*timeoutCall) {
 	defer func() {
 		for _, c := range calls {
 			close(c.done)
@@ -208,18 +208,18 @@ func (t *timeouts) batch(s *Service, calls []*timeoutCall) {
 		mine = append(mine, r)
 		callers = append(callers, c)
 	}
-	t.settle(ctx, s, mine, callers)
+	t.answer(ctx, s, mine, callers)
 	for i, c := range callers {
 		c.res = mine[i]
 	}
 }
 
-// settle reports and releases a batch's cancels with each order's host
+// answer reports and releases a batch's cancels with each order's host
 // code apart, as the one-order path runs it: a panic of one order's (a host
 // Observer's, the seat store's) is logged and leaves only that order's
 // seats to the reconciler. After a panic in the batch's release, each
 // order's seats are released again alone (a release is idempotent).
-func (t *timeouts) settle(ctx context.Context, s *Service, mine []Result, callers []*timeoutCall) {
+func (t *groupCommit) answer(ctx context.Context, s *Service, mine []Result, callers []*timeoutCall) {
 	for i, r := range mine {
 		s.contained(ctx, r.Order.No, func() {
 			s.obs.Observe(callers[i].ctx, expiry.Event{Kind: expiry.KindCancelled, OrderNo: r.Order.No, Reason: string(ReasonTimeout), Seats: len(r.Seats),

@@ -91,7 +91,7 @@ func (r *Reconciler) cancelOne(ctx context.Context, no string, rep *Report, mu *
 		rep.LostRaces++
 	}
 	mu.Unlock()
-	r.settle(ctx, no, err)
+	r.backOff(ctx, no, err)
 	if err == nil && res.Changed {
 		r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
 	}
@@ -106,9 +106,9 @@ func (r *Reconciler) waiting(no string) bool {
 	return ok && r.c.Clock.Now().Before(b.until)
 }
 
-// settle records the outcome of one order's cancel: a failure doubles its
+// backOff records the outcome of one order's cancel: a failure doubles its
 // backoff (from BackoffMin up to BackoffMax), a success forgets it.
-func (r *Reconciler) settle(ctx context.Context, no string, err error) {
+func (r *Reconciler) backOff(ctx context.Context, no string, err error) {
 	p := &r.expiredPass
 	p.mu.Lock()
 	defer p.mu.Unlock()

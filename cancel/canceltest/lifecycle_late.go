@@ -83,7 +83,7 @@ func runLatePayments(t *testing.T, setup setupFunc, place placeFunc) {
 	t.Run("LateNotAfterUserCancel", func(t *testing.T) {
 		h, now := setup(t)
 		r := reinstater(t, h)
-		for _, reason := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpired, "host-own"} {
+		for _, reason := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpireNow, "host-own"} {
 			p := place(t, h, "u1", now.Add(-time.Second))
 			_, err := h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: reason})
 			require.NoError(t, err)

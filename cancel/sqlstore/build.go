@@ -418,12 +418,12 @@ func (r *resolved) sell() stmt {
 	return b.done(r.d)
 }
 
-// oneRenamed is a transition as one PostgreSQL statement with a claims
+// oneWithClaims is a transition as one PostgreSQL statement with a claims
 // table: the compare-and-set, then, only if it matched (USING/FROM cas),
 // what happens to the claims, returning the order and its seats (no row:
 // the compare-and-set matched nothing). One statement is atomic by itself,
 // and needs no BEGIN and COMMIT round trips.
-func (r *resolved) oneRenamed(extra string, extraSlot slot, owner, due, pay bool) stmt {
+func (r *resolved) oneWithClaims(extra string, extraSlot slot, owner, due, pay bool) stmt {
 	b := &sb{}
 	b.w("WITH cas AS (")
 	r.cas(b, extra, extraSlot, owner, due)
@@ -756,7 +756,7 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 		b.w(" SELECT cas.u, cas.sh, cas.ex, cas.nw, cas.st, cas.lk FROM cas")
 		return b.done(r.d)
 	}
-	return r.oneRenamed(extra, s, owner, due, pay)
+	return r.oneWithClaims(extra, s, owner, due, pay)
 }
 
 // decide writes a payment's decision row (PostgreSQL, after the cas CTE):

@@ -23,7 +23,7 @@ func (r *resolved) reinstateCAS() stmt {
 		return r.cancelled[0].key
 	}
 	byStatus := true
-	for _, other := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpired} {
+	for _, other := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpireNow} {
 		byStatus = byStatus && key(other) != key(late[0]) && key(other) != key(late[1])
 	}
 	if !byStatus && r.reason == "" {

@@ -92,7 +92,7 @@ func CanReinstate(m sqlstore.Mapping) bool {
 		}
 		return st.Cancelled[0]
 	}
-	for _, other := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpired} {
+	for _, other := range []cancel.Reason{cancel.ReasonUser, cancel.ReasonExpireNow} {
 		for _, late := range []cancel.Reason{cancel.ReasonTimeout, cancel.ReasonReconcile} {
 			if of(other) == of(late) {
 				return false
