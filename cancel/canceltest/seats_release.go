@@ -37,6 +37,35 @@ func runSeatReleases(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Equal(t, 0, held(t, s, a.ShowID, "u1"), "I8: counter down by exactly the number released")
 		assert.Equal(t, 1, held(t, s, a.ShowID, "u2"))
 	})
+	// I8 for a buyer with several orders in a show: each release lowers the
+	// counter by the seats it freed, never to zero while another order of
+	// the buyer still holds seats; by Release and by ReleaseAll alike.
+	t.Run("CounterOfABuyerWithSeveralOrders", func(t *testing.T) {
+		s := newSeats(t)
+		a := hold("u1", "1", "2")
+		b := cancel.Hold{ShowID: a.ShowID, OrderNo: id("o"), UserID: "u1", Seats: []string{"3"}}
+		c := cancel.Hold{ShowID: a.ShowID, OrderNo: id("o"), UserID: "u1", Seats: []string{"4", "5"}}
+		for _, h := range []cancel.Hold{a, b, c} {
+			require.NoError(t, lockErr(s.Lock(ctx, h, 0)))
+		}
+		require.Equal(t, 5, held(t, s, a.ShowID, "u1"))
+		n, err := s.Release(ctx, cancel.Hold{ShowID: a.ShowID, OrderNo: a.OrderNo, UserID: "u1", Seats: []string{"1"}})
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		assert.Equal(t, 4, held(t, s, a.ShowID, "u1"), "I8: one seat of a released")
+		ns, err := s.ReleaseAll(ctx, []cancel.Hold{b})
+		require.NoError(t, err)
+		assert.Equal(t, []int{1}, ns)
+		assert.Equal(t, 3, held(t, s, a.ShowID, "u1"), "I8: b's seat released in a batch")
+		n, err = s.Release(ctx, a)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		assert.Equal(t, 2, held(t, s, a.ShowID, "u1"), "I8: the rest of a")
+		ns, err = s.ReleaseAll(ctx, []cancel.Hold{c})
+		require.NoError(t, err)
+		assert.Equal(t, []int{2}, ns)
+		assert.Equal(t, 0, held(t, s, a.ShowID, "u1"))
+	})
 	// A lock judged stale, freed, then taken again by the same order number
 	// (a late payment's reinstatement, a rebuild): a release or sale that
 	// names the judged lock acts on it only, never on the newer one (I15).

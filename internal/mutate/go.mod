@@ -1,0 +1,3 @@
+module github.com/seatflow/orderexpiry/internal/mutate
+
+go 1.26.0
