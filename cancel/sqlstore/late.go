@@ -357,12 +357,14 @@ func (s *Store) reinstateMappedTx(ctx context.Context, p cancel.Payment, v vals,
 	return cancel.Result{Changed: true, Order: o, Seats: list, PaymentID: p.PaymentID, LockID: lockID}, true, true, nil
 }
 
-// SetDeadline implements cancel.OrderStore: a compare-and-set of
-// expire_at_ms on the value just read (so Previous is exact), guarded by the
+// SetDeadline implements cancel.OrderStore: a compare-and-set of the
+// deadline on the value just read (so Previous is exact), guarded by the
 // database's clock in the same statement: pending, and for an extension not
 // due and before now+In, for a shortening after now+In. A concurrent change
-// of the deadline makes it read again (a few times at most). On the
-// library's schema only: with a Mapping it gives cancel.ErrUnsupported.
+// of the deadline makes it read again (a few times at most). On a Mapping
+// it moves the mapped deadline column; a mapping whose deadline is the
+// host's creation time plus a window has no deadline of its own to move,
+// and gives cancel.ErrUnsupported.
 func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
 	if !s.m.defaultSchema && s.q.extend.sql == "" {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w (the mapping has no deadline column: the host's window decides)", c.OrderNo, cancel.ErrUnsupported)
