@@ -156,7 +156,10 @@ func (s *Service) Extend(ctx context.Context, orderNo, userID string, atLeast ti
 // is counted (KindSendFailed) and left to the reconciler, as after a
 // placement. Counted as expiry.KindDeadlineChanged ("shortened"). Errors as
 // Extend's; a Service without Config.Scheduler cannot shorten (an error
-// wrapping ErrUnsupported, nothing changed).
+// wrapping ErrUnsupported, nothing changed). An order without a deadline
+// (the host's NULL: never due) is neither extended nor shortened (Changed
+// false, Order.ExpireAt zero): the library moves deadlines, it does not
+// give one to an order its host keeps without; ExpireNow ends it.
 func (s *Service) Shorten(ctx context.Context, orderNo, userID string, atMost time.Duration) (DeadlineResult, error) {
 	if s.sched == nil {
 		return DeadlineResult{}, fmt.Errorf("cancel: shorten %s: Config.Scheduler is nil: %w", orderNo, ErrUnsupported)

@@ -96,8 +96,9 @@
 //     changes nothing of it, row or seats: a timeout and a user's cancel
 //     change nothing (no error: the order is answered with StatusHost);
 //     the reconciler's lock pass neither frees nor sells its seats, and the
-//     claims pass does not restore them, for as long as the host keeps it
-//     there, because the host's order holds them as a pending one does (an
+//     claims pass restores them as locks when the seat store lost them
+//     (counted for the buyer's limit, I8), for as long as the host keeps
+//     it there, because the host's order holds them as a pending one does (an
 //     offline payment awaited, an operator's hold): freeing them would let
 //     a second buyer take seats the host may still sell (I15). A payment
 //     for it cannot be taken without writing over the host's status and

@@ -80,7 +80,7 @@ func (r *Reconciler) restore(ctx context.Context, rep *Report) error {
 // was really lost can be restored for an order that a cancel decides in the
 // short window that remains; recheck then releases it at once.
 func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Report) error {
-	claims = r.libraryClaims(ctx, r.readableClaims(ctx, claims, rep), rep)
+	claims = r.heldClaims(ctx, r.readableClaims(ctx, claims, rep), rep)
 	missing, err := r.c.Seats.Missing(ctx, claims)
 	if err != nil || len(missing) == 0 {
 		if err != nil {
@@ -97,10 +97,18 @@ func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Rep
 		return fmt.Errorf("reconcile: read statuses: %w", err)
 	}
 	live := missing[:0]
+	var check []cancel.Claim // live but the host's: nothing for recheck to judge
 	for _, c := range missing {
-		if st, ok := statuses[c.OrderNo]; ok && (st.Status == expiry.StatusPending || st.Status == expiry.StatusPaid) {
+		st, ok := statuses[c.OrderNo]
+		switch {
+		case !ok || st.Status == expiry.StatusCancelled:
+		case hostOwned(st.Status):
+			c.Status = expiry.StatusPending // the host's: its seats held as a pending order's
+			live = append(live, c)
+		default:
 			c.Status = st.Status // paid since the claims were read: restore the sale
 			live = append(live, c)
+			check = append(check, c)
 		}
 	}
 	n, err := r.c.Seats.Restore(ctx, live)
@@ -112,7 +120,7 @@ func (r *Reconciler) repair(ctx context.Context, claims []cancel.Claim, rep *Rep
 		return nil
 	}
 	r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, Reason: "restored", Seats: n})
-	return r.recheck(ctx, live, rep)
+	return r.recheck(ctx, check, rep)
 }
 
 // recheck closes the race between reading claims and restoring them: a

@@ -71,8 +71,9 @@ func (s *skips) of(reason, no string) int {
 
 // I19: an order in a status the host owns is the host's. The lock pass
 // neither frees nor sells its seats (even when the library last wrote it
-// cancelled: the host took it over since), the claims pass does not
-// restore them, and both count it; the orders beside it are repaired in
+// cancelled: the host took it over since), the claims pass locks them again
+// when the seat store lost them (they are held as a pending order's, I8),
+// and both count it; the orders beside it are repaired in
 // the same round (I12). Given back a status of the library's, it is
 // repaired as any other.
 func TestHostStatusOrdersAreLeftToTheHost(t *testing.T) {
@@ -105,8 +106,12 @@ func TestHostStatusOrdersAreLeftToTheHost(t *testing.T) {
 	}
 	assert.Equal(t, map[string]string{
 		"h1a": "locked:h1", "h1b": "locked:h1", // the host's: left as they are
+		"h2a": "locked:h2", "h2b": "locked:h2", // the host's, lost: locked again
 		"l1a": "locked:l1", "l1b": "locked:l1", // restored beside them
-	}, holders, "c1's seats freed, l1's restored, h1's kept, h2's not restored")
+	}, holders, "c1's seats freed, l1's and h2's restored, h1's kept")
+	held, err := e.seats.Held(ctx, "s", "u1")
+	require.NoError(t, err)
+	assert.Equal(t, 6, held, "I8: h1's, h2's and l1's seats count for the buyer")
 	assert.Equal(t, 2, rep.HostStatus, "h1 by the lock pass, h2 by the claims pass")
 	assert.Equal(t, 1, obs.of("host_status", "h1"))
 	assert.Equal(t, 1, obs.of("host_status", "h2"))

@@ -223,9 +223,9 @@ type Report struct {
 	Unreadable int
 	// HostStatus counts the orders in a status the host owns
 	// (expiry.StatusHost, invariant I19) that the lock pass and the claims
-	// pass went past: their seats are left as they are (neither freed, sold
-	// nor restored) until the host gives the order a status of the
-	// mapping. Each is reported, in every round while it lasts, as an
+	// pass went past: their seats are held as a pending order's (neither
+	// freed nor sold; locked again if the seat store lost them) until the
+	// host gives the order a status of the mapping. Each is reported, in every round while it lasts, as an
 	// expiry.KindSkipped event with Reason "host_status" naming its order.
 	HostStatus int
 	Locks      int // seat locks found by the lock pass

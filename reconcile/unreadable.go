@@ -81,19 +81,18 @@ func (r *Reconciler) hostStatus(ctx context.Context, no string, rep *Report, rep
 	r.log.DebugContext(ctx, "reconcile: an order in a status the host owns; its seats are left to the host", "order", no)
 }
 
-// libraryClaims returns the claims of orders in the library's statuses,
-// and reports the others (in a status the host owns), once per order: the
-// claims pass does not restore the seats of an order that is not the
-// library's; the claims' unique key keeps them from another order in SQL.
-func (r *Reconciler) libraryClaims(ctx context.Context, claims []cancel.Claim, rep *Report) []cancel.Claim {
-	out := claims[:0:0]
+// heldClaims returns claims with those of orders in a status the host
+// owns as pending ones, and reports those orders once each: such an order
+// holds its seats as a pending one does (I8, I19), so a seat store that
+// lost them gets them back as locks, counted for the buyer's limit; the
+// lock pass then leaves those locks to the host.
+func (r *Reconciler) heldClaims(ctx context.Context, claims []cancel.Claim, rep *Report) []cancel.Claim {
 	reported := map[string]bool{}
-	for _, c := range claims {
+	for i, c := range claims {
 		if hostOwned(c.Status) {
 			r.hostStatus(ctx, c.OrderNo, rep, reported)
-			continue
+			claims[i].Status = expiry.StatusPending
 		}
-		out = append(out, c)
 	}
-	return out
+	return claims
 }
