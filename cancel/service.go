@@ -332,7 +332,9 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 // (Changed true, expiry.KindReinstated; see OrderStore.ReinstateCancelled). Paying a cancelled
 // order otherwise, a paid one with another payment id, an order in a status
 // the host owns (expiry.StatusHost: the library cannot take it, and never
-// writes over the host's status), or an order that is
+// writes over the host's status; unless the host's own code recorded this
+// very payment id with it, a payment under review: then it is the host's,
+// answered without an error and never refunded), or an order that is
 // not in the store (the host deleted it, or it was never placed in this
 // scope), is a discrepancy: nothing changes, it is recorded once per payment id (by
 // the order store) and handed to the refund hook, and the error wraps
@@ -384,6 +386,11 @@ func (s *Service) Pay(ctx context.Context, p Payment) (Result, error) {
 		return res, nil
 	}
 	switch {
+	case res.Order.Status == expiry.StatusHost && res.PaymentID == p.PaymentID:
+		// The host's own code took this payment (it wrote the id with a
+		// status of its own, a payment under review): the host's, honoured
+		// (the store recorded it so), never refunded (I14, I19).
+		return res, nil
 	case res.Order.Status == expiry.StatusCancelled && s.acceptLate:
 		return s.payLate(ctx, p, res)
 	case res.Order.Status == expiry.StatusCancelled,

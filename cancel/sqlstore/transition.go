@@ -53,7 +53,7 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	if res.Changed {
 		res.PaymentID = p.PaymentID
 	}
-	if err == nil && !res.Changed && res.Order.Status == expiry.StatusPaid && res.PaymentID == p.PaymentID {
+	if err == nil && !res.Changed && (res.Order.Status == expiry.StatusPaid || res.Order.Status == expiry.StatusHost) && res.PaymentID == p.PaymentID {
 		s.recordHonoured(ctx, p, res.Order.UserID)
 	}
 	return res, err
@@ -133,7 +133,9 @@ func (s *Store) transition(ctx context.Context, orderNo, userID string, to expir
 		return cancel.Result{}, fmt.Errorf("sqlstore: order %s: %w", orderNo, cancel.ErrNotOwner)
 	}
 	res = cancel.Result{Order: o}
-	if o.Status == expiry.StatusPaid {
+	if o.Status == expiry.StatusPaid || o.Status == expiry.StatusHost {
+		// Who paid it; for the host's status, a payment the host's own
+		// code recorded (a payment under review), which is the host's.
 		res.PaymentID = paymentID
 	}
 	return res, nil
