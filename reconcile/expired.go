@@ -230,12 +230,28 @@ func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Repor
 	return len(todo)
 }
 
-// cancelOneByOne is the per-order path for the orders of a failed batch.
+// cancelOneByOne is the per-order path for the orders of a failed batch,
+// up to Workers at once: the order that failed the batch (a host's hook
+// waiting on a lock) takes its OrderTimeout beside the others, not before
+// them (I12).
 func (r *Reconciler) cancelOneByOne(ctx context.Context, nos []string, rep *Report, mu *sync.Mutex) {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range min(r.c.Workers, len(nos)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for no := range work {
+				r.cancelOne(ctx, no, rep, mu)
+			}
+		}()
+	}
 	for _, no := range nos {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		r.cancelOne(ctx, no, rep, mu)
+		work <- no
 	}
+	close(work)
+	wg.Wait()
 }

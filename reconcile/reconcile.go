@@ -117,8 +117,12 @@ type Config struct {
 	// transaction takes to commit after its seats are locked (keep
 	// cancel.Config.PlaceTimeout well below it).
 	Grace time.Duration
-	// OrderTimeout bounds the cancel of one expired order; one that takes
-	// longer (a row held by a stuck transaction) is skipped for now.
+	// OrderTimeout bounds the cancel of one batch of expired orders, and of
+	// one order tried alone; one that takes longer is skipped for now. The
+	// orders of a batch share its transaction: one whose host hook waits
+	// on a lock delays its batch-mates once, by OrderTimeout at most; they
+	// are then tried alone, Workers at once, and it backs off. A row
+	// another transaction holds is passed by, not waited for.
 	OrderTimeout time.Duration
 	// Settle is how long after an order is decided (cancel.OrderState.Age, by the
 	// store's clock) the lock pass leaves its locks to the host that decided it:

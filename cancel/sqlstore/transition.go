@@ -3,8 +3,10 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -479,10 +481,11 @@ func (s *Store) retryTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.T
 }
 
 func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, opts)
+	tx, done, err := s.begin(ctx, opts)
 	if err != nil {
 		return err
 	}
+	defer done()
 	defer func() {
 		// A panic (a host's Hook's) rolls back before it goes on up:
 		// otherwise the transaction, and the order's row lock, would
@@ -505,6 +508,49 @@ func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) 
 		return ctxCause(ctx, err)
 	}
 	return ctxCause(ctx, tx.Commit())
+}
+
+// begin begins a transaction. On MySQL/MariaDB with a Hook, under a context
+// with a deadline, the server's own lock wait is bounded by that deadline
+// first (innodb_lock_wait_timeout, whole seconds, at least 1), on a
+// connection of its own that gets the server's default back afterwards: a
+// hook's statement that waits on a row lock (the host's coupon row held by
+// an admin) otherwise keeps waiting on the server after the caller gave up,
+// up to 50 s, and with it every row lock the transaction took, a batch's
+// orders all (I12). PostgreSQL cancels the statement itself when the
+// context ends.
+func (s *Store) begin(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func(), error) {
+	deadline, ok := ctx.Deadline()
+	if s.dialect != MySQL || !ok || s.hook.Load() == nil {
+		tx, err := s.db.BeginTx(ctx, opts)
+		return tx, func() {}, err
+	}
+	wait := int64(math.Ceil(time.Until(deadline).Seconds()))
+	if wait < 1 {
+		wait = 1
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	done := func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION innodb_lock_wait_timeout = DEFAULT"); err != nil {
+			// A connection whose wait could not be put back is not
+			// handed to anyone else.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		_ = conn.Close()
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = ?", wait); err != nil {
+		done()
+		return nil, nil, err
+	}
+	tx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return tx, done, nil
 }
 
 // ctxCause names the context's error when database/sql reports only
