@@ -347,12 +347,17 @@ func (r *redisSide) namespace(scope string) string {
 	return r.ns + ":" + url.QueryEscape(scope)
 }
 
-// keys are every key a world may write (redisseat's documented layout).
+// keys are every key a world may write (redisseat's documented layout),
+// the refund record of each payment id and the set of shows with sales
+// included: a refund marked in one world must not be read in the next.
 func (r *redisSide) keys() []string {
 	var out []string
 	for _, sc := range scopes {
 		ns := r.namespace(sc)
-		out = append(out, ns+":shows", ns+":restored")
+		out = append(out, ns+":shows", ns+":restored", ns+":sold")
+		for _, p := range payments {
+			out = append(out, ns+":refund:{"+p.id+"}")
+		}
 		for _, show := range []string{show1, show2} {
 			for _, k := range []string{"seats", "limit", "locked", "gen"} {
 				out = append(out, ns+":{"+show+"}:"+k)
