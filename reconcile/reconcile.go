@@ -11,6 +11,8 @@
 //     with a backoff, so one stuck order never holds the others back (I12).
 //     When the pass hits its bound, Run starts the next round at once, so a
 //     backlog drains at the cancel path's rate, not a batch per interval;
+//     until it is gone those rounds run this pass alone, and the passes
+//     below keep their pace of once per interval (see Run);
 //   - seat locks: seats locked in Redis whose order is no longer
 //     pending are fixed: released when the order is cancelled, or missing
 //     for longer than Config.Grace by the seat store's clock (a crash between
@@ -280,27 +282,47 @@ func (r *Reconciler) refunds(ctx context.Context, rep *Report) error {
 }
 
 // Run calls Round every interval until ctx is done, logging errors (a failed
-// pass is retried at the next round). A round whose the expired pass stopped at its
-// bound is followed by the next at once, so a backlog drains at full rate.
-// It returns ctx's error, or an error at once for an interval <= 0.
+// pass is retried at the next round). A round whose expired pass stopped at
+// its bound is followed by the next at once, so a backlog drains at full
+// rate; while it drains, those rounds run the expired pass alone, and the
+// other passes (locks, claims, sold seats, refunds) run in a full round once
+// per interval, as in quiet times: each of them starts again at most one
+// interval and one round after it last started (measured by the Runtime's
+// clock), backlog or not. A host that wants every pass in every round calls
+// Round itself. Run returns ctx's error, or an error at once for an
+// interval <= 0.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
 		return fmt.Errorf("reconcile: Run interval %v is not positive", interval)
 	}
 	wake := make(chan struct{}, 1)
+	var lastFull time.Time // when the last full round started
+	backlog := false       // the last round's expired pass stopped at its bound
 	for {
-		rep, err := r.Round(ctx)
+		var rep Report
+		var err error
+		passes := "all"
+		if now := r.c.Clock.Now(); !backlog || now.Sub(lastFull) >= interval {
+			lastFull = now
+			rep, err = r.Round(ctx)
+		} else {
+			// The other passes' repairs keep their pace (once per interval);
+			// the rounds between give all their time to the backlog: on a
+			// fast database those passes were nearly half of a round.
+			passes = "expired"
+			err = r.expired(ctx, &rep)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.log.ErrorContext(ctx, "reconcile round had errors", "err", err)
+			r.log.ErrorContext(ctx, "reconcile round had errors", "passes", passes, "err", err)
 		case rep.Expired+rep.Released+rep.Sold+rep.Restored > 0:
-			r.log.InfoContext(ctx, "reconcile round", "expired", rep.Expired, "released", rep.Released,
+			r.log.InfoContext(ctx, "reconcile round", "passes", passes, "expired", rep.Expired, "released", rep.Released,
 				"sold", rep.Sold, "restored", rep.Restored, "skipped", rep.Skipped)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if rep.More {
+		if backlog = rep.More; backlog {
 			continue
 		}
 		stop := r.c.Clock.AfterFunc(interval, func() {
