@@ -158,7 +158,7 @@ type rfOpts struct {
 	clk      *a5clock
 }
 
-// newRF is newA5 with an rfStore, a DiscrepancyStore, the late-payment
+// newRF is newA5 with an rfStore (which records discrepancies), the late-payment
 // policy when asked, and a Handler over the Service.
 func newRF(t *testing.T, o rfOpts) *rfEnv {
 	t.Helper()

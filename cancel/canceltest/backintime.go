@@ -86,7 +86,7 @@ func runBackInTime(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.ErrorIs(t, err, expiry.ErrInvalidID)
 	})
 
-	t.Run("RefundLedger", func(t *testing.T) {
+	t.Run("RefundRecord", func(t *testing.T) {
 		s := newSeats(t)
 		l := s
 		pid := id("pay")

@@ -17,7 +17,7 @@ import (
 
 // BenchmarkPay measures cancel.Service.Pay (the SQL compare-and-set and the
 // sale of the seats in Redis) with the seat store as wired (ledger: the
-// refund record is read first, cancel.RefundLedger, one more Redis round
+// refund record is read first, cancel.SeatStore.Refunded, one more Redis round
 // trip per payment) against the same store with that record hidden
 // (noledger), on MariaDB and on PostgreSQL. The two alternate payment by
 // payment over orders placed before the timer starts, so that a drift of

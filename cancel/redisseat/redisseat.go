@@ -200,7 +200,7 @@ func (s *Seats) Scoped(scope string) *Seats {
 	return &c
 }
 
-// Scope implements cancel.OrderStore: the scope given to Scoped ("" for New's).
+// Scope implements cancel.SeatStore: the scope given to Scoped ("" for New's).
 func (s *Seats) Scope() string { return s.scope }
 
 // seen passes on the error of a Redis call. On Redis Cluster, an error that

@@ -302,7 +302,7 @@ func TestBackInTimeCancelledPendingAgainSeatResold(t *testing.T) {
 // Case 3a: a payment came for a cancelled order, the discrepancy was
 // recorded and the refund hook ran (the money went back); SQL lost the
 // record. The provider repeats the callback: SQL records it as new, but the
-// seat store recorded the refund too (cancel.RefundLedger), so the hook is
+// seat store recorded the refund too (cancel.SeatStore.MarkRefunded), so the hook is
 // not called again (I9) and the repeat is reported.
 func TestBackInTimeRefundGone(t *testing.T) {
 	ctx := context.Background()
