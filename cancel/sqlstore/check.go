@@ -29,7 +29,10 @@ var ErrMapping = errors.New("sqlstore: the tables do not match the mapping")
 // Where columns; with a State column any unique key holding them, partial
 // or with a generated column, is accepted: live claims must be unique, old
 // ones may repeat). It also checks that the library's own table
-// oe_payment_discrepancy exists (Migrate creates it). The error wraps
+// oe_payment_discrepancy exists (Migrate creates it), keyed by (scope,
+// payment_id), and holds no records of another scope of the same orders
+// table whose conditions hold this mapping's Where or are held by it (the
+// store's own before its Where changed: see Orders.Scope). The error wraps
 // ErrMapping and names every problem found, one per line.
 func (s *Store) Check(ctx context.Context) error {
 	r := s.m
@@ -185,11 +188,60 @@ func (s *Store) Check(ctx context.Context) error {
 		// A table of an earlier version, which CREATE TABLE IF NOT EXISTS
 		// leaves as it is: its key decides a payment id across scopes.
 		bad("the library's table oe_payment_discrepancy is keyed by payment_id alone (an earlier version's): payment ids are per scope, so run Migrate, which re-keys it by (scope, payment_id)")
+	} else if !r.defaultSchema {
+		if err := s.checkMovedScope(ctx, bad); err != nil {
+			return fmt.Errorf("sqlstore: check: %w", err)
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w:\n  %s", ErrMapping, strings.Join(problems, "\n  "))
 	}
 	return nil
+}
+
+// checkMovedScope reports (bad) the payment records of another scope of this
+// orders table whose conditions hold this mapping's Where or are held by it
+// (the derived scope's, see Orders.Scope): most likely this store's own,
+// recorded before its Where changed (a soft-delete flag adopted) or before
+// Scope was set. Under its present scope the store would not see them, and
+// would decide those payments again: refund a refunded one twice, refund
+// one that paid (I9, I14). Two tenants of one table (tenant_id=7,
+// tenant_id=8) hold each other's conditions neither way.
+func (s *Store) checkMovedScope(ctx context.Context, bad func(string, ...any)) error {
+	rows, err := s.db.QueryContext(ctx, rebind(s.dialect, "SELECT scope, COUNT(*) FROM oe_payment_discrepancy WHERE scope <> ? GROUP BY scope"), s.m.scope)
+	if err != nil {
+		return fmt.Errorf("payment records' scopes: %w", err)
+	}
+	defer rows.Close()
+	table, mine := s.m.raw.Orders.Table, s.m.scopeParts
+	for rows.Next() {
+		var scope string
+		var n int
+		if err := rows.Scan(&scope, &n); err != nil {
+			return fmt.Errorf("payment records' scopes: %w", err)
+		}
+		var parts []string
+		rest, ok := strings.CutPrefix(scope, table)
+		switch {
+		case !ok:
+			continue
+		case rest == "":
+		case rest[0] == '?':
+			parts = strings.Split(rest[1:], "&")
+		default:
+			continue
+		}
+		if !subset(parts, mine) && !subset(mine, parts) {
+			continue
+		}
+		conds := strings.Join(mine, " AND ")
+		if conds == "" {
+			conds = "none"
+		}
+		bad("oe_payment_discrepancy holds %d payment record(s) of scope %q, which names orders table %s with conditions this mapping's Where (%s) holds or is held by: most likely this store's own, recorded before its Where changed. Under its scope %q this store would not see them and would decide those payments again, refunding them twice (I9): set Orders.Scope to %q to keep them (and that scope's seat keys); if another store of this table serves them, give the two Where conditions that tell them apart",
+			n, scope, table, conds, s.m.scope, scope)
+	}
+	return rows.Err()
 }
 
 // uniqueWith returns the columns beside no of a non-partial unique index

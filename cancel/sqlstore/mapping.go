@@ -106,6 +106,16 @@ type Orders struct {
 	// insert writes: a tenant column equal to a constant, a soft-delete flag
 	// that must be 0. A row that fails them is invisible to the library.
 	Where []Condition
+	// Scope, optional, names the rows this store serves in the library's
+	// records of payments (oe_payment_discrepancy: what was refunded, what
+	// paid) and, through Store.Scope, in the seat store's keys. Empty: the
+	// Table and the Where conditions, sorted ("shop_order?tenant_id=7").
+	// Those records are how a repeated callback is known to be decided
+	// already, so a scope that moves decides its payments again (I9): a
+	// host that changes Table or Where (adopting a soft-delete flag) sets
+	// Scope to the scope it had, which Check names when it finds that
+	// scope's records. 1-255 bytes of printable ASCII.
+	Scope string
 }
 
 // WindowSetting is a payment window kept in another table: the value of
@@ -359,7 +369,8 @@ type resolved struct {
 	updatedType               TimeType
 	payment, version          string
 	where                     []cond
-	scope                     string // Store.Scope: "" for the library's own schema
+	scope                     string   // Store.Scope: "" for the library's own schema
+	scopeParts                []string // the Where conditions the derived scope names, sorted
 
 	pending   lit
 	paid      []lit
@@ -478,9 +489,15 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 			parts = append(parts, c.name+"="+c.v.sql)
 		}
 		sort.Strings(parts)
-		r.scope = o.Table
+		r.scope, r.scopeParts = o.Table, parts
 		if len(parts) > 0 {
 			r.scope = o.Table + "?" + strings.Join(parts, "&")
+		}
+		if o.Scope != "" {
+			if len(o.Scope) > 255 || strings.IndexFunc(o.Scope, func(c rune) bool { return c < 0x20 || c > 0x7e }) >= 0 {
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.Scope %q is not 1-255 bytes of printable ASCII", o.Scope))
+			}
+			r.scope = o.Scope
 		}
 	}
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/seatflow/orderexpiry/expiry"
 )
 
 // Migrate applies Schema(dialect), then upgrades tables that an earlier
@@ -19,9 +21,11 @@ import (
 // oe_payment_discrepancy and oe_order_side (the statements of Schema that
 // name them), and never touches the host's tables: their migrations are the
 // host's. On every store it adds oe_payment_discrepancy.scope where it is
-// missing (rows recorded before it are the library's schema's, scope ""),
-// and makes (scope, payment_id) its primary key where it was payment_id
-// alone (payment ids are per scope: see RecordDiscrepancy).
+// missing (rows recorded before it are the library's schema's, scope "",
+// unless a mapped store finds their order among its own: then they are
+// its, see Orders.Scope), and makes (scope, payment_id) its primary key
+// where it was payment_id alone (payment ids are per scope: see
+// RecordDiscrepancy).
 func (s *Store) Migrate(ctx context.Context) error {
 	stmts, err := Schema(s.dialect)
 	if err != nil {
@@ -50,6 +54,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
+	}
+	if err := s.adoptUnscoped(ctx); err != nil {
+		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
 	}
 	if !s.m.defaultSchema {
 		return nil
@@ -100,6 +107,67 @@ func (s *Store) upgradeScope(ctx context.Context) error {
 		return fmt.Errorf("add oe_payment_discrepancy.scope: %w", err)
 	}
 	return nil
+}
+
+// adoptUnscoped gives a mapped store the payment records made before
+// oe_payment_discrepancy had a scope column (upgradeScope put them in scope
+// "", the library's own schema's) whose order is one of its orders, by
+// number and buyer: a repeated callback for a payment refunded or honoured
+// before the upgrade is then answered from its record, not decided again
+// (I9, I14). Only where the library's own schema (oe_order) is not in the
+// database, since "" is that schema's scope and its records its own then.
+// A record whose order is gone stays in "", and a repeat of its callback
+// is decided again. Each row moves at most once (its key then holds this
+// scope), and a scope that recorded the same payment id since keeps its
+// own row; so several stores may run it at once. The rows left in "" are
+// read again at every Migrate: they are the few records of deleted orders.
+func (s *Store) adoptUnscoped(ctx context.Context) error {
+	if s.m.defaultSchema {
+		return nil
+	}
+	if own, _, err := s.describe(ctx, "oe_order"); err != nil || len(own) > 0 {
+		return err
+	}
+	sel := rebind(s.dialect, "SELECT payment_id, order_no, user_id FROM oe_payment_discrepancy WHERE scope = '' AND payment_id > ? ORDER BY payment_id LIMIT 500")
+	upd := rebind(s.dialect, "UPDATE oe_payment_discrepancy SET scope = ? WHERE scope = '' AND payment_id = ?")
+	type rec struct{ payment, no, user string }
+	for after := ""; ; {
+		rows, err := s.db.QueryContext(ctx, sel, after)
+		if err != nil {
+			return fmt.Errorf("read unscoped payment records: %w", err)
+		}
+		var page []rec
+		for rows.Next() {
+			var r rec
+			if err := rows.Scan(&r.payment, &r.no, &r.user); err != nil {
+				rows.Close()
+				return fmt.Errorf("read unscoped payment records: %w", err)
+			}
+			page = append(page, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read unscoped payment records: %w", err)
+		}
+		for _, r := range page {
+			o, err := s.Order(ctx, r.no)
+			switch {
+			case errors.Is(err, expiry.ErrNotFound) || errors.Is(err, expiry.ErrInvalidID):
+				continue
+			case err != nil:
+				return fmt.Errorf("read order %s of payment record %s: %w", r.no, r.payment, err)
+			case o.UserID != r.user:
+				continue
+			}
+			if _, err := s.db.ExecContext(ctx, upd, s.m.scope, r.payment); err != nil && !isDuplicate(err) {
+				return fmt.Errorf("give payment record %s scope %q: %w", r.payment, s.m.scope, err)
+			}
+		}
+		if len(page) < 500 {
+			return nil
+		}
+		after = page[len(page)-1].payment
+	}
 }
 
 // discrepancyKeyColumns counts the columns of oe_payment_discrepancy's

@@ -1,10 +1,9 @@
-//go:build openholes
-
 package sqlstore_test
 
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,17 +17,16 @@ import (
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
-// Holes an outside review found that are still open, kept as failing
-// tests behind the openholes build tag so that CI stays green while they
-// are: go test -tags openholes -run TestHostReviewBroken ./cancel/sqlstore/
-
 // The previous-previous version's table (no scope column) holds a mapped
 // tenant's records: a refund made and settled, and a payment that paid.
 // Migrate gives them scope "" (the library's schema's), and the re-key
-// makes them another scope's: the tenant's own repeated callback refunds
-// again. A host that edits its Where (adopting a soft-delete flag) moves
-// its scope the same way.
-func TestHostReviewBrokenScopeMovesRefundAgain(t *testing.T) {
+// made them another scope's: the tenant's own repeated callback refunded
+// again (an outside review's finding). Migrate now gives a mapped store the
+// records whose order is its own. A host that edits its Where (adopting a
+// soft-delete flag) moved its scope the same way: Check now refuses the
+// edited mapping, naming the scope its records are under, and with
+// Orders.Scope set to it each payment keeps its one fate.
+func TestScopeThatMovesKeepsItsPaymentRecords(t *testing.T) {
 	preScope := map[sqlstore.Dialect][]string{
 		sqlstore.MySQL: {`CREATE TABLE oe_payment_discrepancy (
 			payment_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -57,6 +55,8 @@ func TestHostReviewBrokenScopeMovesRefundAgain(t *testing.T) {
 				// Tenant 8's o2, paid by pay-2 (its decision row).
 				"INSERT INTO shop_order (tenant_id, order_code, buyer, event_id, state, due_at, payment_ref) VALUES (8, 'o2', 'u8', 'ev', 'PAID', ?, 'pay-2')",
 				"INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES ('pay-2', 'o2', 'u8', 0, 1, 1, 1)",
+				// Tenant 7 has an o1 of its own, another buyer's.
+				"INSERT INTO shop_order (tenant_id, order_code, buyer, event_id, state, due_at) VALUES (7, 'o1', 'u7', 'ev', 'PENDING', ?)",
 			} {
 				var args []any
 				if strings.Contains(q, "?") {
@@ -65,8 +65,17 @@ func TestHostReviewBrokenScopeMovesRefundAgain(t *testing.T) {
 				_, err := db.Exec(bindQ(d, q), args...)
 				require.NoError(t, err, q)
 			}
+			// Tenant 7's store migrates first: the records are not its own
+			// (o1 is its order number too, but another buyer's).
+			m7 := tenant(7)
+			w7 := reviewService(t, db, d, reviewOpts{mapping: &m7}) // Migrate: scope, then the new key
 			m := tenant(8)
-			w := reviewService(t, db, d, reviewOpts{mapping: &m}) // Migrate: scope, then the new key
+			w := reviewService(t, db, d, reviewOpts{mapping: &m})
+			var n int
+			require.NoError(t, db.QueryRow(bindQ(d, "SELECT COUNT(*) FROM oe_payment_discrepancy WHERE scope = ?"), w.s.Scope()).Scan(&n))
+			assert.Equal(t, 2, n, "tenant 8's records are tenant 8's")
+			require.NoError(t, db.QueryRow(bindQ(d, "SELECT COUNT(*) FROM oe_payment_discrepancy WHERE scope = ?"), w7.s.Scope()).Scan(&n))
+			assert.Zero(t, n, "none of them is tenant 7's")
 			_, err := w.pay("o1", "pay-1")
 			require.ErrorIs(t, err, cancel.ErrDiscrepancy)
 			assert.Equal(t, 0, w.refunds("pay-1"), "I9: pay-1 was refunded (and settled) before the upgrade; the repeated callback must not refund it again")
@@ -96,8 +105,18 @@ func TestHostReviewBrokenScopeMovesRefundAgain(t *testing.T) {
 			_, err = w1.pay("o2", "pay-2")
 			require.NoError(t, err)
 
+			moved, err := sqlstore.New(db, d, after)
+			require.NoError(t, err)
+			defer moved.Close()
+			require.NoError(t, moved.Migrate(context.Background()))
+			err = moved.Check(context.Background())
+			require.ErrorIs(t, err, sqlstore.ErrMapping, "the edited Where moves the scope from %q to %q", w1.s.Scope(), moved.Scope())
+			assert.ErrorContains(t, err, fmt.Sprintf("set Orders.Scope to %q", w1.s.Scope()))
+			t.Logf("Check: %v", err)
+
+			after.Orders.Scope = w1.s.Scope()
 			w2 := reviewService(t, db, d, reviewOpts{mapping: &after, shared: shared, book: book, label: "orders"})
-			t.Logf("scope %q became %q", w1.s.Scope(), w2.s.Scope())
+			require.Equal(t, w1.s.Scope(), w2.s.Scope())
 			_, err = w2.pay("o1", "pay-1")
 			require.ErrorIs(t, err, cancel.ErrDiscrepancy)
 			assert.Equal(t, 1, w2.refunds("pay-1"), "I9: pay-1 refunded once, before and after the host's mapping change")
