@@ -288,7 +288,8 @@ func (r *Reconciler) refunds(ctx context.Context, rep *Report) error {
 // other passes (locks, claims, sold seats, refunds) run in a full round once
 // per interval, as in quiet times: each of them starts again at most one
 // interval and one round after it last started (measured by the Runtime's
-// clock), backlog or not. A host that wants every pass in every round calls
+// clock, and at once should that clock step back), backlog or not, also
+// when a backlog ends. A host that wants every pass in every round calls
 // Round itself. Run returns ctx's error, or an error at once for an
 // interval <= 0.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
@@ -302,7 +303,9 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 		var rep Report
 		var err error
 		passes := "all"
-		if now := r.c.Clock.Now(); !backlog || now.Sub(lastFull) >= interval {
+		// A clock that stepped back (a host's Clock without a monotonic
+		// reading) makes the full round due, so that it never starves.
+		if now := r.c.Clock.Now(); !backlog || now.Sub(lastFull) >= interval || now.Before(lastFull) {
 			lastFull = now
 			rep, err = r.Round(ctx)
 		} else {
@@ -325,7 +328,17 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 		if backlog = rep.More; backlog {
 			continue
 		}
-		stop := r.c.Clock.AfterFunc(interval, func() {
+		wait := interval
+		if passes == "expired" {
+			// The backlog is gone: the next full round is due one interval
+			// after the last one started, not one interval from now.
+			since := r.c.Clock.Now().Sub(lastFull)
+			if since < 0 || since >= interval {
+				continue
+			}
+			wait = interval - since
+		}
+		stop := r.c.Clock.AfterFunc(wait, func() {
 			select {
 			case wake <- struct{}{}:
 			default:
