@@ -94,17 +94,28 @@ func (s *countingSeats) Release(ctx context.Context, h cancel.Hold) (int, error)
 	return n, err
 }
 
-// roundClock tells the reconciler's rounds apart from the outside: a round
-// starts with the expired pass (its first Expired call), goes on with the lock pass (its
-// first ScanLocks call) and ends with the refunds pass (RetryDiscrepancies),
-// each called once per round from Run's goroutine.
+// roundClock tells the reconciler's rounds apart from the outside. A round
+// starts with the expired pass (its first Expired call). A full round goes
+// on with the lock pass (its first ScanLocks call) and ends with the refunds
+// pass (RetryDiscrepancies). While a backlog drains, Run's rounds between
+// full ones run the expired pass alone: such a round's expired pass is done
+// once its Expired calls returned MaxPerRound orders or reached the end, and
+// the round ends when its last cancel returns; the next Expired call (or
+// the drain's end) closes it. Every call comes from Run's goroutine but the
+// cancels, which run on the pass's workers.
 type roundClock struct {
-	mu      sync.Mutex
-	inRound bool
-	start   time.Time
-	locks   time.Time // first ScanLocks of the round
-	scan    time.Duration
-	rounds  []roundTimes
+	mu        sync.Mutex
+	inRound   bool
+	start     time.Time
+	locks     time.Time // first ScanLocks of the round
+	scan      time.Duration
+	got       int  // orders the round's Expired calls returned
+	scanned   bool // the round's expired pass has read its last page
+	inflight  int  // cancels running
+	cancelEnd time.Time
+	scanEnd   time.Time // the last Expired call's return
+	rounds    []roundTimes
+	obs       *cancelCounter
 }
 
 type roundTimes struct {
@@ -113,10 +124,51 @@ type roundTimes struct {
 	expired           int64         // KindRepaired "expired" during the round
 }
 
+// busy says whether a round is in progress: not once an expired-only
+// round's cancels have all returned.
 func (r *roundClock) busy() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.inRound && r.locks.IsZero() && r.scanned && r.inflight == 0 {
+		r.closeLocked(r.expiredEnd())
+	}
 	return r.inRound
+}
+
+// expiredEnd is when an expired-only round ended: its last cancel's
+// return, or its last scan's when it cancelled nothing after it; under mu.
+func (r *roundClock) expiredEnd() time.Time {
+	if r.cancelEnd.After(r.scanEnd) {
+		return r.cancelEnd
+	}
+	return r.scanEnd
+}
+
+// closeLocked ends the round in progress at end; under mu.
+func (r *roundClock) closeLocked(end time.Time) {
+	var before int64
+	for _, rt := range r.rounds {
+		before += rt.expired
+	}
+	var expired int64
+	if r.obs != nil {
+		expired = r.obs.repaired.Load() - before
+	}
+	r.rounds = append(r.rounds, roundTimes{start: r.start, locks: r.locks, end: end, scan: r.scan, expired: expired})
+	r.inRound = false
+}
+
+// full counts the rounds that ran every pass.
+func (r *roundClock) full() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rt := range r.rounds {
+		if !rt.locks.IsZero() {
+			n++
+		}
+	}
+	return n
 }
 
 type clockedOrders struct {
@@ -126,17 +178,22 @@ type clockedOrders struct {
 
 func (o clockedOrders) Expired(ctx context.Context, cursor string, limit int) ([]string, string, error) {
 	o.rc.mu.Lock()
+	if o.rc.inRound && o.rc.locks.IsZero() && o.rc.scanned { // an expired-only round ended
+		o.rc.closeLocked(o.rc.expiredEnd())
+	}
 	if !o.rc.inRound {
-		o.rc.inRound, o.rc.start, o.rc.locks, o.rc.scan = true, time.Now(), time.Time{}, 0
+		o.rc.inRound, o.rc.start, o.rc.locks, o.rc.scan, o.rc.got, o.rc.scanned = true, time.Now(), time.Time{}, 0, 0, false
 	}
 	o.rc.mu.Unlock()
 	t0 := time.Now()
-	defer func() {
-		o.rc.mu.Lock()
-		o.rc.scan += time.Since(t0)
-		o.rc.mu.Unlock()
-	}()
-	return o.OrderStore.Expired(ctx, cursor, limit)
+	nos, next, err := o.OrderStore.Expired(ctx, cursor, limit)
+	o.rc.mu.Lock()
+	o.rc.scan += time.Since(t0)
+	o.rc.scanEnd = time.Now()
+	o.rc.got += len(nos)
+	o.rc.scanned = o.rc.scanned || next == "" || err != nil || o.rc.got >= reconcile.MaxPerRoundDefault
+	o.rc.mu.Unlock()
+	return nos, next, err
 }
 
 type clockedSeats struct {
@@ -159,16 +216,33 @@ type clockedService struct {
 	obs *cancelCounter
 }
 
+// cancelling notes a cancel in flight; the func it returns, its end.
+func (s clockedService) cancelling() func() {
+	s.rc.mu.Lock()
+	s.rc.inflight++
+	s.rc.mu.Unlock()
+	return func() {
+		s.rc.mu.Lock()
+		s.rc.inflight--
+		s.rc.cancelEnd = time.Now()
+		s.rc.mu.Unlock()
+	}
+}
+
+func (s clockedService) Cancel(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	defer s.cancelling()()
+	return s.Service.Cancel(ctx, req)
+}
+
+func (s clockedService) ExpireDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	defer s.cancelling()()
+	return s.Service.ExpireDue(ctx, nos, reason)
+}
+
 func (s clockedService) RetryDiscrepancies(ctx context.Context, limit int) (int, error) {
 	n, err := s.Service.RetryDiscrepancies(ctx, limit)
-	now := time.Now()
 	s.rc.mu.Lock()
-	var before int64
-	for _, r := range s.rc.rounds {
-		before += r.expired
-	}
-	s.rc.rounds = append(s.rc.rounds, roundTimes{start: s.rc.start, locks: s.rc.locks, end: now, scan: s.rc.scan, expired: s.obs.repaired.Load() - before})
-	s.rc.inRound = false
+	s.rc.closeLocked(time.Now())
 	s.rc.mu.Unlock()
 	return n, err
 }
@@ -207,6 +281,7 @@ type backlogOpts struct {
 	n, history, workers int
 	interval, poll, cap time.Duration
 	outage              time.Duration
+	drive               string // part 10: "run" or "round"
 }
 
 func runBacklog(c *common, args []string) error {
@@ -299,7 +374,7 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 
 	// The reconciler.
 	rec := sets[0]
-	rc := &roundClock{}
+	rc := &roundClock{obs: rec.obs}
 	r, err := reconcile.New(reconcile.Config{
 		Orders:  clockedOrders{rec.store, rc},
 		Seats:   clockedSeats{rec.seats, rc},
@@ -371,9 +446,11 @@ func (c *common) backlogEngine(engine string, o backlogOpts, summary, checks *ta
 	if len(rounds) > 0 {
 		var exp, scan, rest time.Duration
 		for _, rt := range rounds {
-			if !rt.locks.IsZero() {
+			scan += rt.scan
+			if rt.locks.IsZero() { // the expired pass alone
+				exp += rt.end.Sub(rt.start)
+			} else {
 				exp += rt.locks.Sub(rt.start)
-				scan += rt.scan
 				rest += rt.end.Sub(rt.locks)
 			}
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -42,6 +43,9 @@ func runBatch(c *common, args []string) error {
 	fs.IntVar(&o.history, "history", 20_000, "history orders beside the backlog in each copy (5 % pending not yet due, 60 % paid, 35 % cancelled)")
 	fs.DurationVar(&o.outage, "outage", 30*time.Minute, "the backlog's expire_at values are spread over this span before the run")
 	fs.DurationVar(&o.cap, "cap", 10*time.Minute, "give up on a drain still incomplete after this much round time")
+	drive := fs.String("drive", "run", "run: each copy drained by reconcile.Run (-interval), one copy after the other, timed from Run's start until SQL shows no due order (the expired pass alone between full rounds while a backlog drains); round: reconcile.Round called in a loop, rounds alternating between the copies, every pass in every round")
+	fs.DurationVar(&o.interval, "interval", 30*time.Second, "the interval given to reconcile.Run (-drive run)")
+	fs.DurationVar(&o.poll, "poll", 50*time.Millisecond, "how often the bench asks SQL whether a due pending order is left (-drive run)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,14 +56,22 @@ func runBatch(c *common, args []string) error {
 	if o.n <= 0 || o.history < 0 {
 		return fmt.Errorf("batch: -n must be positive, -history not negative")
 	}
+	if *drive != "run" && *drive != "round" {
+		return fmt.Errorf("batch: -drive %q is neither run nor round", *drive)
+	}
+	o.drive = *drive
 	fmt.Printf("Load average at start: %s. Two equal copies per database (each its own database/schema and Redis logical database): %d pending orders past `expire_at` "+
 		"(2 seats each, over %d shows), beside %d history orders, bulk-loaded (`-load %s`), claims restored into Redis, ANALYZE. "+
-		"Both drained by `reconcile.Reconciler.Round` with the default Config (Batch %d, Workers %d, MaxPerRound %d), rounds alternating between the copies until no due order is left; the rate counts round time only.\n\n"+
+		"Both drained with the default Config (Batch %d, Workers %d, MaxPerRound %d) %s.\n\n"+
 		"- **batch**: the Service as it is: the expired pass cuts each page into up to Workers batches, each `cancel.Service.ExpireDue` "+
 		"(sqlstore `CancelDue`: one transaction, lock + one UPDATE … IN + claims read + claims freed; then one `redisseat.ReleaseAll`: one EVALSHA per show, all in one pipeline).\n"+
 		"- **one order**: the same Service without `ExpireDue` (the pass's Workers goroutines each call `Service.Cancel`, one transaction and one EVALSHA per order).\n\n",
-		loadAvg(), o.n, backlogShows, o.history, loadMode, reconcile.BatchDefault, reconcile.WorkersDefault, reconcile.MaxPerRoundDefault)
-	summary := newTable("database", "backlog", "batch: rounds", "drain time", "**orders/s**", "one order: rounds", "drain time", "**orders/s**", "**batch / one order**")
+		loadAvg(), o.n, backlogShows, o.history, loadMode, reconcile.BatchDefault, reconcile.WorkersDefault, reconcile.MaxPerRoundDefault,
+		map[string]string{
+			"run":   fmt.Sprintf("by `reconcile.Reconciler.Run(ctx, %v)` (`-drive run`): the batch copy, then the one-order copy, each timed from Run's start until SQL shows no due order (asked every %v); while the backlog drains, the rounds between full ones run the expired pass alone", o.interval, o.poll),
+			"round": "by `reconcile.Reconciler.Round` called in a loop (`-drive round`), rounds alternating between the copies until no due order is left, every pass in every round; the rate counts round time only",
+		}[o.drive])
+	summary := newTable("database", "backlog", "batch: rounds (full)", "drain time", "**orders/s**", "one order: rounds (full)", "drain time", "**orders/s**", "**batch / one order**")
 	checks := newTable("database", "copy", "cancelled rows (reason reconcile) / backlog", "KindCancelled per order: once / twice+ / never", "seats freed (2 per order)",
 		"backlog seats held in Redis", "Redis seats = SQL claims", "backlog users' counters ≠ 0", "counters = SQL seats per user", "history unchanged", "skipped / release failed")
 	var failed []string
@@ -91,6 +103,7 @@ func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *tabl
 		}
 		var err error
 		s.obs = newCancelCounter(o.n)
+		clocks[i].obs = s.obs
 		rt := expiry.Runtime{Observer: s.obs, Logger: c.log}
 		if s.svc, err = cancel.New(cancel.Config{Store: s.store, Seats: s.seats, Runtime: rt}); err != nil {
 			return err
@@ -112,6 +125,80 @@ func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *tabl
 	}
 	spent := make([]time.Duration, len(sets))
 	rounds := make([]int, len(sets))
+	if o.drive == "run" {
+		for i, s := range sets {
+			d, ok, err := drainByRun(ctx, recs[i], s, clocks[i], o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.label, err)
+			}
+			if !ok {
+				*failed = append(*failed, fmt.Sprintf("%s %s: not drained after %v", engineName(engine), s.label, o.cap))
+			}
+			spent[i], rounds[i] = d, len(clocks[i].rounds)
+		}
+	} else if err := drainByRounds(ctx, c, recs, sets, o, spent, rounds, engine, failed); err != nil {
+		return err
+	}
+	for i, s := range sets {
+		var exp, rest time.Duration
+		for _, rt := range clocks[i].rounds {
+			if rt.locks.IsZero() { // the expired pass alone
+				exp += rt.end.Sub(rt.start)
+			} else {
+				exp += rt.locks.Sub(rt.start)
+				rest += rt.end.Sub(rt.locks)
+			}
+		}
+		fmt.Printf("- %s: of the rounds' time, the expired pass with its cancels %v, the lock, claims and refunds passes %v\n", s.label, fmtDur(exp), fmtDur(rest))
+	}
+	fmt.Printf("- load average after the drains: %s\n\n", loadAvg())
+	rate := func(i int) float64 { return float64(o.n) / spent[i].Seconds() }
+	rf := func(i int) string { return fmt.Sprintf("%d (%d)", rounds[i], clocks[i].full()) }
+	summary.add(engineName(engine), o.n, rf(0), fmtDur(spent[0]), fmt.Sprintf("%.0f", rate(0)), rf(1), fmtDur(spent[1]), fmt.Sprintf("%.0f", rate(1)), ratio(rate(0), rate(1)))
+	for _, s := range sets {
+		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen, cancel.ReasonReconcile)
+		if err != nil {
+			return fmt.Errorf("check %s: %w", s.label, err)
+		}
+		checks.add(append([]any{engineName(engine), s.label}, row...)...)
+		for _, b := range bad {
+			*failed = append(*failed, engineName(engine)+" "+s.label+": "+b)
+		}
+	}
+	return nil
+}
+
+// drainByRun runs rec until SQL shows no due order of s (or o.cap), and
+// returns the time from Run's start to the drain, whether it drained.
+func drainByRun(ctx context.Context, rec *reconcile.Reconciler, s *backlogSet, rc *roundClock, o backlogOpts) (time.Duration, bool, error) {
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	start := time.Now()
+	go func() { runErr <- rec.Run(rctx, o.interval) }()
+	drained := false
+	for !drained && time.Since(start) < o.cap {
+		time.Sleep(o.poll)
+		left, _, err := s.store.Expired(ctx, "", 1)
+		if err != nil {
+			return 0, false, err
+		}
+		drained = len(left) == 0
+	}
+	d := time.Since(start)
+	for rc.busy() && time.Since(start) < o.cap { // the round in progress ends (its releases)
+		time.Sleep(time.Millisecond)
+	}
+	stop()
+	if err := <-runErr; !errors.Is(err, context.Canceled) {
+		return 0, false, fmt.Errorf("reconcile.Run returned %v", err)
+	}
+	return d, drained, nil
+}
+
+// drainByRounds calls Round on each copy in turn until neither has a due
+// order left, adding each copy's round time to spent and its rounds to rounds.
+func drainByRounds(ctx context.Context, c *common, recs []*reconcile.Reconciler, sets []*backlogSet, o backlogOpts, spent []time.Duration, rounds []int, engine string, failed *[]string) error {
 	done := make([]bool, len(sets))
 	for !(done[0] && done[1]) {
 		for i, s := range sets {
@@ -138,29 +225,6 @@ func (c *common) batchEngine(engine string, o backlogOpts, summary, checks *tabl
 				*failed = append(*failed, fmt.Sprintf("%s %s: not drained after %v of rounds", engineName(engine), s.label, o.cap))
 				done[i] = true
 			}
-		}
-	}
-	for i, s := range sets {
-		var exp, rest time.Duration
-		for _, rt := range clocks[i].rounds {
-			if !rt.locks.IsZero() {
-				exp += rt.locks.Sub(rt.start)
-				rest += rt.end.Sub(rt.locks)
-			}
-		}
-		fmt.Printf("- %s: of the rounds' time, the expired pass with its cancels %v, the lock, claims and refunds passes %v\n", s.label, fmtDur(exp), fmtDur(rest))
-	}
-	fmt.Printf("- load average after the drains: %s\n\n", loadAvg())
-	rate := func(i int) float64 { return float64(o.n) / spent[i].Seconds() }
-	summary.add(engineName(engine), o.n, rounds[0], fmtDur(spent[0]), fmt.Sprintf("%.0f", rate(0)), rounds[1], fmtDur(spent[1]), fmt.Sprintf("%.0f", rate(1)), ratio(rate(0), rate(1)))
-	for _, s := range sets {
-		row, bad, err := checkBacklog(ctx, s, o.n, o.history, gen, cancel.ReasonReconcile)
-		if err != nil {
-			return fmt.Errorf("check %s: %w", s.label, err)
-		}
-		checks.add(append([]any{engineName(engine), s.label}, row...)...)
-		for _, b := range bad {
-			*failed = append(*failed, engineName(engine)+" "+s.label+": "+b)
 		}
 	}
 	return nil
