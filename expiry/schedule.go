@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -29,6 +30,24 @@ type Scheduler struct {
 	tracer  Tracer
 	timeout time.Duration
 	warn    time.Duration
+
+	// With SchedulerConfig.Async: the queue, its senders, and Close's state.
+	queue   chan queued
+	senders sync.WaitGroup
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{} // closed by Close: queue waits give up
+	abandon chan struct{} // closed when Close's ctx is done: senders drop what is left
+	waiting sync.WaitGroup
+}
+
+// queued is one order's send, waiting in an Async Scheduler's queue.
+type queued struct {
+	ctx      context.Context // the placing request's, without its cancellation
+	orderNo  string
+	expireAt time.Time
+	delay    time.Duration // at the time of queueing
+	at       time.Time     // when it was queued, by the Clock
 }
 
 // SchedulerConfig wires a Scheduler. Sender is required.
@@ -51,6 +70,20 @@ type SchedulerConfig struct {
 	// is counted (KindSendFailed, Reason "warning") and lost: warnings are
 	// at most once, and nothing repairs them. 0: no warnings.
 	WarnBefore time.Duration
+	// Async, when positive, takes the send off the placing request's path:
+	// Schedule and Reschedule queue the order's messages and return, and
+	// Async goroutines send them, each send bounded by SendTimeout as
+	// before, its delay shortened by the time it waited in the queue. At
+	// most Async orders wait in the queue: when it is full, Schedule waits
+	// for a place, SendTimeout at most (back-pressure on the placing
+	// requests, as a slow broker gives them without Async). An order that
+	// found no place, or that was still queued when Close gave up, is
+	// counted (KindSendFailed, Reason "queue_full" or "closed") and left to
+	// the reconciler, like an order whose send failed (I3). An order's
+	// warning and expiry are sent by one goroutine, in that order. A
+	// Scheduler with Async must be closed (Close) to stop its goroutines.
+	// 0: each send runs in the caller of Schedule, which waits for it.
+	Async int
 }
 
 // SendTimeoutDefault is SchedulerConfig.SendTimeout's default.
@@ -68,18 +101,123 @@ func NewScheduler(c SchedulerConfig) (*Scheduler, error) {
 	if c.WarnBefore < 0 || c.WarnBefore > MaxWarnLead || c.WarnBefore%time.Millisecond != 0 {
 		return nil, fmt.Errorf("expiry: SchedulerConfig.WarnBefore %v is not whole milliseconds in 0..%v", c.WarnBefore, MaxWarnLead)
 	}
+	if c.Async < 0 {
+		return nil, fmt.Errorf("expiry: SchedulerConfig.Async is negative (%d)", c.Async)
+	}
 	rt := c.Runtime.WithDefaults()
 	s := &Scheduler{sender: c.Sender, clock: rt.Clock, obs: rt.Observer, log: rt.Logger, tracer: rt.Tracer, timeout: c.SendTimeout, warn: c.WarnBefore}
 	if s.timeout == 0 {
 		s.timeout = SendTimeoutDefault
 	}
+	if c.Async > 0 {
+		s.queue = make(chan queued, c.Async)
+		s.closing, s.abandon = make(chan struct{}), make(chan struct{})
+		s.senders.Add(c.Async)
+		for range c.Async {
+			go s.send()
+		}
+	}
 	return s, nil
+}
+
+// send is one of an Async Scheduler's goroutines: it sends what is queued
+// until Close has closed the queue and it is empty, or Close gave up.
+func (s *Scheduler) send() {
+	defer s.senders.Done()
+	for q := range s.queue {
+		select {
+		case <-s.abandon:
+			s.dropped(q.ctx, q.orderNo, q.delay, "closed")
+			continue
+		default:
+		}
+		s.sendNow(q.ctx, q.orderNo, q.expireAt, q.delay-s.clock.Now().Sub(q.at))
+	}
+}
+
+// Close stops an Async Scheduler: it refuses new orders (counted, Reason
+// "closed"), sends those queued, and returns once its goroutines have
+// ended; or, when ctx is done first, counts the orders still queued as
+// dropped (the reconciler's) and returns ctx's error once the sends in
+// flight have ended (SendTimeout at most). Close is idempotent, and a
+// no-op without Async.
+func (s *Scheduler) Close(ctx context.Context) error {
+	if s.queue == nil {
+		return nil
+	}
+	s.mu.Lock()
+	first := !s.closed
+	if first {
+		s.closed = true
+		close(s.closing)
+	}
+	s.mu.Unlock()
+	if first {
+		s.waiting.Wait() // Schedules waiting for a place give up at once
+		close(s.queue)
+	}
+	done := make(chan struct{})
+	go func() { s.senders.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	select {
+	case <-s.abandon:
+	default:
+		close(s.abandon)
+	}
+	s.mu.Unlock()
+	<-done
+	return ctx.Err()
+}
+
+// enqueue puts an order's send in an Async Scheduler's queue, waiting for
+// a place SendTimeout at most; false: it was dropped (counted).
+func (s *Scheduler) enqueue(ctx context.Context, orderNo string, expireAt time.Time, delay time.Duration) bool {
+	q := queued{ctx: context.WithoutCancel(ctx), orderNo: orderNo, expireAt: expireAt, delay: delay, at: s.clock.Now()}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.dropped(q.ctx, orderNo, delay, "closed")
+		return false
+	}
+	s.waiting.Add(1)
+	s.mu.Unlock()
+	defer s.waiting.Done()
+	select {
+	case s.queue <- q:
+		return true
+	default:
+	}
+	timeout := make(chan struct{})
+	stop := s.clock.AfterFunc(s.timeout, func() { close(timeout) })
+	defer stop()
+	select {
+	case s.queue <- q:
+		return true
+	case <-timeout:
+		s.dropped(q.ctx, orderNo, delay, "queue_full")
+	case <-s.closing:
+		s.dropped(q.ctx, orderNo, delay, "closed")
+	}
+	return false
+}
+
+// dropped counts an order whose messages an Async Scheduler never sent.
+func (s *Scheduler) dropped(ctx context.Context, orderNo string, delay time.Duration, reason string) {
+	s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Reason: reason, Hop: 1, Delay: delay})
+	s.log.ErrorContext(ctx, "expiry message not sent after commit; the reconciler will cancel the order when due",
+		"order", orderNo, "reason", reason)
 }
 
 // Schedule sends the first message for an order due at expireAt (and, with
 // SchedulerConfig.WarnBefore, its warning first). It does not return the
 // error, by design: it logs and counts it, and reports whether the expiry
-// message's send was accepted. Call it only after the order has committed.
+// message's send was accepted (with SchedulerConfig.Async: whether it was
+// queued). Call it only after the order has committed.
 func (s *Scheduler) Schedule(ctx context.Context, orderNo string, expireAt time.Time) bool {
 	return s.schedule(ctx, orderNo, expireAt, expireAt.Sub(s.clock.Now()))
 }
@@ -94,6 +232,14 @@ func (s *Scheduler) Reschedule(ctx context.Context, o Order) bool {
 }
 
 func (s *Scheduler) schedule(ctx context.Context, orderNo string, expireAt time.Time, delay time.Duration) bool {
+	if s.queue != nil && ValidateID("order number", orderNo) == nil {
+		return s.enqueue(ctx, orderNo, expireAt, delay)
+	}
+	return s.sendNow(ctx, orderNo, expireAt, delay)
+}
+
+// sendNow sends an order's messages (its warning first) and waits for them.
+func (s *Scheduler) sendNow(ctx context.Context, orderNo string, expireAt time.Time, delay time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 	err := ValidateID("order number", orderNo)
@@ -102,10 +248,14 @@ func (s *Scheduler) schedule(ctx context.Context, orderNo string, expireAt time.
 		// Warner decides by the store's clock whether it is still pending
 		// and not due.
 		wdelay := max(delay-s.warn, 0)
+		start := s.clock.Now()
 		if werr := send(ctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx), Warning: true, Lead: s.warn}, wdelay); werr != nil {
 			s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Reason: "warning", Hop: 1, Delay: wdelay, Err: werr})
 			s.log.WarnContext(ctx, "expiry warning not sent; the order will not be warned", "order", orderNo, "err", werr)
 		}
+		// The broker counts the expiry's delay from its own send: the
+		// warning's round trip is not added to the deadline.
+		delay -= max(s.clock.Now().Sub(start), 0)
 	}
 	if err == nil {
 		err = send(ctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)

@@ -34,7 +34,7 @@ const (
 	pLock    = "lock"     // redisseat.Seats.Lock alone (ours' Redis side)
 	pHLock   = "hlock"    // the by-hand EVALSHA alone
 	pRead    = "read"     // sqlstore.Store.Order of a number not placed (ours' existence check)
-	pOursMQB = "ours-mqb" // reserved: ours-mq through batched sends (not built: see README part 9)
+	pOursMQA = "ours-mqa" // ours-mq with expiry.SchedulerConfig.Async: Place returns at the commit, the sends run behind it
 )
 
 var allPlaceVariants = []string{pTx, pStore, pHandIP, pOursIP, pHandMQ, pOursMQ}
@@ -108,6 +108,9 @@ type placeSetup struct {
 	seats    cancel.SeatStore
 	senderIP expiry.DelaySender
 	senderMQ expiry.DelaySender
+	svcMQA   *cancel.Service // places, then queues the send (SchedulerConfig.Async) to senderMQ
+	schedMQA *expiry.Scheduler
+	sentMQA  atomic.Int64 // sends svcMQA's scheduler finished (either way)
 	limit    int
 	insOrder string
 	insSeats map[int]string
@@ -123,6 +126,7 @@ func runPlace(c *common, args []string) error {
 	variantsF := fs.String("variants", strings.Join(allPlaceVariants, ","), "variants: "+strings.Join(allPlaceVariants, ",")+"; parts of a placement: lock, hlock, read")
 	rtN := fs.Int("rt-orders", 50, "orders per variant in the round-trip count pass (0: skip)")
 	mq := fs.Bool("rocketmq", true, "run the RocketMQ variants (needs -namesrv and -broker)")
+	async := fs.Int("async", 16, "ours-mqa: SchedulerConfig.Async (sending goroutines, and the queue's places)")
 	reqCtx := fs.Bool("request-ctx", false, "give every placement of every variant its own cancellable context, as an HTTP handler's request context is (the drivers then watch it on every statement)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -137,7 +141,10 @@ func runPlace(c *common, args []string) error {
 	}
 	variants := strings.Split(*variantsF, ",")
 	if !*mq {
-		variants = slices.DeleteFunc(variants, func(v string) bool { return strings.HasSuffix(v, "-mq") || v == pOursMQB })
+		variants = slices.DeleteFunc(variants, func(v string) bool { return strings.HasSuffix(v, "-mq") || v == pOursMQA })
+	}
+	if *async <= 0 {
+		return fmt.Errorf("place: -async must be positive")
 	}
 	fmt.Printf("Each concurrency k runs %d rounds; a round runs one slice of max(%d, 10·k) placements of every variant back to back (odd rounds in reverse), so ours and by hand always run next to each other under the same background load. "+
 		"Every placement is a new order number, a new user and %d new seats (16 shows), purchase limit 4, due in an hour (no message fires during the run). "+
@@ -147,17 +154,17 @@ func runPlace(c *common, args []string) error {
 		"- **hand**: the placement by hand: one EVALSHA of a lock script of our own (seats free? limit? HSET, HINCRBY), **tx**, then one `Send` of the expiry message;\n"+
 		"- **ours**: `cancel.Service.Place(ctx, p, store.Insert(db, nil))`: validate, lock (redisseat), the transaction, the after-commit send through `cancel.Config.Scheduler`;\n"+
 		"- suffix **-ip**: the in-process sender (`expiry/inproc`); **-mq**: RocketMQ (`expiry/rocketmq`, timer mode, one `SendSync` per message)"+
-		"; **-mqb**: ours-mq through the scheduler's batching of concurrent sends.\n\n",
-		*reps, *n, *seats)
+		"; **-mqa**: ours-mq with `SchedulerConfig.Async: %d`: `Place` returns at the commit, %d goroutines send behind it; a slice's time runs until its last send has returned, so the rate is the sustained one.\n\n",
+		*reps, *n, *seats, *async, *async)
 	for _, e := range engines {
-		if err := c.placeEngine(e, conc, *n, *reps, *seats, variants, *rtN, *reqCtx); err != nil {
+		if err := c.placeEngine(e, conc, *n, *reps, *seats, variants, *rtN, *reqCtx, *async); err != nil {
 			return fmt.Errorf("%s: %w", engineName(e), err)
 		}
 	}
 	return nil
 }
 
-func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, variants []string, rtN int, reqCtx bool) error {
+func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, variants []string, rtN int, reqCtx bool, async int) error {
 	ctx := context.Background()
 	maxC := 1
 	for _, k := range conc {
@@ -189,7 +196,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 	if ps.svcIP, err = placingService(store, seatStore, ip, rt); err != nil {
 		return err
 	}
-	useMQ := slices.ContainsFunc(variants, func(v string) bool { return strings.HasSuffix(v, "-mq") || v == pOursMQB })
+	useMQ := slices.ContainsFunc(variants, func(v string) bool { return strings.HasSuffix(v, "-mq") || v == pOursMQA })
 	if useMQ {
 		cfg, cleanup, err := c.rmqTopic(ctx, "place")
 		if err != nil {
@@ -205,6 +212,20 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 		ps.senderMQ = mq
 		if ps.svcMQ, err = placingService(store, seatStore, mq, rt); err != nil {
 			return err
+		}
+		if has(variants, pOursMQA) {
+			counted := senderFunc(func(ctx context.Context, m expiry.Message, d time.Duration) error {
+				err := mq.Send(ctx, m, d)
+				ps.sentMQA.Add(1)
+				return err
+			})
+			if ps.schedMQA, err = expiry.NewScheduler(expiry.SchedulerConfig{Sender: counted, Async: async, Runtime: rt}); err != nil {
+				return err
+			}
+			defer ps.schedMQA.Close(context.Background())
+			if ps.svcMQA, err = cancel.New(cancel.Config{Store: store, Seats: seatStore, Scheduler: ps.schedMQA, Runtime: rt}); err != nil {
+				return err
+			}
 		}
 		// The first sends wait for the topic's route: warm it up.
 		deadline := time.Now().Add(30 * time.Second)
@@ -263,6 +284,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 					batch[i] = mk(v)
 				}
 				cpu0 := selfCPU()
+				sent0 := ps.sentMQA.Load()
 				wall, failed, err := runWorkers(k, len(batch), func(i int) error {
 					if !reqCtx {
 						return ps.do(ctx, v, batch[i])
@@ -271,6 +293,16 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 					defer done()
 					return ps.do(rctx, v, batch[i])
 				})
+				if err == nil && v == pOursMQA { // until the slice's last send returned
+					t0, give := time.Now(), time.Now().Add(time.Minute)
+					for ps.sentMQA.Load()-sent0 < int64(len(batch)) {
+						if time.Now().After(give) {
+							return fmt.Errorf("%s at concurrency %d: %d of %d sends returned after a minute", v, k, ps.sentMQA.Load()-sent0, len(batch))
+						}
+						time.Sleep(100 * time.Microsecond)
+					}
+					wall += time.Since(t0)
+				}
 				cpu := selfCPU() - cpu0
 				if err != nil {
 					return fmt.Errorf("%s at concurrency %d: %d failed, first: %w", v, k, failed, err)
@@ -309,7 +341,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 	for _, v := range variants {
 		head = append(head, v+"/s")
 	}
-	head = append(head, "**ours-ip / hand-ip**", "**ours-mq / hand-mq**", "**ours-mq / ours-ip**", "ours-mqb / ours-ip", "ours-ip / tx", "hand-ip / tx", "store / tx")
+	head = append(head, "**ours-ip / hand-ip**", "**ours-mq / hand-mq**", "**ours-mq / ours-ip**", "**ours-mqa / ours-ip**", "ours-ip / tx", "hand-ip / tx", "store / tx")
 	if has(variants, pLock) || has(variants, pRead) {
 		head = append(head, "lock / hlock", "read / hlock")
 	}
@@ -319,7 +351,7 @@ func (c *common) placeEngine(engine string, conc []int, n, reps, nSeats int, var
 		for _, v := range variants {
 			row = append(row, rate(v, k))
 		}
-		row = append(row, paired(pOursIP, pHandIP, k), paired(pOursMQ, pHandMQ, k), paired(pOursMQ, pOursIP, k), paired(pOursMQB, pOursIP, k),
+		row = append(row, paired(pOursIP, pHandIP, k), paired(pOursMQ, pHandMQ, k), paired(pOursMQ, pOursIP, k), paired(pOursMQA, pOursIP, k),
 			paired(pOursIP, pTx, k), paired(pHandIP, pTx, k), paired(pStore, pTx, k))
 		if has(variants, pLock) || has(variants, pRead) {
 			row = append(row, paired(pLock, pHLock, k), paired(pRead, pHLock, k))
@@ -453,8 +485,10 @@ func (ps *placeSetup) doOn(ctx context.Context, v string, p cancel.Placement, db
 		return store.Insert(db, nil)(ctx, p)
 	case pOursIP:
 		return svcIP.Place(ctx, p, store.Insert(db, nil))
-	case pOursMQ, pOursMQB:
+	case pOursMQ:
 		return svcMQ.Place(ctx, p, store.Insert(db, nil))
+	case pOursMQA:
+		return ps.svcMQA.Place(ctx, p, store.Insert(db, nil))
 	case pHandIP, pHandMQ:
 		if err := ps.handLock(ctx, rdb, p); err != nil {
 			return err
@@ -510,7 +544,7 @@ func (c *common) placeRoundTrips(ctx context.Context, bd *benchDB, ps *placeSetu
 	fmt.Printf("\nRound trips per placement (%d placements each, concurrency 1; SQL counted by a wrapping database/sql driver, Redis by a go-redis hook: a pipeline is one round trip; sends by a wrapping sender):\n\n", rtN)
 	t := newTable("variant", "SQL round trips", "Redis round trips (commands)", "sends", "SQL breakdown (totals)")
 	for _, v := range variants {
-		if strings.HasSuffix(v, "-mq") && cmq == nil {
+		if strings.HasSuffix(v, "-mq") && cmq == nil || v == pOursMQA { // ours-mqa: the same round trips as ours-mq, off the path
 			continue
 		}
 		// Warm the counted pools, then count.
@@ -533,4 +567,12 @@ func (c *common) placeRoundTrips(ctx context.Context, bd *benchDB, ps *placeSetu
 	}
 	t.print(os.Stdout)
 	return nil
+}
+
+// senderFunc is a DelaySender from a function.
+type senderFunc func(context.Context, expiry.Message, time.Duration) error
+
+// Send calls f.
+func (f senderFunc) Send(ctx context.Context, m expiry.Message, d time.Duration) error {
+	return f(ctx, m, d)
 }
