@@ -76,3 +76,39 @@ func ExampleTrace_Clean() {
 	// ""
 	// true
 }
+
+// Async takes the send off the placing request's path: Place returns at the
+// commit and a goroutine of the Scheduler sends behind it. Close, at
+// shutdown, sends what is queued (or, when its context ends first, leaves
+// it to the reconciler, counted).
+func ExampleSchedulerConfig_async() {
+	ctx := context.Background()
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: printSender{}, Async: 8})
+	if err != nil {
+		panic(err)
+	}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Scheduler: sched})
+	if err != nil {
+		panic(err)
+	}
+	p := cancel.Placement{OrderNo: "A1", UserID: "u1", ShowID: "s1", Seats: []string{"r1c1"}, ExpireAt: time.Now().Add(15 * time.Minute), Limit: 4}
+	if err := svc.Place(ctx, p, store.Place); err != nil { // returns once committed and queued
+		panic(err)
+	}
+	sctx, done := context.WithTimeout(ctx, 5*time.Second)
+	defer done()
+	if err := sched.Close(sctx); err != nil {
+		fmt.Println("left to the reconciler:", err)
+	}
+	// Output:
+	// sent A1
+}
+
+// printSender stands for a broker's DelaySender (expiry/rocketmq's Sender).
+type printSender struct{}
+
+func (printSender) Send(_ context.Context, m expiry.Message, _ time.Duration) error {
+	fmt.Println("sent", m.OrderNo)
+	return nil
+}
