@@ -89,6 +89,21 @@ func runTransitions(t *testing.T, setup setupFunc, place placeFunc) {
 		assert.True(t, res.Changed)
 	})
 
+	// Some ticketing systems know a buyer by email alone: such an id is
+	// placed, and matched byte for byte like any other (I10).
+	t.Run("EmailIDs", func(t *testing.T) {
+		h, now := setup(t)
+		p := place(t, h, "ann.buyer+tix@example.com", now.Add(time.Hour), "A1")
+		_, err := h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonUser, UserID: "Ann.Buyer+tix@example.com"})
+		assert.ErrorIs(t, err, cancel.ErrNotOwner, "a case variant of an email is another buyer")
+		_, err = h.Store.PayPending(ctx, pay(p.OrderNo, "ann.buyer+tix@EXAMPLE.com"))
+		assert.ErrorIs(t, err, cancel.ErrNotOwner)
+		res, err := h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonUser, UserID: "ann.buyer+tix@example.com"})
+		require.NoError(t, err)
+		assert.True(t, res.Changed)
+		assert.Equal(t, "ann.buyer+tix@example.com", res.Order.UserID)
+	})
+
 	// I10: ids match byte for byte on every store, whatever the database's
 	// default collation (MySQL/MariaDB's are case-insensitive).
 	t.Run("IDsMatchExactly", func(t *testing.T) {
