@@ -81,10 +81,13 @@ var ErrInvalidID = errors.New("orderexpiry: invalid id")
 const MaxIDLen = 64
 
 // ValidateID checks an order number, user id, show id or seat id: 1 to
-// MaxIDLen bytes of ASCII letters, digits, '-', '_' and '.'. Anything else
-// (braces that would steer a Redis hash tag, separators, quotes, NUL, spaces,
-// non-ASCII) is rejected with an error wrapping ErrInvalidID, so ids can be
-// used in keys, message bodies and logs without escaping.
+// MaxIDLen bytes of ASCII letters, digits, '-', '_', '.', '@' and '+' (a
+// buyer some ticketing systems know by email alone: ann.buyer+tix@example.com).
+// Anything else (braces that would steer a Redis hash tag, separators,
+// quotes, NUL, spaces, non-ASCII) is rejected with an error wrapping
+// ErrInvalidID, so ids can be used in keys, message bodies and logs without
+// escaping. Ids match byte for byte everywhere (I10): an email's case
+// variant is another id.
 func ValidateID(kind, id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty %s", ErrInvalidID, kind)
@@ -94,12 +97,12 @@ func ValidateID(kind, id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if !idByte(id[i]) {
-			return fmt.Errorf("%w: %s %q has a byte %q at %d (allowed: A-Z a-z 0-9 - _ .)", ErrInvalidID, kind, id, id[i], i)
+			return fmt.Errorf("%w: %s %q has a byte %q at %d (allowed: A-Z a-z 0-9 - _ . @ +)", ErrInvalidID, kind, id, id[i], i)
 		}
 	}
 	return nil
 }
 
 func idByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.'
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '@' || c == '+'
 }
