@@ -74,7 +74,10 @@ func TestReviewAsyncTwoClosesRacingSchedules(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := 0; i < n; i++ {
 			wg.Add(1)
-			go func() { defer wg.Done(); s.Schedule(context.Background(), fmt.Sprintf("o%d", i), time.Now().Add(time.Minute)) }()
+			go func() {
+				defer wg.Done()
+				s.Schedule(context.Background(), fmt.Sprintf("o%d", i), time.Now().Add(time.Minute))
+			}()
 		}
 		cancelled, cancel := context.WithCancel(context.Background())
 		cancel()
