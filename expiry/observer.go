@@ -17,7 +17,11 @@ const (
 	// again; Delay is the time that was left, Hop the new message's hop.
 	KindRearmed
 	// KindSendFailed: a delayed send failed; Err. After commit the order is
-	// still placed and the reconciler will cancel it.
+	// still placed and the reconciler will cancel it. Reason says which:
+	// "" the expiry message's send, "warning" its warning's alone (the
+	// expiry went or failed on its own), and with SchedulerConfig.Async
+	// "queue_full", "closed" (never sent: no place in the queue, or the
+	// Scheduler closed) and "panic" (the send panicked).
 	KindSendFailed
 	// KindCancelled: this process cancelled an order; Reason, Seats, and
 	// Deadline and At when the store reports them (see Event.Lateness).

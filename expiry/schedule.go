@@ -59,9 +59,9 @@ type SchedulerConfig struct {
 	// The Tracer traces the send and gives the message the trace context
 	// of the placing request (the context passed to Schedule).
 	Runtime
-	// SendTimeout bounds each send, so a hung broker cannot hold the request
-	// that placed the order. Zero means SendTimeoutDefault; negative is an
-	// error.
+	// SendTimeout bounds each send (an order's warning and its expiry
+	// message each), so a hung broker cannot hold the request that placed
+	// the order. Zero means SendTimeoutDefault; negative is an error.
 	SendTimeout time.Duration
 	// WarnBefore, when positive, also sends each order a warning message
 	// (Message.Warning) due this long before its deadline, through the same
@@ -131,8 +131,35 @@ func (s *Scheduler) send() {
 			continue
 		default:
 		}
-		s.sendNow(q.ctx, q.orderNo, q.expireAt, q.delay-s.clock.Now().Sub(q.at))
+		s.sendQueued(q)
 	}
+}
+
+// sendQueued sends a queued order's messages. A panic in the Sender (or
+// the Tracer, or the Observer) is contained here: in a goroutine of the
+// Scheduler it would end the process, not one request. The order is
+// counted (Reason "panic") and left to the reconciler.
+func (s *Scheduler) sendQueued(q queued) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("expiry: panic in an Async send: %v", p)
+			s.obs.Observe(q.ctx, Event{Kind: KindSendFailed, OrderNo: q.orderNo, Reason: "panic", Hop: 1, Delay: q.delay, Err: err})
+			s.log.ErrorContext(q.ctx, "expiry message not sent after commit; the reconciler will cancel the order when due",
+				"order", q.orderNo, "err", err)
+		}
+	}()
+	s.sendNow(q.ctx, q.orderNo, q.expireAt, shorten(q.delay, s.clock.Now().Sub(q.at)))
+}
+
+// shorten is delay less elapsed, at least 0: a deadline long past (a
+// delay near the smallest Duration) does not wrap around to centuries, and
+// a clock that stepped back (negative elapsed) adds nothing.
+func shorten(delay, elapsed time.Duration) time.Duration {
+	delay, elapsed = max(delay, 0), max(elapsed, 0)
+	if elapsed >= delay {
+		return 0
+	}
+	return delay - elapsed
 }
 
 // Close stops an Async Scheduler: it refuses new orders (counted, Reason
@@ -240,25 +267,30 @@ func (s *Scheduler) schedule(ctx context.Context, orderNo string, expireAt time.
 
 // sendNow sends an order's messages (its warning first) and waits for them.
 func (s *Scheduler) sendNow(ctx context.Context, orderNo string, expireAt time.Time, delay time.Duration) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
+	delay = max(delay, 0) // a deadline past: due at once
 	err := ValidateID("order number", orderNo)
 	if err == nil && s.warn > 0 {
 		// An order with less time than the lead is warned at once: the
 		// Warner decides by the store's clock whether it is still pending
 		// and not due.
-		wdelay := max(delay-s.warn, 0)
+		wdelay := shorten(delay, s.warn)
 		start := s.clock.Now()
-		if werr := send(ctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx), Warning: true, Lead: s.warn}, wdelay); werr != nil {
+		wctx, done := context.WithTimeout(ctx, s.timeout) // a hung warning costs its own timeout, not the expiry's
+		werr := send(wctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx), Warning: true, Lead: s.warn}, wdelay)
+		done()
+		if werr != nil {
 			s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Reason: "warning", Hop: 1, Delay: wdelay, Err: werr})
 			s.log.WarnContext(ctx, "expiry warning not sent; the order will not be warned", "order", orderNo, "err", werr)
 		}
 		// The broker counts the expiry's delay from its own send: the
 		// warning's round trip is not added to the deadline.
-		delay -= max(s.clock.Now().Sub(start), 0)
+		delay = shorten(delay, s.clock.Now().Sub(start))
 	}
 	if err == nil {
-		err = send(ctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
+		sctx, done := context.WithTimeout(ctx, s.timeout)
+		err = send(sctx, s.tracer, s.sender, Message{OrderNo: orderNo, Hop: 1, TraceID: TraceID(ctx)}, delay)
+		done()
 	}
 	if err != nil {
 		s.obs.Observe(ctx, Event{Kind: KindSendFailed, OrderNo: orderNo, Hop: 1, Delay: delay, Err: err})
