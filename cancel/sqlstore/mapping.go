@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,11 +112,22 @@ type Orders struct {
 	// paid) and, through Store.Scope, in the seat store's keys. Empty: the
 	// Table and the Where conditions, sorted ("shop_order?tenant_id=7").
 	// Those records are how a repeated callback is known to be decided
-	// already, so a scope that moves decides its payments again (I9): a
-	// host that changes Table or Where (adopting a soft-delete flag) sets
-	// Scope to the scope it had, which Check names when it finds that
-	// scope's records. 1-255 bytes of printable ASCII.
+	// already, so a scope that moves would decide its payments again (I9):
+	// a host that changes Table or Where (adopting a soft-delete flag)
+	// either sets Scope to the scope it had (its seat keys stay too) or
+	// lists that scope in PreviousScopes. 1-255 bytes of printable ASCII;
+	// a derived-looking scope of this table whose conditions contradict
+	// Where (another tenant's) is refused.
 	Scope string
+	// PreviousScopes are scopes this store's payment records were kept
+	// under before (see Scope): Migrate moves their records to Scope, and
+	// Check stops asking about them. Check names a scope to list here when
+	// most of the records it samples there are of this store's orders (by
+	// number and buyer). "" stands for the records made before the library
+	// kept scopes: of those Migrate moves only the ones whose order is this
+	// store's (a deleted order's stay: a repeat of its callback is decided
+	// again). A payment id already decided in Scope keeps that decision.
+	PreviousScopes []string
 }
 
 // WindowSetting is a payment window kept in another table: the value of
@@ -371,6 +383,7 @@ type resolved struct {
 	where                     []cond
 	scope                     string   // Store.Scope: "" for the library's own schema
 	scopeParts                []string // the Where conditions the derived scope names, sorted
+	previousScopes            []string // Orders.PreviousScopes
 
 	pending   lit
 	paid      []lit
@@ -387,6 +400,11 @@ type resolved struct {
 	// milliseconds as a scalar subquery, its table, column and conditions.
 	windowSQL, windowTable, windowCol string
 	windowWhere                       []cond
+}
+
+// badScope says whether a scope is not 1-255 bytes of printable ASCII.
+func badScope(s string) bool {
+	return s == "" || len(s) > 255 || strings.IndexFunc(s, func(c rune) bool { return c < 0x20 || c > 0x7e }) >= 0
 }
 
 // resolve validates m for d.
@@ -494,11 +512,33 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 			r.scope = o.Table + "?" + strings.Join(parts, "&")
 		}
 		if o.Scope != "" {
-			if len(o.Scope) > 255 || strings.IndexFunc(o.Scope, func(c rune) bool { return c < 0x20 || c > 0x7e }) >= 0 {
+			if badScope(o.Scope) {
 				errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.Scope %q is not 1-255 bytes of printable ASCII", o.Scope))
+			}
+			// A scope that reads as this table's with a condition the Where
+			// contradicts is another store's (a tenant's scope copied into
+			// the wrong tenant's configuration): its records are not ours.
+			if rest, ok := strings.CutPrefix(o.Scope, o.Table); ok && strings.HasPrefix(rest, "?") {
+				for _, part := range strings.Split(rest[1:], "&") {
+					col, _, _ := strings.Cut(part, "=")
+					for _, mine := range parts {
+						if mc, _, _ := strings.Cut(mine, "="); mc == col && mine != part {
+							errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.Scope %q says %s where the Where says %s: it names another store's rows (I16)", o.Scope, part, mine))
+						}
+					}
+				}
 			}
 			r.scope = o.Scope
 		}
+		for _, p := range o.PreviousScopes {
+			if p != "" && badScope(p) {
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.PreviousScopes: %q is not 0-255 bytes of printable ASCII", p))
+			}
+			if p == r.scope {
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.PreviousScopes holds the store's own scope %q", p))
+			}
+		}
+		r.previousScopes = slices.Clone(o.PreviousScopes)
 	}
 
 	// Statuses.

@@ -21,11 +21,10 @@ import (
 // oe_payment_discrepancy and oe_order_side (the statements of Schema that
 // name them), and never touches the host's tables: their migrations are the
 // host's. On every store it adds oe_payment_discrepancy.scope where it is
-// missing (rows recorded before it are the library's schema's, scope "",
-// unless a mapped store finds their order among its own: then they are
-// its, see Orders.Scope), and makes (scope, payment_id) its primary key
-// where it was payment_id alone (payment ids are per scope: see
-// RecordDiscrepancy).
+// missing (rows recorded before it are the library's schema's, scope ""),
+// makes (scope, payment_id) its primary key where it was payment_id alone
+// (payment ids are per scope: see RecordDiscrepancy), and moves the
+// records of a mapping's Orders.PreviousScopes to its scope.
 func (s *Store) Migrate(ctx context.Context) error {
 	stmts, err := Schema(s.dialect)
 	if err != nil {
@@ -55,7 +54,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlstore: migrate: %w", err)
 		}
 	}
-	if err := s.adoptUnscoped(ctx); err != nil {
+	if err := s.movePreviousScopes(ctx); err != nil {
 		return fmt.Errorf("sqlstore: migrate: upgrade: %w", err)
 	}
 	if !s.m.defaultSchema {
@@ -109,64 +108,96 @@ func (s *Store) upgradeScope(ctx context.Context) error {
 	return nil
 }
 
-// adoptUnscoped gives a mapped store the payment records made before
-// oe_payment_discrepancy had a scope column (upgradeScope put them in scope
-// "", the library's own schema's) whose order is one of its orders, by
-// number and buyer: a repeated callback for a payment refunded or honoured
-// before the upgrade is then answered from its record, not decided again
-// (I9, I14). Only where the library's own schema (oe_order) is not in the
-// database, since "" is that schema's scope and its records its own then.
-// A record whose order is gone stays in "", and a repeat of its callback
-// is decided again. Each row moves at most once (its key then holds this
-// scope), and a scope that recorded the same payment id since keeps its
-// own row; so several stores may run it at once. The rows left in "" are
-// read again at every Migrate: they are the few records of deleted orders.
-func (s *Store) adoptUnscoped(ctx context.Context) error {
-	if s.m.defaultSchema {
-		return nil
-	}
-	if own, _, err := s.describe(ctx, "oe_order"); err != nil || len(own) > 0 {
-		return err
-	}
-	sel := rebind(s.dialect, "SELECT payment_id, order_no, user_id FROM oe_payment_discrepancy WHERE scope = '' AND payment_id > ? ORDER BY payment_id LIMIT 500")
-	upd := rebind(s.dialect, "UPDATE oe_payment_discrepancy SET scope = ? WHERE scope = '' AND payment_id = ?")
-	type rec struct{ payment, no, user string }
-	for after := ""; ; {
-		rows, err := s.db.QueryContext(ctx, sel, after)
-		if err != nil {
-			return fmt.Errorf("read unscoped payment records: %w", err)
-		}
-		var page []rec
-		for rows.Next() {
-			var r rec
-			if err := rows.Scan(&r.payment, &r.no, &r.user); err != nil {
-				rows.Close()
-				return fmt.Errorf("read unscoped payment records: %w", err)
+// movePreviousScopes moves the payment records of the scopes listed in
+// Orders.PreviousScopes to this store's scope (Migrate). Of scope "" (the
+// records made before the library kept scopes, which may be several
+// stores') only those whose order is this store's, by number and buyer. A
+// payment id this scope decided already keeps its own record: the older one
+// stays where it was. Each row moves at most once (the UPDATE names its old
+// scope), so several stores may run it at once.
+func (s *Store) movePreviousScopes(ctx context.Context) error {
+	upd := rebind(s.dialect, "UPDATE oe_payment_discrepancy SET scope = ? WHERE scope = ? AND payment_id = ?")
+	for _, from := range s.m.previousScopes {
+		err := s.eachRecord(ctx, from, func(r record) error {
+			if from == "" {
+				own, err := s.ownsRecord(ctx, r)
+				if err != nil || !own {
+					return err
+				}
 			}
-			page = append(page, r)
+			payment := r.payment
+			if _, err := s.db.ExecContext(ctx, upd, s.m.scope, from, payment); err != nil && !isDuplicate(err) {
+				return fmt.Errorf("move payment record %s from scope %q to %q: %w", payment, from, s.m.scope, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// record is a payment record: its payment id, its order's number and
+// buyer, and its status (0: the payment paid the order; else the order's
+// status when the payment was refunded).
+type record struct {
+	payment, no, user string
+	status            int
+}
+
+// ownsRecord says whether r is of one of this store's orders: the number
+// and the buyer match, and the order fits the record (paid by that payment
+// for a record of a payment that paid; decided, and not paid by it, for a
+// refund's). Two tenants' orders of one number and buyer (per-tenant
+// sequences) seldom also share a fate.
+func (s *Store) ownsRecord(ctx context.Context, r record) (bool, error) {
+	o, paidBy, err := s.orderRow(ctx, r.no)
+	switch {
+	case errors.Is(err, expiry.ErrNotFound) || errors.Is(err, expiry.ErrInvalidID):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("order %s of payment record %s: %w", r.no, r.payment, err)
+	case o.UserID != r.user:
+		return false, nil
+	case r.status == 0:
+		return o.Status == expiry.StatusPaid && (paidBy == "" || paidBy == r.payment), nil
+	}
+	return o.Status != expiry.StatusPending && !(o.Status == expiry.StatusPaid && paidBy == r.payment), nil
+}
+
+// eachRecord calls fn with every payment record of scope, in pages by
+// payment id.
+func (s *Store) eachRecord(ctx context.Context, scope string, fn func(r record) error) error {
+	const page = 500
+	sel := rebind(s.dialect, "SELECT payment_id, order_no, user_id, status FROM oe_payment_discrepancy WHERE scope = ? AND payment_id > ? ORDER BY payment_id LIMIT 500")
+	for after := ""; ; {
+		rows, err := s.db.QueryContext(ctx, sel, scope, after)
+		if err != nil {
+			return fmt.Errorf("read payment records of scope %q: %w", scope, err)
+		}
+		var recs []record
+		for rows.Next() {
+			var r record
+			if err := rows.Scan(&r.payment, &r.no, &r.user, &r.status); err != nil {
+				rows.Close()
+				return fmt.Errorf("read payment records of scope %q: %w", scope, err)
+			}
+			recs = append(recs, r)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read unscoped payment records: %w", err)
+			return fmt.Errorf("read payment records of scope %q: %w", scope, err)
 		}
-		for _, r := range page {
-			o, err := s.Order(ctx, r.no)
-			switch {
-			case errors.Is(err, expiry.ErrNotFound) || errors.Is(err, expiry.ErrInvalidID):
-				continue
-			case err != nil:
-				return fmt.Errorf("read order %s of payment record %s: %w", r.no, r.payment, err)
-			case o.UserID != r.user:
-				continue
-			}
-			if _, err := s.db.ExecContext(ctx, upd, s.m.scope, r.payment); err != nil && !isDuplicate(err) {
-				return fmt.Errorf("give payment record %s scope %q: %w", r.payment, s.m.scope, err)
+		for _, r := range recs {
+			if err := fn(r); err != nil {
+				return err
 			}
 		}
-		if len(page) < 500 {
+		if len(recs) < page {
 			return nil
 		}
-		after = page[len(page)-1].payment
+		after = recs[len(recs)-1].payment
 	}
 }
 

@@ -21,11 +21,11 @@ import (
 // tenant's records: a refund made and settled, and a payment that paid.
 // Migrate gives them scope "" (the library's schema's), and the re-key
 // made them another scope's: the tenant's own repeated callback refunded
-// again (an outside review's finding). Migrate now gives a mapped store the
-// records whose order is its own. A host that edits its Where (adopting a
-// soft-delete flag) moved its scope the same way: Check now refuses the
-// edited mapping, naming the scope its records are under, and with
-// Orders.Scope set to it each payment keeps its one fate.
+// again (an outside review's finding). A host that edits its Where
+// (adopting a soft-delete flag) moved its scope the same way. Check now
+// refuses such a mapping, naming the scope whose records are of its
+// orders; with that scope in Orders.PreviousScopes (Migrate moves the
+// records) or as Orders.Scope, each payment keeps its one fate.
 func TestScopeThatMovesKeepsItsPaymentRecords(t *testing.T) {
 	preScope := map[sqlstore.Dialect][]string{
 		sqlstore.MySQL: {`CREATE TABLE oe_payment_discrepancy (
@@ -65,18 +65,29 @@ func TestScopeThatMovesKeepsItsPaymentRecords(t *testing.T) {
 				_, err := db.Exec(bindQ(d, q), args...)
 				require.NoError(t, err, q)
 			}
-			// Tenant 7's store migrates first: the records are not its own
-			// (o1 is its order number too, but another buyer's).
-			m7 := tenant(7)
-			w7 := reviewService(t, db, d, reviewOpts{mapping: &m7}) // Migrate: scope, then the new key
+			// Tenant 8's store without PreviousScopes: Check names "".
 			m := tenant(8)
+			plain, err := sqlstore.New(db, d, m)
+			require.NoError(t, err)
+			defer plain.Close()
+			require.NoError(t, plain.Migrate(context.Background())) // the scope column, then the new key
+			err = plain.Check(context.Background())
+			require.ErrorIs(t, err, sqlstore.ErrMapping)
+			assert.ErrorContains(t, err, `list "" in Orders.PreviousScopes`)
+			t.Logf("Check: %v", err)
+			// Tenant 7's store migrates first, "" listed: the records are
+			// not its own (o1 is its order number too, but another buyer's).
+			m7 := tenant(7)
+			m7.Orders.PreviousScopes = []string{""}
+			w7 := reviewService(t, db, d, reviewOpts{mapping: &m7})
+			m.Orders.PreviousScopes = []string{""}
 			w := reviewService(t, db, d, reviewOpts{mapping: &m})
 			var n int
 			require.NoError(t, db.QueryRow(bindQ(d, "SELECT COUNT(*) FROM oe_payment_discrepancy WHERE scope = ?"), w.s.Scope()).Scan(&n))
 			assert.Equal(t, 2, n, "tenant 8's records are tenant 8's")
 			require.NoError(t, db.QueryRow(bindQ(d, "SELECT COUNT(*) FROM oe_payment_discrepancy WHERE scope = ?"), w7.s.Scope()).Scan(&n))
 			assert.Zero(t, n, "none of them is tenant 7's")
-			_, err := w.pay("o1", "pay-1")
+			_, err = w.pay("o1", "pay-1")
 			require.ErrorIs(t, err, cancel.ErrDiscrepancy)
 			assert.Equal(t, 0, w.refunds("pay-1"), "I9: pay-1 was refunded (and settled) before the upgrade; the repeated callback must not refund it again")
 			res, err := w.pay("o2", "pay-2")
@@ -88,42 +99,47 @@ func TestScopeThatMovesKeepsItsPaymentRecords(t *testing.T) {
 			assert.Equal(t, 0, w.refunds("pay-2"), "I14: pay-2 paid o2 before the upgrade; it must not be refunded")
 		})
 	})
-	t.Run("Where edited", func(t *testing.T) {
-		eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
-			applyDDL(t, db, window.ddl(d))
-			before := window.mapping
-			before.Orders.Where = nil // before the host adopted its soft-delete flag
-			after := window.mapping
-			shared, book := memstore.NewSeats(nil), &refundBook{}
-			w1 := reviewService(t, db, d, reviewOpts{mapping: &before, shared: shared, book: book, label: "orders"})
-			w1.place(t, "o1", "u1", "a1")
-			_, err := w1.svc.UserCancel(context.Background(), "o1", "u1")
-			require.NoError(t, err)
-			_, err = w1.pay("o1", "pay-1")
-			require.ErrorIs(t, err, cancel.ErrDiscrepancy)
-			w1.place(t, "o2", "u1", "a2")
-			_, err = w1.pay("o2", "pay-2")
-			require.NoError(t, err)
+	for _, fix := range []string{"PreviousScopes", "Scope"} {
+		t.Run("Where edited, "+fix, func(t *testing.T) {
+			eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+				applyDDL(t, db, window.ddl(d))
+				before := window.mapping
+				before.Orders.Where = nil // before the host adopted its soft-delete flag
+				after := window.mapping
+				shared, book := memstore.NewSeats(nil), &refundBook{}
+				w1 := reviewService(t, db, d, reviewOpts{mapping: &before, shared: shared, book: book, label: "orders"})
+				w1.place(t, "o1", "u1", "a1")
+				_, err := w1.svc.UserCancel(context.Background(), "o1", "u1")
+				require.NoError(t, err)
+				_, err = w1.pay("o1", "pay-1")
+				require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+				w1.place(t, "o2", "u1", "a2")
+				_, err = w1.pay("o2", "pay-2")
+				require.NoError(t, err)
 
-			moved, err := sqlstore.New(db, d, after)
-			require.NoError(t, err)
-			defer moved.Close()
-			require.NoError(t, moved.Migrate(context.Background()))
-			err = moved.Check(context.Background())
-			require.ErrorIs(t, err, sqlstore.ErrMapping, "the edited Where moves the scope from %q to %q", w1.s.Scope(), moved.Scope())
-			assert.ErrorContains(t, err, fmt.Sprintf("set Orders.Scope to %q", w1.s.Scope()))
-			t.Logf("Check: %v", err)
+				moved, err := sqlstore.New(db, d, after)
+				require.NoError(t, err)
+				defer moved.Close()
+				require.NoError(t, moved.Migrate(context.Background()))
+				err = moved.Check(context.Background())
+				require.ErrorIs(t, err, sqlstore.ErrMapping, "the edited Where moves the scope from %q to %q", w1.s.Scope(), moved.Scope())
+				assert.ErrorContains(t, err, fmt.Sprintf("list %q in Orders.PreviousScopes", w1.s.Scope()))
+				t.Logf("Check: %v", err)
 
-			after.Orders.Scope = w1.s.Scope()
-			w2 := reviewService(t, db, d, reviewOpts{mapping: &after, shared: shared, book: book, label: "orders"})
-			require.Equal(t, w1.s.Scope(), w2.s.Scope())
-			_, err = w2.pay("o1", "pay-1")
-			require.ErrorIs(t, err, cancel.ErrDiscrepancy)
-			assert.Equal(t, 1, w2.refunds("pay-1"), "I9: pay-1 refunded once, before and after the host's mapping change")
-			deleteOrder(t, w2, &after, "o2", "soft")
-			_, err = w2.pay("o2", "pay-2")
-			t.Logf("pay-2 after the soft delete: %v", err)
-			assert.Equal(t, 0, w2.refunds("pay-2"), "I14: pay-2 paid o2; it must not be refunded")
+				if fix == "Scope" {
+					after.Orders.Scope = w1.s.Scope()
+				} else {
+					after.Orders.PreviousScopes = []string{w1.s.Scope()}
+				}
+				w2 := reviewService(t, db, d, reviewOpts{mapping: &after, shared: shared, book: book, label: "orders"})
+				_, err = w2.pay("o1", "pay-1")
+				require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+				assert.Equal(t, 1, w2.refunds("pay-1"), "I9: pay-1 refunded once, before and after the host's mapping change")
+				deleteOrder(t, w2, &after, "o2", "soft")
+				_, err = w2.pay("o2", "pay-2")
+				t.Logf("pay-2 after the soft delete: %v", err)
+				assert.Equal(t, 0, w2.refunds("pay-2"), "I14: pay-2 paid o2; it must not be refunded")
+			})
 		})
-	})
+	}
 }
