@@ -2,7 +2,9 @@ package sqlstore_test
 
 import (
 	"context"
-	"reflect"
+	"database/sql"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,23 +94,12 @@ const (
 	fillClaimsLine = "claims table fill_seat: NOT NULL columns without a default that Place does not write: price_cents (the first Place would fail): give each a constant in Claims.Fill (every insert writes it), or a default; if the host's own function inserts the claims rows (handed to cancel.Service.Place instead of Store.Insert), list them in Claims.Fill with the value sqlstore.HostWrites"
 )
 
-// withFill is m with Orders.Fill and Claims.Fill set, the columns the
-// mapping fills with constants (read by reflection while the field may not
-// exist).
-func withFill(t *testing.T, m sqlstore.Mapping, orders, claims []sqlstore.Condition) sqlstore.Mapping {
-	t.Helper()
+// withFill is m with Orders.Fill and Claims.Fill set: the columns the
+// mapping fills, with a constant or sqlstore.HostWrites.
+func withFill(m sqlstore.Mapping, orders, claims []sqlstore.Condition) sqlstore.Mapping {
 	c := *m.Claims
 	m.Claims = &c
-	for _, set := range []struct {
-		v  reflect.Value
-		cs []sqlstore.Condition
-	}{{reflect.ValueOf(&m.Orders).Elem(), orders}, {reflect.ValueOf(m.Claims).Elem(), claims}} {
-		f := set.v.FieldByName("Fill")
-		if !f.IsValid() {
-			t.Fatalf("sqlstore.%s has no Fill: a mapping cannot fill a NOT NULL column Place does not write", set.v.Type().Name())
-		}
-		f.Set(reflect.ValueOf(set.cs))
-	}
+	m.Orders.Fill, m.Claims.Fill = orders, claims
 	return m
 }
 
@@ -135,7 +126,7 @@ func TestCheckNamesUnfilledRequiredColumns(t *testing.T) {
 			p := cancel.Placement{OrderNo: "f-0", UserID: "ann", ShowID: "ev", Seats: []string{"A1"}, ExpireAt: now.Add(time.Hour)}
 			require.Error(t, placeTx(t, db, s, p), "Place without the fill: a NOT NULL column without a value")
 
-			m := withFill(t, fillSchema.mapping,
+			m := withFill(fillSchema.mapping,
 				[]sqlstore.Condition{{Column: "amount_cents", Value: 0}, {Column: "channel", Value: "web"}, {Column: "remark", Value: ""},
 					{Column: "testmode", Value: false}, {Column: "lock_version", Value: 0}},
 				[]sqlstore.Condition{{Column: "price_cents", Value: 1500}})
@@ -183,4 +174,109 @@ func TestCheckNamesUnfilledRequiredColumns(t *testing.T) {
 			assert.Zero(t, left, "the cancel deleted the cancelled order's claims")
 		})
 	}
+}
+
+// TestFillHostWrites: a host whose own function inserts the orders rows
+// (handed to cancel.Service.Place) writes its NOT NULL columns itself. Its
+// mapping says so with sqlstore.HostWrites: Check accepts those columns and
+// still names the others; Store.Place refuses to place, naming the columns,
+// rather than failing on them in the database; the host's own insert
+// places, and the library cancels what it placed.
+func TestFillHostWrites(t *testing.T) {
+	for _, d := range allDialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			db := openDB(t, d)
+			applyDDL(t, db, fillSchema.ddl(d))
+			host := func(cols ...string) []sqlstore.Condition {
+				var out []sqlstore.Condition
+				for _, c := range cols {
+					out = append(out, sqlstore.Condition{Column: c, Value: sqlstore.HostWrites})
+				}
+				return out
+			}
+			partial := withFill(fillSchema.mapping, host("amount_cents", "channel"), host("price_cents"))
+			s, err := sqlstore.New(db, d, partial)
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			require.NoError(t, s.Migrate(ctx))
+			assertErrText(t, checkErrText([]string{
+				"orders table fill_order: NOT NULL columns without a default that Place does not write: remark, testmode, lock_version (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own function inserts the orders rows (handed to cancel.Service.Place instead of Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites",
+			}), s.Check(ctx), "Check names only the columns nothing fills")
+
+			m := withFill(fillSchema.mapping, host("amount_cents", "channel", "remark", "testmode", "lock_version"), host("price_cents"))
+			s, err = sqlstore.New(db, d, m)
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			require.NoError(t, s.Check(ctx))
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			svc, err := cancel.New(cancel.Config{Store: s, Seats: memstore.NewSeats(nil).Scoped(s.Scope())})
+			require.NoError(t, err)
+
+			p := cancel.Placement{OrderNo: "h-0", UserID: "ann", ShowID: "ev", Seats: []string{"B1"}, ExpireAt: now.Add(time.Hour)}
+			err = svc.Place(ctx, p, s.Insert(db, nil))
+			require.ErrorIs(t, err, cancel.ErrUnsupported)
+			assert.Contains(t, err.Error(), "the mapping leaves amount_cents, channel, remark, testmode, lock_version, price_cents to the host's own insert")
+			var n int
+			require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM fill_order").Scan(&n))
+			assert.Zero(t, n, "nothing placed")
+
+			// The host's own insert, as examples/brownfield places.
+			p.OrderNo = "h-1"
+			require.NoError(t, svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				_, err = tx.ExecContext(ctx, rebindQ(d, `INSERT INTO fill_order (tenant_id, order_no, user_id, show_id, status, expire_time, update_time, amount_cents, channel, remark, testmode, lock_version)
+					VALUES (7, ?, ?, ?, 0, ?, ?, 2500, 'app', 'by the host', ?, 0)`), p.OrderNo, p.UserID, p.ShowID, p.ExpireAt.UTC().Format(time.DateTime), now.UTC().Format(time.DateTime), true)
+				if err == nil {
+					_, err = tx.ExecContext(ctx, rebindQ(d, "INSERT INTO fill_seat (tenant_id, show_id, seat_id, order_no, price_cents) VALUES (7, ?, ?, ?, 2500)"), p.ShowID, p.Seats[0], p.OrderNo)
+				}
+				if err != nil {
+					return errors.Join(err, tx.Rollback())
+				}
+				return tx.Commit()
+			}))
+			res, err := svc.UserCancel(ctx, "h-1", "ann")
+			require.NoError(t, err)
+			assert.True(t, res.Changed)
+			var status, version int
+			var channel string
+			require.NoError(t, db.QueryRow(rebindQ(d, "SELECT status, lock_version, channel FROM fill_order WHERE order_no = ?"), "h-1").Scan(&status, &version, &channel))
+			assert.Equal(t, []any{2, 1, "app"}, []any{status, version, channel}, "cancelled by the library, the host's columns kept")
+			var left sql.NullString
+			err = db.QueryRow(rebindQ(d, "SELECT seat_id FROM fill_seat WHERE order_no = ?"), "h-1").Scan(&left)
+			assert.ErrorIs(t, err, sql.ErrNoRows, "the cancel deleted the claim")
+		})
+	}
+}
+
+// TestFillRefusedByNew: a Fill is validated when the store is created, as
+// the Where constants are.
+func TestFillRefusedByNew(t *testing.T) {
+	m := withFill(fillSchema.mapping, []sqlstore.Condition{
+		{Column: "status", Value: 0},
+		{Column: "tenant_id", Value: 7},
+		{Column: "amount_cents", Value: 0},
+		{Column: "amount_cents", Value: 1},
+		{Column: "coupon", Value: sqlstore.IsNull},
+		{Column: "remark", Value: "it's"},
+		{Column: "channel", Value: 1.5},
+		{Column: "bad name", Value: 1},
+	}, []sqlstore.Condition{{Column: "seat_id", Value: "x"}, {Column: "price_cents", Value: nil}})
+	_, err := sqlstore.New(openSQLite(t), sqlstore.SQLite, m)
+	require.Error(t, err)
+	assert.Equal(t, []string{
+		"sqlstore: mapping: orders fill of status: Place writes it already (the status)",
+		"sqlstore: mapping: orders fill of tenant_id: Place writes it already (a Where condition)",
+		"sqlstore: mapping: orders fill of amount_cents listed twice",
+		"sqlstore: mapping: orders fill of coupon: IsNull is a Where condition, a Fill writes a value (a nullable column needs none)",
+		`sqlstore: mapping: orders fill of remark "it's": a string value is 1-64 bytes of A-Z a-z 0-9 _ . -`,
+		"sqlstore: mapping: orders fill of channel 1.5: values are integers or strings, not float64",
+		`sqlstore: mapping: orders fill column "bad name": a name is 1-64 bytes of A-Z a-z 0-9 _, not starting with a digit`,
+		"sqlstore: mapping: claims fill of seat_id: Place writes it already (the seat)",
+		"sqlstore: mapping: claims fill of price_cents is missing",
+	}, strings.Split(err.Error(), "\n"))
 }
