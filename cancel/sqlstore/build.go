@@ -456,7 +456,12 @@ func (r *resolved) oneWithClaims(extra string, extraSlot slot, owner, due, pay b
 	return b.done(r.d)
 }
 
-// build returns the store's statements for r.
+// inserted are the constants an insert writes: its table's Where
+// conditions, then its Fill.
+func inserted(where, fill []cond) []cond {
+	return append(where[:len(where):len(where)], fill...)
+}
+
 // claimsInsert is the INSERT of n claims of one order, one row per seat:
 // placing then costs one round trip for its claims whatever their number.
 // Each row's arguments are the slots of one seat (aSeat is that seat's id).
@@ -465,7 +470,7 @@ func (r *resolved) claimsInsert(d Dialect, n int) stmt {
 	if r.cState != "" {
 		b.w(", ", r.cState)
 	}
-	for _, c := range r.cWhere {
+	for _, c := range inserted(r.cWhere, r.cFill) {
 		b.w(", ", c.col)
 	}
 	b.w(") VALUES ")
@@ -477,7 +482,7 @@ func (r *resolved) claimsInsert(d Dialect, n int) stmt {
 		if r.cState != "" {
 			b.w(", ", r.cLocked.sql)
 		}
-		for _, c := range r.cWhere {
+		for _, c := range inserted(r.cWhere, r.cFill) {
 			b.w(", ", c.v.sql)
 		}
 		b.w(")")
@@ -485,6 +490,7 @@ func (r *resolved) claimsInsert(d Dialect, n int) stmt {
 	return b.done(d)
 }
 
+// build returns the store's statements for r.
 func (r *resolved) build() queries {
 	d := r.d
 	var q queries
@@ -592,7 +598,7 @@ func (r *resolved) build() queries {
 	if r.defaultSchema {
 		b.w(", seats, seat_limit, lock_id") // what a late payment reinstates, its limit (late.go), the seat lock
 	}
-	for _, c := range r.where {
+	for _, c := range inserted(r.where, r.fill) {
 		b.w(", ", c.col)
 	}
 	b.w(") VALUES (").p(aNo).w(", ").p(aUser).w(", ").p(aShow).w(", ", r.pending.sql, ", ")
@@ -610,7 +616,7 @@ func (r *resolved) build() queries {
 	if r.defaultSchema {
 		b.w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID)
 	}
-	for _, c := range r.where {
+	for _, c := range inserted(r.where, r.fill) {
 		b.w(", ", c.v.sql)
 	}
 	q.insertOrder = b.w(")").done(d)
@@ -625,7 +631,7 @@ func (r *resolved) build() queries {
 			if r.cState != "" {
 				b.w(", ", r.cState)
 			}
-			for _, c := range r.cWhere {
+			for _, c := range inserted(r.cWhere, r.cFill) {
 				b.w(", ", c.col)
 			}
 			b.w(") VALUES (").p(aShow).w(", ").p(aSeat).w(", ").p(aNo)
@@ -635,7 +641,7 @@ func (r *resolved) build() queries {
 			case r.cState != "":
 				b.w(", ", r.cLocked.sql)
 			}
-			for _, c := range r.cWhere {
+			for _, c := range inserted(r.cWhere, r.cFill) {
 				b.w(", ", c.v.sql)
 			}
 			q.insertSold = b.w(")").done(d)

@@ -28,7 +28,11 @@ var ErrMapping = errors.New("sqlstore: the tables do not match the mapping")
 // leading with its order number and a unique key on (show, seat) (with the
 // Where columns; with a State column any unique key holding them, partial
 // or with a generated column, is accepted: live claims must be unique, old
-// ones may repeat). It also checks that the library's own table
+// ones may repeat). It names, per table, the NOT NULL columns without a
+// default that no insert of the store writes (neither mapped nor a Where or
+// Fill column; keys the database fills and generated columns aside), on
+// which the first Place would fail, and every Fill column the table lacks.
+// It also checks that the library's own table
 // oe_payment_discrepancy exists (Migrate creates it), keyed by (scope,
 // payment_id), and holds no scope of records that are most likely this
 // store's own under another scope (its Where changed, or they predate
@@ -109,6 +113,14 @@ func (s *Store) Check(ctx context.Context) error {
 		if exist(ocols, append([]string{o.OrderNo}, uniqueCols...)...) && !hasUnique(oidx, []string{o.OrderNo}, uniqueCols) {
 			bad("orders table %s: the order number %s is not unique: want a unique key on (%s) (the condition columns %v may join it)", o.Table, o.OrderNo, o.OrderNo, uniqueCols)
 		}
+		for _, c := range o.Fill {
+			if _, ok := ocols[c.Column]; !ok {
+				bad("orders table %s has no fill column %s", o.Table, c.Column)
+			}
+		}
+		if err := s.checkUnfilled(ctx, "orders", "Orders", o.Table, r.writes, bad); err != nil {
+			return fmt.Errorf("sqlstore: check: %w", err)
+		}
 	}
 
 	if c := r.raw.Claims; c != nil {
@@ -144,6 +156,14 @@ func (s *Store) Check(ctx context.Context) error {
 					want("condition", w.name, kindClass(w.v))
 				}
 				whereCols = append(whereCols, w.name)
+			}
+			for _, f := range c.Fill {
+				if _, ok := ccols[f.Column]; !ok {
+					bad("claims table %s has no fill column %s", c.Table, f.Column)
+				}
+			}
+			if err := s.checkUnfilled(ctx, "claims", "Claims", c.Table, r.cWrites, bad); err != nil {
+				return fmt.Errorf("sqlstore: check: %w", err)
 			}
 			_, hasNo := ccols[c.OrderNo]
 			if hasNo && !hasIndex(cidx, whereCols, nil, []string{c.OrderNo}, true) {
@@ -251,6 +271,24 @@ func (s *Store) checkMovedScope(ctx context.Context, bad func(string, ...any)) e
 	return nil
 }
 
+// checkUnfilled reports (bad) the NOT NULL columns of table without a
+// default that no insert of the store writes (writes: the mapped, Where and
+// Fill columns an insert writes): the first Place would fail on them. Keys
+// the database fills (auto-increment, identity, SQLite's rowid) and
+// generated columns have their value.
+func (s *Store) checkUnfilled(ctx context.Context, what, field, table string, writes []string, bad func(string, ...any)) error {
+	req, err := s.requiredColumns(ctx, table)
+	if err != nil {
+		return err
+	}
+	req = slices.DeleteFunc(req, func(c string) bool { return slices.Contains(writes, c) })
+	if len(req) > 0 {
+		bad("%s table %s: NOT NULL columns without a default that Place does not write: %s (the first Place would fail): give each a constant in %s.Fill (every insert writes it), or a default; if the host's own function inserts the %s rows (handed to cancel.Service.Place instead of Store.Insert), list them in %s.Fill with the value sqlstore.HostWrites",
+			what, table, strings.Join(req, ", "), field, what, field)
+	}
+	return nil
+}
+
 // ownRecords samples scope's records (query sample) and counts those that
 // are of this store's orders (ownsRecord).
 func (s *Store) ownRecords(ctx context.Context, sample, scope string) (mine, n int, err error) {
@@ -281,6 +319,49 @@ func (s *Store) ownRecords(ctx context.Context, sample, scope string) (mine, n i
 		}
 	}
 	return mine, len(recs), nil
+}
+
+// requiredColumns lists, in the table's order, the columns of table that an
+// INSERT must name: NOT NULL, without a default, not filled by the database
+// (an auto-increment or identity column, SQLite's INTEGER PRIMARY KEY, which
+// is the rowid), not generated.
+func (s *Store) requiredColumns(ctx context.Context, table string) ([]string, error) {
+	var schema any // NULL: the connection's own
+	name := table
+	if sch, t, ok := strings.Cut(table, "."); ok {
+		schema, name = sch, t
+	}
+	var q string
+	args := []any{schema, name}
+	switch s.dialect {
+	case MySQL:
+		q = `SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?
+AND IS_NULLABLE = 'NO' AND COLUMN_DEFAULT IS NULL AND EXTRA NOT LIKE '%auto_increment%' AND IS_GENERATED = 'NEVER' ORDER BY ORDINAL_POSITION`
+	case Postgres:
+		q = `SELECT a.attname FROM pg_attribute a JOIN pg_class t ON t.oid = a.attrelid JOIN pg_namespace n ON n.oid = t.relnamespace
+WHERE n.nspname = COALESCE(CAST($1 AS TEXT), current_schema()) AND t.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
+AND a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' AND a.attgenerated = '' ORDER BY a.attnum`
+	default:
+		q, args = `SELECT name FROM pragma_table_xinfo(?1) WHERE "notnull" = 1 AND dflt_value IS NULL AND hidden = 0
+AND NOT (pk = 1 AND upper(type) = 'INTEGER' AND (SELECT COUNT(*) FROM pragma_table_xinfo(?1) WHERE pk > 0) = 1) ORDER BY cid`, []any{name}
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("required columns of %s: %w", table, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("required columns of %s: %w", table, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("required columns of %s: %w", table, err)
+	}
+	return out, nil
 }
 
 // uniqueWith returns the columns beside no of a non-partial unique index

@@ -128,6 +128,19 @@ type Orders struct {
 	// store's (a deleted order's stay: a repeat of its callback is decided
 	// again). A payment id already decided in Scope keeps that decision.
 	PreviousScopes []string
+	// Fill are columns Place does not otherwise write and the constant
+	// every insert of an order writes into each: the host's NOT NULL
+	// columns without a default (an amount, a channel, an ORM's version
+	// counter), which would make the first Place fail. Unlike Where, no
+	// statement reads them. A value is an integer, a bool, "" or a string
+	// as in a Condition; HostWrites says the host's own function inserts
+	// the orders rows and writes the column (Store.Place then refuses to
+	// place). A column Place writes already (the order number, user, show,
+	// status, deadline, creation and updated-at times, the Where columns)
+	// cannot be filled; the cancel reason, payment id and version can (a
+	// cancel or a payment writes them later). Check names every NOT NULL
+	// column without a default that neither Place nor Fill writes.
+	Fill []Condition
 }
 
 // WindowSetting is a payment window kept in another table: the value of
@@ -228,6 +241,17 @@ const IsNull nullValue = 1
 // nullValue is the type of IsNull.
 type nullValue int
 
+// HostWrites, as the Value of an Orders.Fill or Claims.Fill entry, says
+// the host's own function writes the column: it inserts the orders (and
+// claims) rows itself, in the function it hands cancel.Service.Place,
+// rather than through Store.Place or Store.Insert. Check then accepts the
+// column as filled, and Store.Place refuses to place (an error wrapping
+// cancel.ErrUnsupported naming the columns), as its insert would fail.
+const HostWrites hostValue = 1
+
+// hostValue is the type of HostWrites.
+type hostValue int
+
 // Claims maps the seat-claims table: one row per seat an order claims.
 // Table, ShowID, SeatID and OrderNo are required. The table must let at most
 // one live claim per (ShowID, SeatID) exist (a unique key, partial or not):
@@ -257,6 +281,10 @@ type Claims struct {
 	// Where are conditions every statement on the table carries and every
 	// insert writes, as Orders.Where.
 	Where []Condition
+	// Fill are columns every insert of a claim writes a constant into,
+	// as Orders.Fill (not the show, seat, order number or state columns,
+	// nor a Where column).
+	Fill []Condition
 }
 
 // DefaultMapping is the library's own schema (schema/*.sql) as a Mapping:
@@ -381,6 +409,9 @@ type resolved struct {
 	updatedType               TimeType
 	payment, version          string
 	where                     []cond
+	fill                      []cond   // Orders.Fill's constants, written by the order's inserts
+	hostFill                  []string // Orders.Fill's HostWrites columns
+	writes                    []string // the orders' columns an insert writes (raw names, for Check)
 	scope                     string   // Store.Scope: "" for the library's own schema
 	scopeParts                []string // the Where conditions the derived scope names, sorted
 	previousScopes            []string // Orders.PreviousScopes
@@ -394,7 +425,8 @@ type resolved struct {
 	claims                       bool
 	c, cShow, cSeat, cNo, cState string
 	cLocked, cSold, cReleased    *lit
-	cWhere                       []cond
+	cWhere, cFill                []cond
+	cHostFill, cWrites           []string // as hostFill and writes, for the claims
 
 	// A window kept in a settings row (Orders.WindowFrom): its value in
 	// milliseconds as a scalar subquery, its table, column and conditions.
@@ -492,6 +524,67 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 		return out
 	}
 	r.where = conds("orders", o.Where)
+	// fills validates a table's Fill: constants (or HostWrites) for
+	// columns its inserts do not write already (written: column → what
+	// writes it), and returns them and the columns an insert then writes.
+	fills := func(what string, cs []Condition, written map[string]string) (out []cond, host, writes []string) {
+		seen := map[string]bool{}
+		for col := range written {
+			writes = append(writes, col)
+		}
+		for _, c := range cs {
+			col := id(what+" fill column", c.Column, false)
+			if seen[c.Column] {
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: %s fill of %s listed twice", what, c.Column))
+			}
+			seen[c.Column] = true
+			if as, ok := written[c.Column]; ok {
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: %s fill of %s: Place writes it already (%s)", what, c.Column, as))
+				continue
+			}
+			writes = append(writes, c.Column)
+			var l lit
+			switch v := c.Value.(type) {
+			case hostValue:
+				host = append(host, c.Column)
+				continue
+			case nullValue:
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: %s fill of %s: IsNull is a Where condition, a Fill writes a value (a nullable column needs none)", what, c.Column))
+				continue
+			case bool:
+				l = lit{sql: "FALSE", key: "false", arg: v}
+				if v {
+					l.sql, l.key = "TRUE", "true"
+				}
+			default:
+				if v == "" {
+					l = lit{sql: "''", arg: "", str: true}
+					break
+				}
+				var err error
+				if l, err = literal(what+" fill of "+c.Column, c.Value); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
+			out = append(out, cond{name: c.Column, col: col, v: l})
+		}
+		return out, host, writes
+	}
+	written := map[string]string{}
+	for col, as := range map[string]string{o.OrderNo: "the order number", o.UserID: "the user", o.ShowID: "the show", o.Status: "the status",
+		o.Deadline.Column: "the deadline", o.CreatedAt.Column: "the creation time", o.UpdatedAt.Column: "the updated-at time"} {
+		if col != "" {
+			written[col] = as
+		}
+	}
+	if r.defaultSchema {
+		written["seats"], written["seat_limit"], written["lock_id"] = "the seats", "the seat limit", "the seat lock"
+	}
+	for _, c := range r.where {
+		written[c.name] = "a Where condition"
+	}
+	r.fill, r.hostFill, r.writes = fills("orders", o.Fill, written)
 	if o.WindowFrom != nil {
 		if err := resolveWindow(r, o, id, conds); err != nil {
 			errs = append(errs, err)
@@ -613,6 +706,16 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 			errs = append(errs, errors.New("sqlstore: mapping: claim states without a claims State column"))
 		}
 		r.cWhere = conds("claims", c.Where)
+		written := map[string]string{}
+		for col, as := range map[string]string{c.ShowID: "the show", c.SeatID: "the seat", c.OrderNo: "the order number", c.State: "the state"} {
+			if col != "" {
+				written[col] = as
+			}
+		}
+		for _, w := range r.cWhere {
+			written[w.name] = "a Where condition"
+		}
+		r.cFill, r.cHostFill, r.cWrites = fills("claims", c.Fill, written)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

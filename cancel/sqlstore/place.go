@@ -344,9 +344,11 @@ func (s *Store) placeOne(ctx context.Context, db *sql.DB, p cancel.Placement) er
 // that called Place has returned nil, its commit.
 //
 // With a Mapping it writes the mapped columns only (number, user, show,
-// pending status, deadline or creation time, updated-at, the Where
-// constants; the claims with their Locked state and constants): the host's
-// other columns need defaults, or the host inserts its rows itself.
+// pending status, deadline or creation time, updated-at, the Where and
+// Fill constants; the claims with their Locked state and constants): the
+// host's other NOT NULL columns need defaults or a Fill (Check names
+// them), or the host inserts its rows itself. A mapping whose Fill says
+// HostWrites is refused (an error wrapping cancel.ErrUnsupported).
 func (s *Store) Place(ctx context.Context, q cancel.Querier, p cancel.Placement) error {
 	return s.place(ctx, q, false, p)
 }
@@ -365,6 +367,9 @@ func (s *Store) place(ctx context.Context, q cancel.Querier, own bool, p cancel.
 func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 	if err := p.Validate(); err != nil {
 		return vals{}, fmt.Errorf("sqlstore: place: %w", err)
+	}
+	if host := append(s.m.hostFill[:len(s.m.hostFill):len(s.m.hostFill)], s.m.cHostFill...); len(host) > 0 {
+		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: the mapping leaves %s to the host's own insert (Fill with HostWrites): insert the order in the function handed to cancel.Service.Place", p.OrderNo, cancel.ErrUnsupported, strings.Join(host, ", "))
 	}
 	v, ok := s.user(vals{no: p.OrderNo, show: p.ShowID}, p.UserID)
 	if !ok {

@@ -65,8 +65,8 @@
 //     order store, the databases it speaks, and the tables it creates for a
 //     host without its own;
 //   - Mapping, DefaultMapping, Orders, Claims, Statuses, Condition, IsNull,
-//     Time, TimeType (EpochMillis, EpochSeconds, DateTimeUTC, Timestamp),
-//     WindowSetting: a host's existing tables described to the store (the
+//     HostWrites, Time, TimeType (EpochMillis, EpochSeconds, DateTimeUTC,
+//     Timestamp), WindowSetting: a host's existing tables described to the store (the
 //     mapping is the brownfield host's whole configuration, so each part of
 //     it is a name), and ErrMapping when the tables do not match it.
 package sqlstore

@@ -99,6 +99,10 @@ var mapping = sqlstore.Mapping{
 		UpdatedAt:    sqlstore.Time{Column: "update_time", Type: sqlstore.DateTimeUTC},
 		CancelReason: "cancel_reason",
 		PaymentID:    "pay_no",
+		// NOT NULL columns without a default that the service's own
+		// insert writes (Service.Place inserts the rows itself): Check
+		// names any such column nothing fills.
+		Fill: []sqlstore.Condition{{Column: "amount_cents", Value: sqlstore.HostWrites}, {Column: "create_time", Value: sqlstore.HostWrites}},
 	},
 	// A cancel deletes the order's order_seat rows; a payment keeps them.
 	Claims: &sqlstore.Claims{Table: "order_seat", ShowID: "show_id", SeatID: "seat_id", OrderNo: "order_no"},

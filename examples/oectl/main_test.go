@@ -354,7 +354,8 @@ func TestOperatorSessionRedisSentinel(t *testing.T) {
 }
 
 // A mapping file as an operator writes it: Go's field names, integers,
-// durations and time type names, null for IS NULL; a misspelt field or a
+// durations and time type names, null for IS NULL in a Where and for
+// HostWrites in a Fill; a misspelt field or a
 // fraction is refused.
 func TestMappingFile(t *testing.T) {
 	dir := t.TempDir()
@@ -368,7 +369,8 @@ func TestMappingFile(t *testing.T) {
 		"Statuses": {"Pending": 0, "Paid": [1, 2], "Cancelled": [4], "CancelledBy": {"timeout": 4}},
 		"CreatedAt": {"Column": "create_time", "Type": "datetime_utc"},
 		"WindowFrom": {"Table": "oms_order_setting", "Column": "normal_order_overtime", "Unit": "1m", "Where": [{"Column": "id", "Value": 1}]},
-		"Where": [{"Column": "delete_status", "Value": 0}, {"Column": "deleted_at", "Value": null}]}}`))
+		"Where": [{"Column": "delete_status", "Value": 0}, {"Column": "deleted_at", "Value": null}],
+		"Fill": [{"Column": "receiver_name", "Value": ""}, {"Column": "total", "Value": 0}, {"Column": "testmode", "Value": false}, {"Column": "note", "Value": null}]}}`))
 	require.NoError(t, err)
 	assert.Equal(t, sqlstore.Mapping{Orders: sqlstore.Orders{
 		Table: "oms_order", OrderNo: "order_sn", UserID: "member_id", NumericUserID: true, ShowID: "show_id", Status: "status",
@@ -376,6 +378,8 @@ func TestMappingFile(t *testing.T) {
 		CreatedAt:  sqlstore.Time{Column: "create_time", Type: sqlstore.DateTimeUTC},
 		WindowFrom: &sqlstore.WindowSetting{Table: "oms_order_setting", Column: "normal_order_overtime", Unit: time.Minute, Where: []sqlstore.Condition{{Column: "id", Value: int64(1)}}},
 		Where:      []sqlstore.Condition{{Column: "delete_status", Value: int64(0)}, {Column: "deleted_at", Value: sqlstore.IsNull}},
+		Fill: []sqlstore.Condition{{Column: "receiver_name", Value: ""}, {Column: "total", Value: int64(0)}, {Column: "testmode", Value: false},
+			{Column: "note", Value: sqlstore.HostWrites}},
 	}}, m)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "m.db"))
 	require.NoError(t, err)

@@ -14,9 +14,10 @@ import (
 
 // loadMapping reads the service's sqlstore.Mapping from a JSON file, the
 // struct as Go spells it ({"Orders": {"Table": "order_info", …},
-// "Claims": {…}}), with three conveniences over encoding/json: numbers are
+// "Claims": {…}}), with these conveniences over encoding/json: numbers are
 // integers (a status 0, never 0.0), a Where condition's "Value": null is
-// sqlstore.IsNull, and Window and WindowFrom's Unit may be Go durations
+// sqlstore.IsNull, a Fill's "Value": null is sqlstore.HostWrites (the
+// service's own insert writes the column), and Window and WindowFrom's Unit may be Go durations
 // ("30m") and a time column's Type a name ("epoch_millis",
 // "epoch_seconds", "datetime_utc", "timestamp").
 func loadMapping(path string) (sqlstore.Mapping, error) {
@@ -92,8 +93,9 @@ func friendly(v any) error {
 	return nil
 }
 
-// integers turns the JSON numbers of m's values into int64 and a
-// condition's null into sqlstore.IsNull.
+// integers turns the JSON numbers of m's values into int64, a
+// condition's null into sqlstore.IsNull and a fill's into
+// sqlstore.HostWrites.
 func integers(m *sqlstore.Mapping) error {
 	var errs []error
 	fix := func(v *any) {
@@ -109,6 +111,14 @@ func integers(m *sqlstore.Mapping) error {
 		for i := range cs {
 			if cs[i].Value == nil {
 				cs[i].Value = sqlstore.IsNull
+			}
+			fix(&cs[i].Value)
+		}
+	}
+	fill := func(cs []sqlstore.Condition) {
+		for i := range cs {
+			if cs[i].Value == nil {
+				cs[i].Value = sqlstore.HostWrites
 			}
 			fix(&cs[i].Value)
 		}
@@ -130,6 +140,7 @@ func integers(m *sqlstore.Mapping) error {
 		st.CancelledBy = by
 	}
 	where(m.Orders.Where)
+	fill(m.Orders.Fill)
 	if w := m.Orders.WindowFrom; w != nil {
 		where(w.Where)
 	}
@@ -138,6 +149,7 @@ func integers(m *sqlstore.Mapping) error {
 		fix(&c.Sold)
 		fix(&c.Released)
 		where(c.Where)
+		fill(c.Fill)
 	}
 	if len(errs) > 0 {
 		return errs[0]

@@ -49,13 +49,8 @@ type Adds struct {
 	// DDL adds the columns and keys the mapping needs.
 	DDL func(d sqlstore.Dialect) []string
 	// Before is Check's problems with Mapping on the shipped tables, After
-	// those once DDL ran (nil: they match).
+	// those once DDL ran (nil: they match, and the first Place places).
 	Before, After map[sqlstore.Dialect][]string
-	// Place is the first Place's error once DDL ran ("": placed);
-	// Defaults give the NOT NULL columns Place does not write a default,
-	// so that it can (nil: none needed).
-	Place    map[sqlstore.Dialect]string
-	Defaults func(d sqlstore.Dialect) []string
 }
 
 // Final is the mapping the suites run on: with the additions, if any.
@@ -75,8 +70,8 @@ func (e Entry) Maps(d sqlstore.Dialect) bool {
 	return e.Adds.After[d] == nil
 }
 
-// FullDDL is everything the suites create in d: the shipped tables, the
-// additions and the defaults.
+// FullDDL is everything the suites create in d: the shipped tables and the
+// additions.
 func (e Entry) FullDDL(d sqlstore.Dialect) ([]string, error) {
 	out, err := DDL(e.Name, d)
 	if err != nil {
@@ -84,9 +79,6 @@ func (e Entry) FullDDL(d sqlstore.Dialect) ([]string, error) {
 	}
 	if a := e.Adds; a != nil {
 		out = append(out, a.DDL(d)...)
-		if a.Defaults != nil {
-			out = append(out, a.Defaults(d)...)
-		}
 	}
 	return out, nil
 }
@@ -147,13 +139,14 @@ func awareTime(d sqlstore.Dialect) sqlstore.TimeType {
 	return byDialect(d, sqlstore.DateTimeUTC, sqlstore.Timestamp)
 }
 
-// placeErr is the first Place's error on a NOT NULL column without a
-// default, per dialect.
-func placeErr(table, col string) map[sqlstore.Dialect]string {
-	return map[sqlstore.Dialect]string{
-		sqlstore.MySQL:    "sqlstore: place order corpus-1: Error 1364 (HY000): Field '" + col + "' doesn't have a default value",
-		sqlstore.Postgres: `sqlstore: place order corpus-1: ERROR: null value in column "` + col + `" of relation "` + table + `" violates not-null constraint (SQLSTATE 23502)`,
+// fill is the mapping's constants for NOT NULL columns without a default
+// (Orders.Fill), as column, value pairs.
+func fill(pairs ...any) []sqlstore.Condition {
+	var out []sqlstore.Condition
+	for i := 0; i < len(pairs); i += 2 {
+		out = append(out, sqlstore.Condition{Column: pairs[i].(string), Value: pairs[i+1]})
 	}
+	return out
 }
 
 func mallMapping(sqlstore.Dialect) sqlstore.Mapping {
@@ -167,6 +160,8 @@ func mallMapping(sqlstore.Dialect) sqlstore.Mapping {
 			Where: []sqlstore.Condition{{Column: "id", Value: 1}}},
 		UpdatedAt: sqlstore.Time{Column: "modify_time", Type: sqlstore.DateTimeUTC},
 		Where:     []sqlstore.Condition{{Column: "delete_status", Value: 0}},
+		// NOT NULL without a default: what mall's checkout would write.
+		Fill: fill("receiver_name", "", "receiver_phone", ""),
 	}}
 }
 
@@ -186,16 +181,12 @@ var mall = Entry{
 			"orders table oms_order: no index serves the expiry scan: want one on (status, create_time, order_sn), the condition columns [delete_status] may lead",
 			"orders table oms_order: the order number order_sn is not unique: want a unique key on (order_sn) (the condition columns [delete_status] may join it)",
 		),
-		Place: placeErr("oms_order", "receiver_name"),
 		DDL: func(sqlstore.Dialect) []string {
 			return []string{
 				"ALTER TABLE oms_order ADD COLUMN show_id VARCHAR(64) NULL",
 				"CREATE UNIQUE INDEX uk_order_sn ON oms_order (order_sn)",
 				"CREATE INDEX idx_status_create_time ON oms_order (status, create_time, order_sn)",
 			}
-		},
-		Defaults: func(sqlstore.Dialect) []string {
-			return []string{"ALTER TABLE oms_order ALTER COLUMN receiver_name SET DEFAULT '', ALTER COLUMN receiver_phone SET DEFAULT ''"}
 		},
 	},
 	CaseFolding: true,
@@ -254,6 +245,7 @@ func litemallMapping(sqlstore.Dialect) sqlstore.Mapping {
 		UpdatedAt: sqlstore.Time{Column: "update_time", Type: sqlstore.DateTimeUTC},
 		PaymentID: "pay_id",
 		Where:     []sqlstore.Condition{{Column: "deleted", Value: 0}},
+		Fill:      fill("consignee", "", "mobile", "", "address", "", "order_price", 0, "actual_price", 0),
 	}}
 }
 
@@ -273,17 +265,12 @@ var litemall = Entry{
 			"orders table litemall_order: no index serves the expiry scan: want one on (order_status, add_time, order_sn), the condition columns [deleted] may lead",
 			"orders table litemall_order: the order number order_sn is not unique: want a unique key on (order_sn) (the condition columns [deleted] may join it)",
 		),
-		Place: placeErr("litemall_order", "consignee"),
 		DDL: func(sqlstore.Dialect) []string {
 			return []string{
 				"ALTER TABLE litemall_order ADD COLUMN show_id VARCHAR(64) NULL",
 				"CREATE UNIQUE INDEX uk_order_sn ON litemall_order (order_sn)",
 				"CREATE INDEX idx_status_add_time ON litemall_order (order_status, add_time, order_sn)",
 			}
-		},
-		Defaults: func(sqlstore.Dialect) []string {
-			return []string{"ALTER TABLE litemall_order ALTER COLUMN consignee SET DEFAULT '', ALTER COLUMN mobile SET DEFAULT '', " +
-				"ALTER COLUMN address SET DEFAULT '', ALTER COLUMN order_price SET DEFAULT 0, ALTER COLUMN actual_price SET DEFAULT 0"}
 		},
 	},
 	CaseFolding: true,
@@ -345,6 +332,11 @@ func saleorMapping(d sqlstore.Dialect) sqlstore.Mapping {
 			Where: []sqlstore.Condition{{Column: "id", Value: 1}}},
 		UpdatedAt: sqlstore.Time{Column: "updated_at", Type: awareTime(d)},
 		Where:     []sqlstore.Condition{{Column: "channel_id", Value: 1}},
+		// Django's defaults are Python's: the database has none. The uuid
+		// key id, one per order, is no constant: the host gives it a
+		// default (Adds).
+		Fill: fill("use_old_id", false, "authorize_status", "none", "charge_status", "none", "origin", "checkout",
+			"currency", "USD", "lines_count", 0, "total_gross_amount", 0, "customer_note", ""),
 	}}
 }
 
@@ -368,25 +360,15 @@ var saleor = Entry{
 		Before: onBoth(
 			"orders table order_order has no show column show_id",
 			"orders table order_order: no index serves the expiry scan: want one on (status, created_at, number), the condition columns [channel_id] may lead",
+			"orders table order_order: NOT NULL columns without a default that Place does not write: id (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own function inserts the orders rows (handed to cancel.Service.Place instead of Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites",
 		),
-		// The suite's first order number, through corpus.IDs.
-		Place: map[sqlstore.Dialect]string{
-			sqlstore.MySQL:    "sqlstore: place order 1000: Error 1364 (HY000): Field 'id' doesn't have a default value",
-			sqlstore.Postgres: `sqlstore: place order 1000: ERROR: null value in column "id" of relation "order_order" violates not-null constraint (SQLSTATE 23502)`,
-		},
-		DDL: func(sqlstore.Dialect) []string {
+		DDL: func(d sqlstore.Dialect) []string {
 			return []string{
 				"ALTER TABLE order_order ADD COLUMN show_id VARCHAR(64) NULL",
 				"CREATE INDEX order_status_created_number ON order_order (status, created_at, number)",
+				// A key per order: Django's uuid4 in the database.
+				"ALTER TABLE order_order ALTER COLUMN id SET DEFAULT " + byDialect(d, "(REPLACE(UUID(), '-', ''))", "gen_random_uuid()"),
 			}
-		},
-		// Django's defaults are Python's: the database has none.
-		Defaults: func(d sqlstore.Dialect) []string {
-			return []string{"ALTER TABLE order_order ALTER COLUMN id SET DEFAULT " + byDialect(d, "(REPLACE(UUID(), '-', ''))", "gen_random_uuid()") +
-				", ALTER COLUMN use_old_id SET DEFAULT false, ALTER COLUMN authorize_status SET DEFAULT 'none'" +
-				", ALTER COLUMN charge_status SET DEFAULT 'none', ALTER COLUMN origin SET DEFAULT 'checkout'" +
-				", ALTER COLUMN currency SET DEFAULT 'USD', ALTER COLUMN lines_count SET DEFAULT 0" +
-				", ALTER COLUMN total_gross_amount SET DEFAULT 0, ALTER COLUMN customer_note SET DEFAULT ''"}
 		},
 	},
 	CaseFolding: true,
@@ -402,6 +384,8 @@ func pretixMapping(d sqlstore.Dialect) sqlstore.Mapping {
 		UpdatedAt: sqlstore.Time{Column: "last_modified", Type: awareTime(d)},
 		// The order code is unique per organizer: one store per organizer.
 		Where: []sqlstore.Condition{{Column: "organizer_id", Value: 1}},
+		// NOT NULL without a default (Django's defaults are Python's).
+		Fill: fill("testmode", false, "secret", "", "total", 0, "comment", "", "require_approval", false, "sales_channel_id", 1),
 	}}
 	// Positions name their order by its integer key, not its code, and a
 	// seat by the integer key of pretixbase_seat: no claims table (the
@@ -421,13 +405,6 @@ var pretix = Entry{
 		),
 		DDL: func(sqlstore.Dialect) []string {
 			return []string{"CREATE INDEX pretixbase_order_due ON pretixbase_order (organizer_id, status, expires, code)"}
-		},
-		Place: placeErr("pretixbase_order", "testmode"),
-		Defaults: func(d sqlstore.Dialect) []string {
-			f := byDialect(d, "0", "false")
-			return []string{"ALTER TABLE pretixbase_order ALTER COLUMN testmode SET DEFAULT " + f + ", ALTER COLUMN secret SET DEFAULT ''" +
-				", ALTER COLUMN total SET DEFAULT 0, ALTER COLUMN require_approval SET DEFAULT " + f +
-				", ALTER COLUMN sales_channel_id SET DEFAULT 1, ALTER COLUMN comment SET DEFAULT ''"}
 		},
 	},
 }
