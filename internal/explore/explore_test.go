@@ -364,7 +364,7 @@ func (x *explorer) explain(r record) string {
 func (x *explorer) report(name string, depth int, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "explore %q: depth %d, %d kinds of step, tenants on one seat store: %v\n", name, depth, len(x.kinds), x.shared)
-	fmt.Fprintf(&b, "explore %q: %d sequences explored, %d distinct states, %d steps run (replays included), %d settles, %d violations (sequences or settles breaking a ledger), %d with the refund hook repeated (by design), %d classes of finding, %v\n",
+	fmt.Fprintf(&b, "explore %q: %d sequences explored, %d distinct states, %d steps run (replays included), %d settles, %d violations (sequences or settles breaking a ledger), %d with the refund hook repeated after a call stalled past the lease (by design, the stall shown), %d classes of finding, %v\n",
 		name, x.sequences, len(x.settled), x.steps, x.settles, x.violations, x.repeats, len(x.best), took.Round(time.Millisecond))
 	var kinds []string
 	for i, k := range x.kinds {
@@ -415,14 +415,18 @@ func (x *explorer) tally(fs []finding) {
 // shortest sequence.
 func byDesign(class string) string {
 	for prefix, why := range map[string]string{
-		// A pay call stalled between its record and its hook past
-		// Config.DiscrepancyLease: the reconciler calls the hook too. No
+		// A call stalled between the store's grant of the payment and its
+		// hook past Config.DiscrepancyLease: the store gives the payment to
+		// another operation (the reconciler), which calls the hook too. No
 		// library can call a hook exactly once across a crash after the
 		// provider refunded and before the record is settled; the hook is
 		// at least once and the provider refunds once, keyed by payment id
-		// (cancel.Config.OnDiscrepancy). The money ledger (I14) still judges
-		// every call: a hook call for an honoured payment is a violation.
-		"I9 the refund hook ran twice for one payment": "at least once by design: a pay call stalled past Config.DiscrepancyLease between its record and its hook; the provider refunds once, keyed by the payment id (cancel.Config.OnDiscrepancy)",
+		// (cancel.Config.OnDiscrepancy). The class is only given to a repeat
+		// whose sequence shows that stall (judgeRepeat); any other repeat
+		// is "I9 the refund hook ran twice for one payment", a violation.
+		// The money ledger (I14) still judges every call: a hook call for
+		// an honoured payment is a violation.
+		"I9 " + repeatByDesign: "at least once by design: the call named stalled past Config.DiscrepancyLease between the store's grant of the payment and its hook, and the store gave the payment to the other call meanwhile; the provider refunds once, keyed by the payment id (cancel.Config.OnDiscrepancy)",
 	} {
 		if strings.HasPrefix(class, prefix) {
 			return why
@@ -468,7 +472,7 @@ func TestExplore(t *testing.T) {
 			require.Empty(t, unknown, "the outcome ledgers found violations; see the sequences above")
 		})
 	}
-	out := fmt.Sprintf("explore, all scenarios at depth %d: %d sequences explored, %d distinct states, %d steps run, %d settles, %d violations, %d with the refund hook repeated (by design), %d classes of finding, %v\n",
+	out := fmt.Sprintf("explore, all scenarios at depth %d: %d sequences explored, %d distinct states, %d steps run, %d settles, %d violations, %d with the refund hook repeated after a call stalled past the lease (by design, the stall shown), %d classes of finding, %v\n",
 		*depthFlag, total.sequences, total.states, total.steps, total.settles, total.violations, total.repeats, total.classes, time.Since(start).Round(time.Millisecond))
 	t.Log(out)
 	fmt.Fprint(os.Stdout, out)

@@ -33,6 +33,12 @@ var errInjected = errors.New("explore: injected failure")
 
 type opKey struct{}
 
+// opOf is the operation ctx carries (nil: none).
+func opOf(ctx context.Context) *op {
+	o, _ := ctx.Value(opKey{}).(*op)
+	return o
+}
+
 // command is what the explorer tells an operation stopped at a gate.
 type command int
 
@@ -64,6 +70,9 @@ type op struct {
 	atomic bool
 	// active is set by a reconcile round that did something.
 	active bool
+	// grants are the payments (payment.key) the discrepancy store gave
+	// this operation to refund (world.granted).
+	grants map[string]grant
 }
 
 // call is one store call of an operation.
@@ -274,6 +283,7 @@ func (g *gatedStore) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy
 		recorded, err = g.orderStore.RecordDiscrepancy(ctx, d)
 		if err == nil && recorded {
 			g.w.tried(g.t, d.PaymentID)
+			g.w.granted(opOf(ctx), g.t, d.PaymentID)
 		}
 		return fmt.Sprint(recorded), err
 	})
@@ -290,6 +300,7 @@ func (g *gatedStore) ClaimDiscrepancies(ctx context.Context, lease time.Duration
 		var ids []string
 		for _, d := range ds {
 			g.w.tried(g.t, d.PaymentID)
+			g.w.granted(opOf(ctx), g.t, d.PaymentID)
 			ids = append(ids, d.PaymentID)
 		}
 		return strings.Join(ids, ","), err
@@ -542,7 +553,7 @@ func (s gatedSender) Send(ctx context.Context, m expiry.Message, _ time.Duration
 func (w *world) refund(t *tenant) func(ctx context.Context, d cancel.Discrepancy) error {
 	return func(ctx context.Context, d cancel.Discrepancy) error {
 		return w.do(ctx, "Refund", d.OrderNo+" "+d.PaymentID, true, func() (string, error) {
-			w.refunded(t, d.PaymentID)
+			w.refunded(opOf(ctx), t, d.PaymentID)
 			return "refunded", nil
 		})
 	}

@@ -56,6 +56,10 @@ type observation struct {
 	// hooks and hookDown: the world's transition hook is installed, and
 	// its outbox is down (world.hooks, world.hookDown).
 	hooks, hookDown bool
+	// grants is, per payment (payment.key), the refund grants the stopped
+	// operations hold and those the hook's calls were made under, as the
+	// I9 ledger will judge a later call (refundGrants).
+	grants map[string]string
 	// young is true when something still waits for time: a lock younger
 	// than the grace, an order decided less than Settle ago, a refund
 	// lease running, a stopped operation younger than PlaceTimeout.
@@ -139,6 +143,7 @@ func (w *world) observe() *observation {
 			s.young = true
 		}
 	}
+	s.grants = refundGrants(w.parked, s.facts.calls, w.clk.orderNow())
 	for _, id := range slices.Sorted(maps.Keys(w.parked)) {
 		o := w.parked[id]
 		var tr []string
@@ -168,6 +173,10 @@ func (f facts) clone() facts {
 		hooked: map[string][]expiry.Status{}, deleted: maps.Clone(f.deleted), held: maps.Clone(f.held), back: f.back, whole: maps.Clone(f.whole), roundFailed: maps.Clone(f.roundFailed)}
 	for k, v := range f.hooked {
 		c.hooked[k] = slices.Clone(v)
+	}
+	c.calls = make(map[string][]hookCall, len(f.calls))
+	for k, v := range f.calls {
+		c.calls[k] = slices.Clone(v)
 	}
 	for id, d := range f.disc {
 		dd := *d
@@ -249,8 +258,8 @@ func (s *observation) hash(h history) [16]byte {
 			lease = fmt.Sprintf("%v %s", d.settled, bucket(s.now.Sub(d.tried), cancel.DiscrepancyLeaseDefault))
 		}
 		paid, refunded := h.paidAt[id], s.facts.refStep[id]
-		fmt.Fprintf(&b, "p %s %d %v %v %s %v %v;", id, min(s.facts.refunds[id], 2), s.facts.issued[id], s.facts.acked[id], lease,
-			paid > 0, paid > 0 && refunded > 0 && refunded < paid)
+		fmt.Fprintf(&b, "p %s %d %v %v %s %v %v %s;", id, min(s.facts.refunds[id], 2), s.facts.issued[id], s.facts.acked[id], lease,
+			paid > 0, paid > 0 && refunded > 0 && refunded < paid, s.grants[id])
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.facts.deleted)) {
 		fmt.Fprintf(&b, "deleted %s;", k)
@@ -439,8 +448,15 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 			next.paidAt[id] = step
 		}
 		n := cur.facts.refunds[id]
-		if n > 1 && prev.facts.refunds[id] <= 1 {
-			add("I9", "the refund hook ran twice for one payment", "payment %s: refund hook called %d times", id, n)
+		if was := len(prev.facts.calls[id]); len(cur.facts.calls[id]) > max(was, 1) {
+			cause, broken := judgeRepeat(cur.facts.calls[id])
+			_, brokenBefore := judgeRepeat(prev.facts.calls[id])
+			switch {
+			case broken != "" && brokenBefore == "":
+				add("I9", "the refund hook ran twice for one payment", "payment %s: refund hook called %d times: %s", id, n, broken)
+			case broken == "" && was <= 1:
+				add("I9", repeatByDesign, "payment %s: refund hook called %d times: %s", id, n, cause)
+			}
 		}
 		wasBoth := hist.paidAt[id] > 0 && prev.orders[k].Status == expiry.StatusPaid && prev.facts.refunds[id] > 0
 		if !honoured || n == 0 || wasBoth {
@@ -473,6 +489,111 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 		}
 	}
 	return fs, next
+}
+
+// I9's repeats. The refund hook runs once per payment id, except that a
+// call that stalls past the refund lease (cancel.Config.DiscrepancyLease,
+// the world's: the default) between the store's grant of the payment and
+// the hook lets another operation be granted it and call the hook too
+// (expiry/doc.go, I9; cancel.DiscrepancyStore). The ledger judges a repeat
+// by the outcomes the gates saw, never by the library's decisions: which
+// operation called the hook, which grant of the store it held (its
+// RecordDiscrepancy answered true, or its ClaimDiscrepancies listed the
+// payment), and the database's clock at the grant and at the call.
+
+// repeatByDesign is the class of a repeat excused by its own cause.
+const repeatByDesign = "the refund hook ran again for one payment after a call stalled past the refund lease"
+
+// refundLease is the world's cancel.Config.DiscrepancyLease (the default).
+const refundLease = cancel.DiscrepancyLeaseDefault
+
+// grant is a payment the discrepancy store gave an operation to refund.
+type grant struct {
+	at   time.Time // by the database's clock
+	step int       // the step it was granted in
+	n    int       // its place among the world's grants and calls (facts.events)
+}
+
+// hookCall is one call of the refund hook.
+type hookCall struct {
+	op   string    // the operation that made it ("" outside any)
+	step int       // the step it was made in
+	at   time.Time // by the database's clock
+	n    int       // its place among the world's grants and calls
+	held grant     // the grant the operation held for the payment…
+	has  bool      // …if it held one
+}
+
+// judgeRepeat judges the calls of the refund hook for one payment: each
+// repeat is excused (cause says by what) only when it shows its own cause:
+// every call was made under a grant of the store, and each grant after the
+// first came at least a lease after the one before it, while the operation
+// holding that one had not called the hook yet (it stalled past its lease:
+// the store rightly gave the payment to another). Otherwise broken says
+// which call or grant no stall explains: a call under no grant (the hook
+// called per callback), a grant within the lease of the one before, or a
+// grant after the one before was used (a payment refunded, then given out
+// again).
+func judgeRepeat(calls []hookCall) (cause, broken string) {
+	if len(calls) < 2 {
+		return "", ""
+	}
+	for _, c := range calls {
+		if !c.has {
+			return "", fmt.Sprintf("%s called the hook at step %d holding no grant of the payment (no RecordDiscrepancy of it answered true, no ClaimDiscrepancies listed it)", c.op, c.step)
+		}
+	}
+	byGrant := slices.SortedFunc(slices.Values(calls), func(a, b hookCall) int { return a.held.n - b.held.n })
+	var causes []string
+	for i := 1; i < len(byGrant); i++ {
+		p, c := byGrant[i-1], byGrant[i]
+		switch gap := c.held.at.Sub(p.held.at); {
+		case gap < refundLease:
+			return "", fmt.Sprintf("%s was granted the payment at step %d, %v after %s was (step %d): within the refund lease (%v)", c.op, c.held.step, gap, p.op, p.held.step, refundLease)
+		case p.n < c.held.n:
+			return "", fmt.Sprintf("%s was granted the payment at step %d after %s had called the hook under its grant (step %d)", c.op, c.held.step, p.op, p.step)
+		}
+		causes = append(causes, fmt.Sprintf("%s, granted the payment at step %d, stalled %v past it before its call at step %d; %s was granted it at step %d, the lease (%v) run out",
+			p.op, p.held.step, p.at.Sub(p.held.at), p.step, c.op, c.held.step, refundLease))
+	}
+	return strings.Join(causes, "; "), ""
+}
+
+// refundGrants summarises, per payment, what the I9 ledger needs of a
+// state to judge a later call of the hook (judgeRepeat), for the state
+// hash: the grants the stopped operations hold and those the calls were
+// made under, in the order they were given, each with its holder (the
+// stopped operation's kind, or "called"), whether a lease has run since,
+// and whether it came a lease after the grant before it.
+func refundGrants(parked map[int]*op, calls map[string][]hookCall, now time.Time) map[string]string {
+	type held struct {
+		who string
+		g   grant
+	}
+	per := map[string][]held{}
+	for _, o := range parked {
+		for id, g := range o.grants {
+			per[id] = append(per[id], held{fmt.Sprintf("k%d", o.kind), g})
+		}
+	}
+	for id, cs := range calls {
+		for _, c := range cs {
+			if c.has {
+				per[id] = append(per[id], held{"called", c.held})
+			}
+		}
+	}
+	out := map[string]string{}
+	for id, hs := range per {
+		slices.SortFunc(hs, func(a, b held) int { return a.g.n - b.g.n })
+		var b strings.Builder
+		for i, h := range hs {
+			after := i > 0 && h.g.at.Sub(hs[i-1].g.at) >= refundLease
+			fmt.Fprintf(&b, "%s/%v/%v,", h.who, now.Sub(h.g.at) >= refundLease, after)
+		}
+		out[id] = b.String()
+	}
+	return out
 }
 
 // judgeSettled checks what must hold once everything settled: SQL and the

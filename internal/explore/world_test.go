@@ -206,11 +206,16 @@ func hookKind(down bool) kind {
 type facts struct {
 	refunds map[string]int // payment → refund hook calls made
 	refStep map[string]int // payment → the step it was first refunded
-	reason  map[string]cancel.Reason
-	sent    map[string]bool
-	disc    map[string]*discFact
-	issued  map[string]bool // payment ids whose callback was made
-	acked   map[string]bool // …and answered: nil or ErrDiscrepancy
+	// calls is, per payment, every call of the refund hook with the grant
+	// its operation held (the I9 ledger judges a repeat by them); events
+	// numbers the grants and calls in the order they happened.
+	calls  map[string][]hookCall
+	events int
+	reason map[string]cancel.Reason
+	sent   map[string]bool
+	disc   map[string]*discFact
+	issued map[string]bool // payment ids whose callback was made
+	acked  map[string]bool // …and answered: nil or ErrDiscrepancy
 	// hooked is, per order key, the new status of every transition whose
 	// store hook (cancel.Hook, installed by installHooks) succeeded: the
 	// host's outbox as the hook wrote it.
@@ -259,7 +264,8 @@ func newWorld(p *pool, shared bool, b backend) (*world, error) {
 	w := &world{pool: p, clk: clk, backend: b, events: make(chan event), parked: map[int]*op{}, letGo: map[string]func(){}}
 	w.facts = facts{refunds: map[string]int{}, refStep: map[string]int{},
 		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{},
-		hooked: map[string][]expiry.Status{}, deleted: map[string]bool{}, held: map[string]bool{}, whole: map[int]int{}, roundFailed: map[string]time.Time{}}
+		hooked: map[string][]expiry.Status{}, deleted: map[string]bool{}, held: map[string]bool{}, whole: map[int]int{}, roundFailed: map[string]time.Time{},
+		calls: map[string][]hookCall{}}
 	rt := expiry.Runtime{Logger: slog.New(slog.DiscardHandler), Clock: clk}
 	ctx := context.Background()
 	stores, inserts, hosts, err := b.orders.open(clk, 2)
@@ -416,7 +422,9 @@ func (w *world) cancelled(t *tenant, no string, r cancel.Reason) {
 	w.facts.reason[key(t, no)] = r
 }
 
-func (w *world) refunded(t *tenant, id string) {
+// refunded records a call of tenant t's refund hook for payment id, made
+// by the operation o (nil: outside any), with the grant o held for it.
+func (w *world) refunded(o *op, t *tenant, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	id = payKey(t.n, id)
@@ -424,6 +432,30 @@ func (w *world) refunded(t *tenant, id string) {
 	if _, ok := w.facts.refStep[id]; !ok {
 		w.facts.refStep[id] = w.step
 	}
+	w.facts.events++
+	c := hookCall{step: w.step, at: w.clk.orderNow(), n: w.facts.events}
+	if o != nil {
+		c.op = o.name
+		c.held, c.has = o.grants[id]
+	}
+	w.facts.calls[id] = append(w.facts.calls[id], c)
+}
+
+// granted records that the discrepancy store gave operation o (nil:
+// outside any) tenant t's payment id to refund: its RecordDiscrepancy
+// answered true, or its ClaimDiscrepancies listed the payment. It is the
+// store's "tried now", on the database's clock.
+func (w *world) granted(o *op, t *tenant, id string) {
+	if o == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.facts.events++
+	if o.grants == nil {
+		o.grants = map[string]grant{}
+	}
+	o.grants[payKey(t.n, id)] = grant{at: w.clk.orderNow(), step: w.step, n: w.facts.events}
 }
 
 func (w *world) tried(t *tenant, id string) {
