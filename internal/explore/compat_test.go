@@ -79,13 +79,14 @@ func scopedSeats(s *memstore.Seats, scope string, now func() time.Time) *memstor
 	return memstore.NewSeats(now)
 }
 
-// lockID returns the LockID of a cancel.Hold, SeatLock or SeatState ("" if
-// the library's has none: before a release named the lock it judged),
-// wrapped in ⟨⟩ so that the state hash can rename lock ids canonically.
-func lockID(v any) string {
+// lockID returns the LockID of a cancel.Hold, SeatLock or SeatState of
+// show ("" if the library's has none: before a release named the lock it
+// judged), with its show (a lock is named by its show and its id), wrapped
+// in ⟨⟩ so that the state hash can rename lock ids canonically.
+func lockID(show string, v any) string {
 	f := reflect.ValueOf(v).FieldByName("LockID")
 	if !f.IsValid() || f.Kind() != reflect.String || f.String() == "" {
 		return ""
 	}
-	return "⟨" + f.String() + "⟩"
+	return "⟨" + show + " " + f.String() + "⟩"
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,27 +22,33 @@ var (
 	workersFlag = flag.Int("explore.workers", runtime.GOMAXPROCS(0), "how many sequences are replayed at once")
 )
 
-// explorer is a depth-first search over step sequences, each replayed from
-// a fresh world (stateless model checking), states deduplicated by hash.
-// Subtrees are explored in parallel by up to workers goroutines.
+// explorer is a breadth-first search over step sequences, each replayed
+// from a fresh world (stateless model checking), states deduplicated by
+// hash. It goes a layer at a time (every state first reached in k steps,
+// then in k+1), so that each state is expanded once, from the fewest steps
+// that reach it (with the most steps left); the states of a layer are
+// expanded in parallel by up to workers goroutines.
 type explorer struct {
 	pool    *pool
 	kinds   []kind
 	shared  bool
-	backend backend       // memory, but for replays (replay_test.go)
-	sem     chan struct{} // a token per extra worker
+	backend backend // memory, but for replays (replay_test.go)
+	workers int
+	// reduce leaves out the steps that reach no state the others do not
+	// (expand says which); off, every step is taken
+	// (TestReductionsKeepEveryState compares the two).
+	reduce bool
 
 	mu sync.Mutex
-	// visited holds, per state explored on, the most steps that were left
-	// when it was reached: reached again with more left (by a shorter
-	// sequence), it is explored again.
-	visited map[[16]byte]int
 	// settled holds every state reached (the distinct states) with the
 	// findings of its settle, so that a shorter sequence to the same
 	// state can claim them.
 	settled map[[16]byte][]record
-	best    map[string]record // finding class → its shortest sequence
-	err     error             // the first failure of the explorer itself
+	// queued holds the states queued for expansion: reached by a step that
+	// broke no ledger, with steps left.
+	queued map[[16]byte]bool
+	best   map[string]record // finding class → its shortest sequence
+	err    error             // the first failure of the explorer itself
 	// firsts, when not nil, collects the sequence that reached each
 	// distinct state first (run with one worker, they are the same on
 	// every run): the interleavings the replays take to the other backends.
@@ -63,7 +70,8 @@ type record struct {
 	kill bool // at settle: the stopped operations were killed (else resumed)
 }
 
-// node is a state reached by seq.
+// node is a state reached by seq. Its observation is only kept while it
+// is judged and expanded (a layer of a deep run holds many nodes).
 type node struct {
 	seq  []step
 	obs  *observation
@@ -71,9 +79,19 @@ type node struct {
 	fp   uint64
 }
 
+// stopped says whether n's last step stopped its operation (it is stopped
+// there now), and which kind it is.
+func (n *node) stopped() (int, bool) {
+	if len(n.seq) == 0 {
+		return -1, false
+	}
+	k := n.seq[len(n.seq)-1].kind
+	return k, n.obs.parkedKind(k)
+}
+
 func newExplorer(kinds []kind, shared bool, workers int) *explorer {
-	return &explorer{pool: newPool(), kinds: kinds, shared: shared, backend: memory, sem: make(chan struct{}, max(workers-1, 0)),
-		visited: map[[16]byte]int{}, settled: map[[16]byte][]record{}, best: map[string]record{}, byKind: map[int]int{}}
+	return &explorer{pool: newPool(), kinds: kinds, shared: shared, backend: memory, workers: max(workers, 1), reduce: true,
+		queued: map[[16]byte]bool{}, settled: map[[16]byte][]record{}, best: map[string]record{}, byKind: map[int]int{}}
 }
 
 // world returns a fresh world; wireTenants has built one of this wiring
@@ -89,12 +107,16 @@ func (x *explorer) world() *world {
 
 // replay builds a fresh world and runs n's sequence in it, checking that it
 // makes the very calls it made the first time (the replay is
-// deterministic). It returns nil after a failure.
+// deterministic). It returns nil after a failure. The operations of the
+// steps that run to completion do not stop at their gates (world.fast):
+// only the last step of a sequence is judged, and it is run apart.
 func (x *explorer) replay(n *node) *world {
 	w := x.world()
+	w.fast = true
 	for _, s := range n.seq {
 		w.run(x.kinds, s)
 	}
+	w.fast = false
 	if w.fp != n.fp {
 		w.finish(killAll)
 		x.fail(fmt.Errorf("a replay of\n%smade other calls than before: the world is not deterministic", x.describe(n.seq)))
@@ -118,45 +140,107 @@ func (x *explorer) fail(err error) {
 	}
 }
 
-// run explores every sequence of up to depth steps from the empty world.
+func (x *explorer) failed() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.err != nil
+}
+
+// run explores every sequence of up to depth steps from the empty world,
+// a layer at a time.
 func (x *explorer) run(depth int) {
 	w := x.world()
 	root := &node{obs: w.observe(), hist: history{}.clone(), fp: w.fp}
 	h := root.obs.hash(root.hist)
-	x.visited[h] = depth
+	x.queued[h] = true
 	x.settled[h] = nil
 	x.settleAll(w, root, h, depth)
-	x.explore(root, depth)
+	layer := []*node{root}
+	for left := depth; left > 0 && len(layer) > 0 && !x.failed(); left-- {
+		layer = x.layer(layer, left)
+	}
 }
 
-// explore tries every step from n: each enabled kind run to completion,
+// layer expands every state of a layer, with left steps left, on up to
+// x.workers goroutines, and returns the states the next layer expands.
+func (x *explorer) layer(nodes []*node, left int) []*node {
+	var (
+		mu   sync.Mutex
+		next []*node
+		i    atomic.Int64
+		wg   sync.WaitGroup
+	)
+	add := func(c *node) {
+		c.obs = nil // observed again when it is expanded
+		mu.Lock()
+		defer mu.Unlock()
+		next = append(next, c)
+	}
+	for range x.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				j := int(i.Add(1)) - 1
+				if j >= len(nodes) || x.failed() {
+					return
+				}
+				x.expand(nodes[j], left, add)
+				nodes[j] = nil
+			}
+		}()
+	}
+	wg.Wait()
+	return next
+}
+
+// expand tries every step from n: each enabled kind run to completion,
 // then stopped before each of the gated calls that run met, and for
-// reconcile rounds each of its seat-store writes failing. Each new state is
-// explored on, in this goroutine or, when a worker is free, in another.
-func (x *explorer) explore(n *node, left int) {
-	var wg sync.WaitGroup
+// reconcile rounds each of its seat-store writes failing. Each new state
+// with steps left is handed to add.
+//
+// With x.reduce, it leaves out the steps that reach no state another
+// step does not reach in as few steps:
+//   - resuming the operation the last step stopped: the two steps are
+//     one step of that operation stopped later (or run to completion, or
+//     with a later call failing) from the state before, which that state's
+//     expansion took; nothing ran between them, not even the clock.
+func (x *explorer) expand(n *node, left int, add func(*node)) {
 	on := func(c *node) {
-		if c == nil || left <= 1 {
-			return
-		}
-		select {
-		case x.sem <- struct{}{}:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-x.sem }()
-				x.explore(c, left-1)
-			}()
-		default:
-			x.explore(c, left-1)
+		if c != nil {
+			add(c)
 		}
 	}
+	// The first step is taken in the world that observes n.
+	var w *world
+	if n.obs == nil {
+		if w = x.replay(n); w == nil {
+			return
+		}
+		n.obs = w.observe()
+	}
+	child := func(s step) (*node, *stepLog) {
+		if w != nil {
+			defer func() { w = nil }()
+			return x.childIn(w, n, s, left)
+		}
+		return x.child(n, s, left)
+	}
+	defer func() {
+		if w != nil {
+			w.finish(killAll)
+		}
+	}()
+	last, lastStopped := n.stopped()
 	for i, k := range x.kinds {
 		parked := n.obs.parkedKind(i)
 		if !parked && (!k.enabled(n.obs) || k.twin >= 0 && !n.obs.parkedKind(k.twin)) {
 			continue
 		}
-		c, log := x.child(n, complete(i), left)
+		if x.reduce && lastStopped && i == last {
+			continue
+		}
+		c, log := child(complete(i))
 		on(c)
 		if k.clock != nil || log == nil {
 			continue
@@ -166,19 +250,18 @@ func (x *explorer) explore(n *node, left int) {
 			first = 0
 		}
 		for stop := first; stop < len(log.gates); stop++ {
-			c, _ := x.child(n, step{kind: i, stop: stop, fail: -1}, left)
+			c, _ := child(step{kind: i, stop: stop, fail: -1})
 			on(c)
 		}
 		if k.faults {
 			for g, at := range log.gates {
 				if isSeatWrite(at) {
-					c, _ := x.child(n, step{kind: i, stop: -1, fail: g}, left)
+					c, _ := child(step{kind: i, stop: -1, fail: g})
 					on(c)
 				}
 			}
 		}
 	}
-	wg.Wait()
 }
 
 func isSeatWrite(at string) bool {
@@ -191,14 +274,19 @@ func isSeatWrite(at string) bool {
 }
 
 // child replays n's sequence plus s and judges the step. It returns the
-// state reached when it is to be explored on: new, or reached with more
-// steps left than before, by a step that broke no ledger (a sequence that
-// broke one is reported, not extended).
+// state reached when it is to be expanded: new, by a step that broke no
+// ledger (a sequence that broke one is reported, not extended), with steps
+// left after this one.
 func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
 	w := x.replay(n)
 	if w == nil {
 		return nil, nil
 	}
+	return x.childIn(w, n, s, left)
+}
+
+// childIn is child in w, a world in n's state, which it consumes.
+func (x *explorer) childIn(w *world, n *node, s step, left int) (*node, *stepLog) {
 	log := w.run(x.kinds, s)
 	obs := w.observe()
 	fs, hist := judge(n.obs, n.hist, obs, len(n.seq)+1)
@@ -233,10 +321,9 @@ func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
 			x.firsts = append(x.firsts, seq)
 		}
 	}
-	was, seen := x.visited[h]
-	explore := len(fs) == 0 && (!seen || was < left-1)
-	if explore {
-		x.visited[h] = left - 1
+	expand := len(fs) == 0 && !x.queued[h] && left > 1
+	if expand {
+		x.queued[h] = true
 	}
 	x.mu.Unlock()
 
@@ -245,7 +332,7 @@ func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
 	} else {
 		w.finish(killAll)
 	}
-	if !explore {
+	if !expand {
 		return nil, &log
 	}
 	return c, &log
@@ -449,7 +536,17 @@ func TestExplore(t *testing.T) {
 			x := newExplorer(sc.kinds(), shared, *workersFlag)
 			defer x.pool.close()
 			start := time.Now()
+			if os.Getenv("EXP_DUMP") != "" {
+				x.firsts = [][]step{}
+			}
 			x.run(*depthFlag)
+			if d := os.Getenv("EXP_DUMP"); d != "" {
+				f, _ := os.Create(d + "." + strings.ReplaceAll(sc.name, " ", "_"))
+				for _, seq := range x.firsts {
+					fmt.Fprintf(f, "%v\n", seq)
+				}
+				f.Close()
+			}
 			require.NoError(t, x.err)
 			out := x.report(sc.name, *depthFlag, time.Since(start))
 			t.Log(out)

@@ -66,6 +66,9 @@ type op struct {
 	at   string
 	dead bool
 	auto bool // run to completion without stopping (settle)
+	// free: run to completion without stopping, in a replay's step
+	// (world.fast); unlike auto, the operation is the step's.
+	free bool
 	// atomic is set while the operation is inside ReinstateCancelled.
 	atomic bool
 	// active is set by a reconcile round that did something.
@@ -127,7 +130,7 @@ func (w *world) do(ctx context.Context, name, args string, gated bool, exec func
 // do: nil to make the call, errKilled (o dies) or errInjected (the call
 // fails) not to. Operations running to completion (auto) do not stop.
 func (w *world) stop(o *op, at string) error {
-	if o.auto {
+	if o.auto || o.free {
 		return nil
 	}
 	w.events <- event{op: o, at: at}
@@ -169,7 +172,7 @@ func errSummary(err error) string {
 }
 
 func holdArgs(h cancel.Hold) string {
-	return h.OrderNo + " " + h.ShowID + ":" + strings.Join(h.Seats, ",") + lockID(h)
+	return h.OrderNo + " " + h.ShowID + ":" + strings.Join(h.Seats, ",") + lockID(h.ShowID, h)
 }
 
 func resultSummary(r cancel.Result) string {
@@ -500,7 +503,7 @@ func (s *gatedSeats) ScanLocks(ctx context.Context, cursor string, count int) ([
 		locks, next, err = s.seatStore.ScanLocks(ctx, cursor, count)
 		var parts []string
 		for _, l := range locks {
-			parts = append(parts, l.ShowID+":"+l.SeatID+"="+l.OrderNo+lockID(l)+"/"+s.w.bucket(l.Age, reconcile.GraceDefault))
+			parts = append(parts, l.ShowID+":"+l.SeatID+"="+l.OrderNo+lockID(l.ShowID, l)+"/"+s.w.bucket(l.Age, reconcile.GraceDefault))
 		}
 		return strings.Join(parts, ","), err
 	})

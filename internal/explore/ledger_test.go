@@ -8,6 +8,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,9 @@ type parkedView struct {
 // with the facts the gates recorded.
 type observation struct {
 	now time.Time // the fake clock's
+	// dbNow is the database's clock (the order stores'): the refund
+	// lease is measured on it.
+	dbNow time.Time
 	// seatNow is the seat store's clock (the fake one on memstore): lock
 	// ages are measured on it.
 	seatNow time.Time
@@ -96,7 +100,7 @@ func (w *world) observe() *observation {
 	now := w.clk.Now()
 	seatNow, err := w.seatNow(ctx)
 	w.readErr("the seat store's clock", err)
-	s := &observation{now: now, seatNow: seatNow, orders: map[string]orderView{}, seats: map[string]map[string]cancel.SeatState{}, held: map[string]int{}}
+	s := &observation{now: now, dbNow: w.clk.orderNow(), seatNow: seatNow, orders: map[string]orderView{}, seats: map[string]map[string]cancel.SeatState{}, held: map[string]int{}}
 	for _, t := range w.tenants {
 		for _, no := range orderNos[t.n-1] {
 			o, err := t.store.Order(ctx, no)
@@ -139,11 +143,11 @@ func (w *world) observe() *observation {
 	s.hooks, s.hookDown = w.hooks, w.hookDown
 	w.mu.Unlock()
 	for _, d := range s.facts.disc {
-		if !d.settled && now.Sub(d.tried) < cancel.DiscrepancyLeaseDefault {
+		if !d.settled && s.dbNow.Sub(d.tried) < cancel.DiscrepancyLeaseDefault {
 			s.young = true
 		}
 	}
-	s.grants = refundGrants(w.parked, s.facts.calls, w.clk.orderNow())
+	s.grants = refundGrants(w.parked, s.facts.calls, s.dbNow)
 	for _, id := range slices.Sorted(maps.Keys(w.parked)) {
 		o := w.parked[id]
 		var tr []string
@@ -242,7 +246,7 @@ func (s *observation) hash(h history) [16]byte {
 			if st.Status == cancel.SeatLocked {
 				age = bucket(s.seatNow.Sub(st.LockedAt), reconcile.GraceDefault)
 			}
-			fmt.Fprintf(&b, "s %s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, lockID(st), age)
+			fmt.Fprintf(&b, "s %s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, lockID(show, st), age)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.held)) {
@@ -255,7 +259,7 @@ func (s *observation) hash(h history) [16]byte {
 		d := s.facts.disc[id]
 		lease := "-"
 		if d != nil {
-			lease = fmt.Sprintf("%v %s", d.settled, bucket(s.now.Sub(d.tried), cancel.DiscrepancyLeaseDefault))
+			lease = fmt.Sprintf("%v %s", d.settled, bucket(s.dbNow.Sub(d.tried), cancel.DiscrepancyLeaseDefault))
 		}
 		paid, refunded := h.paidAt[id], s.facts.refStep[id]
 		fmt.Fprintf(&b, "p %s %d %v %v %s %v %v %s;", id, min(s.facts.refunds[id], 2), s.facts.issued[id], s.facts.acked[id], lease,
@@ -295,29 +299,26 @@ func (s *observation) hash(h history) [16]byte {
 var lockIDs = regexp.MustCompile(`⟨[^⟩]*⟩`)
 
 // canonicalLockIDs renames the lock ids in text (the seat store's, which
-// carry its clock) by their rank, so that states alike but for when their
-// locks were taken hash alike, while the stopped operations that read a
-// lock still tell whether it is the seat's current one.
+// carry its clock and a counter) in the order they first appear in it,
+// so that states alike but for the names of their locks hash alike (a
+// symmetry: the library only ever compares two ids of one show for
+// equality), while the stopped operations that read a lock still tell
+// whether it is the seat's current one. Ranking the ids by value instead
+// told apart states that differ only in the order two locks were taken
+// (or in a lock of another show bearing the same id by chance).
 func canonicalLockIDs(text string) string {
-	ids := lockIDs.FindAllString(text, -1)
-	if len(ids) == 0 {
+	if !strings.Contains(text, "⟨") {
 		return text
 	}
-	slices.SortFunc(ids, func(a, b string) int { return lockIDOrder(a, b) })
-	ids = slices.Compact(ids)
+	seen := map[string]int{}
 	return lockIDs.ReplaceAllStringFunc(text, func(id string) string {
-		i, _ := slices.BinarySearchFunc(ids, id, lockIDOrder)
-		return fmt.Sprintf("⟨%d⟩", i)
+		i, ok := seen[id]
+		if !ok {
+			i = len(seen)
+			seen[id] = i
+		}
+		return "⟨" + strconv.Itoa(i) + "⟩"
 	})
-}
-
-// lockIDOrder orders lock ids by length, then text: memstore's and
-// redisseat's ids grow with the clock and a counter.
-func lockIDOrder(a, b string) int {
-	if len(a) != len(b) {
-		return len(a) - len(b)
-	}
-	return strings.Compare(a, b)
 }
 
 // judge checks one observation, made after step, against the one before it

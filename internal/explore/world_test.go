@@ -136,6 +136,9 @@ type world struct {
 	parked              map[int]*op
 	running             *op // the operation being driven (at most one runs at a time)
 	step                int // the step being run, for findings
+	// fast: the steps run now replay a sequence (explorer.replay), whose
+	// operations need not stop at the gates they pass (op.free).
+	fast bool
 
 	mu    sync.Mutex
 	facts facts
@@ -236,7 +239,7 @@ type facts struct {
 
 type discFact struct {
 	settled bool
-	tried   time.Time
+	tried   time.Time // by the database's clock, as the store's lease
 }
 
 // finding is one ledger violation: class groups findings for the report
@@ -467,7 +470,7 @@ func (w *world) tried(t *tenant, id string) {
 		d = &discFact{}
 		w.facts.disc[id] = d
 	}
-	d.tried = w.clk.Now()
+	d.tried = w.clk.orderNow() // the store's "tried now": the database's clock
 }
 
 func (w *world) settled(t *tenant, id string) {

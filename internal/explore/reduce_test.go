@@ -1,0 +1,53 @@
+package explore
+
+import (
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var reduceDepthFlag = flag.Int("reduce.depth", 5, "the depth at which TestReductionsKeepEveryState compares the reduced exploration with the full one")
+
+// TestReductionsKeepEveryState explores every scenario to -reduce.depth
+// twice, with the explorer's reductions (explorer.reduce: the steps
+// expand leaves out) and without, and requires the same distinct states
+// (every one settled and judged) and the same classes of finding: the
+// steps left out reach nothing the others do not. It prints how many
+// sequences the reductions saved.
+func TestReductionsKeepEveryState(t *testing.T) {
+	t.Parallel()
+	shared := wireTenants(t)
+	depth := min(*reduceDepthFlag, *depthFlag)
+	for _, sc := range scenarios {
+		t.Run(strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
+			run := func(reduce bool) *explorer {
+				x := newExplorer(sc.kinds(), shared, *workersFlag)
+				defer x.pool.close()
+				x.reduce = reduce
+				x.run(depth)
+				require.NoError(t, x.err)
+				return x
+			}
+			full, reduced := run(false), run(true)
+			var missing []string
+			for h := range full.settled {
+				if _, ok := reduced.settled[h]; !ok {
+					missing = append(missing, fmt.Sprintf("%x", h))
+				}
+			}
+			require.Empty(t, missing, "states the full exploration reaches and the reduced one does not (of %d)", len(full.settled))
+			require.Len(t, reduced.settled, len(full.settled), "the reduced exploration reached states the full one does not")
+			require.Equal(t, slices.Sorted(maps.Keys(full.best)), slices.Sorted(maps.Keys(reduced.best)), "classes of finding")
+			out := fmt.Sprintf("reductions %q at depth %d: %d distinct states either way, %d sequences explored reduced, %d full (%.0f%%)\n",
+				sc.name, depth, len(full.settled), reduced.sequences, full.sequences, 100*float64(reduced.sequences)/float64(full.sequences))
+			t.Log(out)
+			fmt.Fprint(os.Stdout, out)
+		})
+	}
+}
