@@ -40,7 +40,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 		return stepLog{result: "ok"}
 	}
 	if k.clock != nil {
-		d := k.clock(w.observe())
+		d := k.clock(w.observeOrders())
 		w.advance(d)
 		return stepLog{result: "+" + d.String()}
 	}

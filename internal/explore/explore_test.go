@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,16 +48,22 @@ type explorer struct {
 	// queued holds the states queued for expansion: reached by a step that
 	// broke no ledger, with steps left.
 	queued map[[16]byte]bool
-	best   map[string]record // finding class → its shortest sequence
-	err    error             // the first failure of the explorer itself
+	// dead holds, per dead state (observation.deadHash), the findings of
+	// its killed settle (see settleAll).
+	dead map[[16]byte][]finding
+	best map[string]record // finding class → its shortest sequence
+	err  error             // the first failure of the explorer itself
 	// firsts, when not nil, collects the sequence that reached each
 	// distinct state first (run with one worker, they are the same on
 	// every run): the interleavings the replays take to the other backends.
 	firsts [][]step
 
 	// violations count the sequences and settles breaking a ledger, and
-	// repeats those whose every finding is there by design (byDesign).
-	sequences, steps, settles, violations, repeats int
+	// repeats those whose every finding is there by design (byDesign);
+	// asleep counts the steps left out asleep (expand), reused the
+	// killed settles taken from a state alike once its stopped operations
+	// are dead (settleAll).
+	sequences, steps, settles, violations, repeats, asleep, reused int
 	// byKind counts the sequences explored by the kind of their last step,
 	// so that the report shows every kind taken.
 	byKind map[int]int
@@ -77,6 +84,8 @@ type node struct {
 	obs  *observation
 	hist history
 	fp   uint64
+	// sleep are the steps its expansion leaves out (see expand).
+	sleep map[step]slept
 }
 
 // stopped says whether n's last step stopped its operation (it is stopped
@@ -91,13 +100,13 @@ func (n *node) stopped() (int, bool) {
 
 func newExplorer(kinds []kind, shared bool, workers int) *explorer {
 	return &explorer{pool: newPool(), kinds: kinds, shared: shared, backend: memory, workers: max(workers, 1), reduce: true,
-		queued: map[[16]byte]bool{}, settled: map[[16]byte][]record{}, best: map[string]record{}, byKind: map[int]int{}}
+		queued: map[[16]byte]bool{}, dead: map[[16]byte][]finding{}, settled: map[[16]byte][]record{}, best: map[string]record{}, byKind: map[int]int{}}
 }
 
 // world returns a fresh world; wireTenants has built one of this wiring
 // already, so an error here is the explorer's own.
 func (x *explorer) world() *world {
-	w, err := newWorld(x.pool, x.shared, x.backend)
+	w, err := newWorld(x.pool, x.shared, x.backend, x.kinds)
 	if err != nil {
 		panic(err)
 	}
@@ -204,13 +213,22 @@ func (x *explorer) layer(nodes []*node, left int) []*node {
 //   - resuming the operation the last step stopped: the two steps are
 //     one step of that operation stopped later (or run to completion, or
 //     with a later call failing) from the state before, which that state's
-//     expansion took; nothing ran between them, not even the clock.
+//     expansion took; nothing ran between them, not even the clock. Its
+//     resumption is asleep in the state the stop reaches (anyOf), with
+//     what its run to completion touched, and stays asleep after the steps
+//     that are independent of it, as below: resumed after them, it
+//     reaches what those steps taken before or after its one longer step
+//     reach.
+//   - the steps asleep in n (n.sleep: partial-order reduction, see
+//     por_test.go): a step u taken from a state before n, in which the
+//     steps from there to n touch nothing u writes nor write anything u
+//     touches (their footprints do not conflict), and which was either
+//     taken there before the step toward n, or asleep there too. Taken
+//     from n, u would reach the state that u then those steps reach, which
+//     the search reaches that way round; so it is left out, and carried on
+//     to the states after n for as long as the steps stay independent of it
+//     (the sleep sets of Godefroid's partial-order methods).
 func (x *explorer) expand(n *node, left int, add func(*node)) {
-	on := func(c *node) {
-		if c != nil {
-			add(c)
-		}
-	}
 	// The first step is taken in the world that observes n.
 	var w *world
 	if n.obs == nil {
@@ -219,50 +237,125 @@ func (x *explorer) expand(n *node, left int, add func(*node)) {
 		}
 		n.obs = w.observe()
 	}
-	child := func(s step) (*node, *stepLog) {
-		if w != nil {
-			defer func() { w = nil }()
-			return x.childIn(w, n, s, left)
-		}
-		return x.child(n, s, left)
-	}
 	defer func() {
 		if w != nil {
 			w.finish(killAll)
 		}
 	}()
+	// taken are the steps taken from n so far, each with what it touched:
+	// the steps taken after one that is independent of it leave it asleep.
+	var taken []sleeper
+	// try takes s from n, unless it is asleep; it returns the gated calls a
+	// run to completion met (where it was taken), for its stops.
+	// stopRest is what the run to completion of the kind being tried
+	// touched: a step that stops that operation leaves its resumption
+	// asleep, with that footprint (it covers every way on).
+	var stopRest footprint
+	try := func(s step) *slept {
+		if x.reduce {
+			if e, ok := n.sleep[s]; ok {
+				x.count(func() { x.asleep++ })
+				return &e
+			}
+		}
+		var (
+			c     *node
+			log   *stepLog
+			fp    footprint
+			clean bool
+		)
+		if w != nil {
+			c, log, fp, clean = x.childIn(w, n, s, left)
+			w = nil
+		} else {
+			c, log, fp, clean = x.child(n, s, left)
+		}
+		if log == nil {
+			return nil
+		}
+		e := slept{fp: fp}
+		if s.stop < 0 && s.fail < 0 {
+			e.gates, e.readsFirst = log.gates, log.readsFirst
+		}
+		if c != nil {
+			if x.reduce {
+				c.sleep = map[step]slept{}
+				for u, ue := range n.sleep {
+					if !ue.fp.conflicts(fp) {
+						c.sleep[u] = ue
+					}
+				}
+				for _, u := range taken {
+					if !u.fp.conflicts(fp) {
+						c.sleep[u.s] = u.slept
+					}
+				}
+				if s.stop >= 0 && stopRest != nil {
+					c.sleep[anyOf(s.kind)] = slept{fp: stopRest}
+				}
+			}
+			add(c)
+		}
+		// A step that broke a ledger is not extended: what the steps after
+		// it would reach, it does not, so it puts no step to sleep.
+		if clean {
+			taken = append(taken, sleeper{s, e})
+		}
+		return &e
+	}
 	last, lastStopped := n.stopped()
 	for i, k := range x.kinds {
 		parked := n.obs.parkedKind(i)
 		if !parked && (!k.enabled(n.obs) || k.twin >= 0 && !n.obs.parkedKind(k.twin)) {
 			continue
 		}
-		if x.reduce && lastStopped && i == last {
+		if x.reduce {
+			if _, ok := n.sleep[anyOf(i)]; ok || lastStopped && i == last {
+				x.count(func() { x.asleep++ })
+				continue
+			}
+		}
+		stopRest = nil
+		run := try(complete(i))
+		if k.clock != nil || run == nil {
 			continue
 		}
-		c, log := child(complete(i))
-		on(c)
-		if k.clock != nil || log == nil {
-			continue
-		}
+		stopRest = run.fp
 		first := 1
-		if !parked && log.readsFirst {
+		if !parked && run.readsFirst {
 			first = 0
 		}
-		for stop := first; stop < len(log.gates); stop++ {
-			c, _ := child(step{kind: i, stop: stop, fail: -1})
-			on(c)
+		for stop := first; stop < len(run.gates); stop++ {
+			try(step{kind: i, stop: stop, fail: -1})
 		}
 		if k.faults {
-			for g, at := range log.gates {
+			for g, at := range run.gates {
 				if isSeatWrite(at) {
-					c, _ := child(step{kind: i, stop: -1, fail: g})
-					on(c)
+					try(step{kind: i, stop: -1, fail: g})
 				}
 			}
 		}
 	}
 }
+
+// slept is what a step taken from a state touched (its footprint), and
+// for a run to completion the gated calls it met (and whether it read
+// before the first): a state it is asleep in takes its stops and failures
+// from them.
+type slept struct {
+	fp         footprint
+	gates      []string
+	readsFirst bool
+}
+
+type sleeper struct {
+	s step
+	slept
+}
+
+// anyOf is the key of n.sleep that leaves out every step of kind k (its
+// stopped operation's resumption).
+func anyOf(k int) step { return step{kind: k, stop: -2, fail: -2} }
 
 func isSeatWrite(at string) bool {
 	name, _, _ := strings.Cut(at, "(")
@@ -276,18 +369,22 @@ func isSeatWrite(at string) bool {
 // child replays n's sequence plus s and judges the step. It returns the
 // state reached when it is to be expanded: new, by a step that broke no
 // ledger (a sequence that broke one is reported, not extended), with steps
-// left after this one.
-func (x *explorer) child(n *node, s step, left int) (*node, *stepLog) {
+// left after this one; and childIn's other answers.
+func (x *explorer) child(n *node, s step, left int) (*node, *stepLog, footprint, bool) {
 	w := x.replay(n)
 	if w == nil {
-		return nil, nil
+		return nil, nil, nil, false
 	}
 	return x.childIn(w, n, s, left)
 }
 
-// childIn is child in w, a world in n's state, which it consumes.
-func (x *explorer) childIn(w *world, n *node, s step, left int) (*node, *stepLog) {
+// childIn is child in w, a world in n's state, which it consumes. It also
+// returns what the step touched (its footprint), and whether it broke no
+// ledger.
+func (x *explorer) childIn(w *world, n *node, s step, left int) (*node, *stepLog, footprint, bool) {
+	now, dbNow := w.clk.Now(), w.clk.orderNow()
 	log := w.run(x.kinds, s)
+	fp := w.footprint(x.kinds, s.kind, log, !w.clk.Now().Equal(now) || !w.clk.orderNow().Equal(dbNow))
 	obs := w.observe()
 	fs, hist := judge(n.obs, n.hist, obs, len(n.seq)+1)
 	for _, f := range w.facts.findings {
@@ -333,9 +430,9 @@ func (x *explorer) childIn(w *world, n *node, s step, left int) (*node, *stepLog
 		w.finish(killAll)
 	}
 	if !expand {
-		return nil, &log
+		return nil, &log, fp, len(fs) == 0
 	}
-	return c, &log
+	return c, &log, fp, true
 }
 
 // settleAll settles n's state and judges the result: with every stopped
@@ -345,10 +442,39 @@ func (x *explorer) childIn(w *world, n *node, s step, left int) (*node, *stepLog
 // state with steps left for each stopped operation is the killed settle of
 // the state those steps reach, and is not run twice; nor are mixes (some
 // resumed, the others killed) anywhere: they are steps, then kills.
+//
+// A crash leaves what the stores hold: the killed settle of a state is
+// the settle of what it shows once its stopped operations are gone (dead
+// is that state's hash), and states alike but for their stopped
+// operations share it. With x.reduce, a state whose dead state was
+// settled before takes that settle's findings, and w, not needed for it,
+// serves the resumed settle instead of a replay.
 func (x *explorer) settleAll(w *world, n *node, h [16]byte, left int) {
 	p := len(n.obs.parked)
-	x.settleOne(w, n, h, true)
-	if p > 0 && left < p {
+	resume := p > 0 && left < p
+	dead := n.obs.deadHash(n.hist)
+	if x.reduce && p > 0 {
+		x.mu.Lock()
+		fs, ok := x.dead[dead]
+		if ok {
+			x.reused++
+			x.judged(fs, n, h, true)
+		}
+		x.mu.Unlock()
+		if ok {
+			if resume {
+				x.settleOne(w, n, h, false)
+			} else {
+				w.finish(killAll)
+			}
+			return
+		}
+	}
+	fs := x.settleOne(w, n, h, true)
+	x.mu.Lock()
+	x.dead[dead] = fs
+	x.mu.Unlock()
+	if resume {
 		if w := x.replay(n); w != nil {
 			x.settleOne(w, n, h, false)
 		}
@@ -356,8 +482,8 @@ func (x *explorer) settleAll(w *world, n *node, h [16]byte, left int) {
 }
 
 // settleOne settles w (in n's state), killing its stopped operations or
-// resuming them, and judges it.
-func (x *explorer) settleOne(w *world, n *node, h [16]byte, kill bool) {
+// resuming them, and judges it. It returns the findings.
+func (x *explorer) settleOne(w *world, n *node, h [16]byte, kill bool) []finding {
 	w.settle(x.kinds, kill)
 	obs := w.observe()
 	fs, _ := judge(n.obs, n.hist, obs, len(n.seq)+1)
@@ -370,6 +496,13 @@ func (x *explorer) settleOne(w *world, n *node, h [16]byte, kill bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.settles++
+	x.judged(fs, n, h, kill)
+	return fs
+}
+
+// judged counts and keeps the findings fs of a settle of n's state (h),
+// its stopped operations killed or resumed (x.mu held).
+func (x *explorer) judged(fs []finding, n *node, h [16]byte, kill bool) {
 	x.tally(fs)
 	for _, f := range fs {
 		if !strings.Contains(f.class, "after settle") {
@@ -453,6 +586,7 @@ func (x *explorer) report(name string, depth int, took time.Duration) string {
 	fmt.Fprintf(&b, "explore %q: depth %d, %d kinds of step, tenants on one seat store: %v\n", name, depth, len(x.kinds), x.shared)
 	fmt.Fprintf(&b, "explore %q: %d sequences explored, %d distinct states, %d steps run (replays included), %d settles, %d violations (sequences or settles breaking a ledger), %d with the refund hook repeated after a call stalled past the lease (by design, the stall shown), %d classes of finding, %v\n",
 		name, x.sequences, len(x.settled), x.steps, x.settles, x.violations, x.repeats, len(x.best), took.Round(time.Millisecond))
+	fmt.Fprintf(&b, "explore %q: reductions: %d steps left out asleep (partial order), %d killed settles taken from a state alike but for its stopped operations\n", name, x.asleep, x.reused)
 	var kinds []string
 	for i, k := range x.kinds {
 		kinds = append(kinds, fmt.Sprintf("%s: %d", k.name, x.byKind[i]))
@@ -528,8 +662,14 @@ func byDesign(class string) string {
 // shortest sequence of each class of finding.
 func TestExplore(t *testing.T) {
 	t.Parallel() // beside the replays, which wait on the servers
+	// Each replay builds a world and drops it: the exploration makes much
+	// short-lived garbage on a small live heap (tens of MB). Collecting at
+	// 5x the live heap instead of 2x took a quarter of its CPU time away;
+	// the memory limit keeps a deep run's heap bounded all the same.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1 << 30))
 	shared := wireTenants(t)
-	var total struct{ sequences, states, steps, settles, violations, repeats, classes int }
+	var total struct{ sequences, states, steps, settles, violations, repeats, classes, asleep, reused int }
 	start := time.Now()
 	for _, sc := range scenarios {
 		t.Run(strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
@@ -558,6 +698,8 @@ func TestExplore(t *testing.T) {
 			total.violations += x.violations
 			total.repeats += x.repeats
 			total.classes += len(x.best)
+			total.asleep += x.asleep
+			total.reused += x.reused
 			var unknown []string
 			for _, c := range slices.Sorted(maps.Keys(x.best)) {
 				if why := byDesign(c); why != "" {
@@ -569,8 +711,8 @@ func TestExplore(t *testing.T) {
 			require.Empty(t, unknown, "the outcome ledgers found violations; see the sequences above")
 		})
 	}
-	out := fmt.Sprintf("explore, all scenarios at depth %d: %d sequences explored, %d distinct states, %d steps run, %d settles, %d violations, %d with the refund hook repeated after a call stalled past the lease (by design, the stall shown), %d classes of finding, %v\n",
-		*depthFlag, total.sequences, total.states, total.steps, total.settles, total.violations, total.repeats, total.classes, time.Since(start).Round(time.Millisecond))
+	out := fmt.Sprintf("explore, all scenarios at depth %d: %d sequences explored, %d distinct states, %d steps run, %d settles, %d violations, %d with the refund hook repeated after a call stalled past the lease (by design, the stall shown), %d classes of finding, %d steps asleep, %d killed settles reused, %v\n",
+		*depthFlag, total.sequences, total.states, total.steps, total.settles, total.violations, total.repeats, total.classes, total.asleep, total.reused, time.Since(start).Round(time.Millisecond))
 	t.Log(out)
 	fmt.Fprint(os.Stdout, out)
 }
@@ -580,7 +722,7 @@ func TestExplore(t *testing.T) {
 // at startup (a scope check), the test shows the refusal and wires each
 // tenant on its own scope of the seat store.
 func wireTenants(t *testing.T) bool {
-	_, err := newWorld(nil, true, memory)
+	_, err := newWorld(nil, true, memory, nil)
 	if err == nil {
 		t.Log("explore: both tenants wired on one seat store (the library accepted it)")
 		return true
@@ -588,7 +730,7 @@ func wireTenants(t *testing.T) bool {
 	msg := fmt.Sprintf("explore: the library refused two tenants on one seat store at startup (so each tenant gets its own scope of it): %v\n", err)
 	t.Log(msg)
 	fmt.Fprint(os.Stdout, msg)
-	_, err = newWorld(nil, false, memory)
+	_, err = newWorld(nil, false, memory, nil)
 	require.NoError(t, err, "each tenant on its own scope of the seat store")
 	return false
 }

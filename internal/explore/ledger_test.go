@@ -1,12 +1,12 @@
 package explore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,7 +71,7 @@ type observation struct {
 }
 
 func (s *observation) order(tn int, no string) orderView {
-	return s.orders[fmt.Sprintf("t%d/%s", tn, no)]
+	return s.orders["t"+strconv.Itoa(tn)+"/"+no]
 }
 
 func (s *observation) parkedKind(k int) bool {
@@ -102,6 +102,9 @@ func (w *world) observe() *observation {
 	w.readErr("the seat store's clock", err)
 	s := &observation{now: now, dbNow: w.clk.orderNow(), seatNow: seatNow, orders: map[string]orderView{}, seats: map[string]map[string]cancel.SeatState{}, held: map[string]int{}}
 	for _, t := range w.tenants {
+		if t.idle {
+			continue
+		}
 		for _, no := range orderNos[t.n-1] {
 			o, err := t.store.Order(ctx, no)
 			if !errors.Is(err, expiry.ErrNotFound) {
@@ -164,6 +167,30 @@ func (w *world) observe() *observation {
 	return s
 }
 
+// observeOrders is the part of observe a clock step needs: the orders,
+// with their remaining times.
+func (w *world) observeOrders() *observation {
+	ctx := context.Background()
+	s := &observation{now: w.clk.Now(), dbNow: w.clk.orderNow(), orders: map[string]orderView{}}
+	for _, t := range w.tenants {
+		if t.idle {
+			continue
+		}
+		for _, no := range orderNos[t.n-1] {
+			o, err := t.store.Order(ctx, no)
+			if !errors.Is(err, expiry.ErrNotFound) {
+				w.readErr("Order", err)
+			}
+			v := orderView{exists: err == nil, Order: o}
+			if v.exists {
+				v.remaining = o.ExpireAt.Sub(o.ReadAt)
+			}
+			s.orders[key(t, no)] = v
+		}
+	}
+	return s
+}
+
 // readErr records a failed read of the observer as the world's failure.
 func (w *world) readErr(what string, err error) {
 	if err != nil && w.err == nil {
@@ -171,22 +198,40 @@ func (w *world) readErr(what string, err error) {
 	}
 }
 
+// clone copies f for an observation, which only reads it: an empty map is
+// nil in the copy (most are empty most of the time).
 func (f facts) clone() facts {
-	c := facts{refunds: maps.Clone(f.refunds), refStep: maps.Clone(f.refStep),
-		reason: maps.Clone(f.reason), sent: maps.Clone(f.sent), disc: map[string]*discFact{}, issued: maps.Clone(f.issued), acked: maps.Clone(f.acked),
-		hooked: map[string][]expiry.Status{}, deleted: maps.Clone(f.deleted), held: maps.Clone(f.held), back: f.back, whole: maps.Clone(f.whole), roundFailed: maps.Clone(f.roundFailed)}
-	for k, v := range f.hooked {
-		c.hooked[k] = slices.Clone(v)
+	c := facts{refunds: cloneMap(f.refunds), refStep: cloneMap(f.refStep),
+		reason: cloneMap(f.reason), sent: cloneMap(f.sent), issued: cloneMap(f.issued), acked: cloneMap(f.acked),
+		deleted: cloneMap(f.deleted), held: cloneMap(f.held), back: f.back, whole: cloneMap(f.whole), roundFailed: cloneMap(f.roundFailed),
+		events: f.events}
+	if len(f.hooked) > 0 {
+		c.hooked = make(map[string][]expiry.Status, len(f.hooked))
+		for k, v := range f.hooked {
+			c.hooked[k] = slices.Clone(v)
+		}
 	}
-	c.calls = make(map[string][]hookCall, len(f.calls))
-	for k, v := range f.calls {
-		c.calls[k] = slices.Clone(v)
+	if len(f.calls) > 0 {
+		c.calls = make(map[string][]hookCall, len(f.calls))
+		for k, v := range f.calls {
+			c.calls[k] = slices.Clone(v)
+		}
 	}
-	for id, d := range f.disc {
-		dd := *d
-		c.disc[id] = &dd
+	if len(f.disc) > 0 {
+		c.disc = make(map[string]*discFact, len(f.disc))
+		for id, d := range f.disc {
+			dd := *d
+			c.disc[id] = &dd
+		}
 	}
 	return c
+}
+
+func cloneMap[M ~map[K]V, K comparable, V any](m M) M {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
 }
 
 // history is what the ledgers remember along a sequence.
@@ -214,111 +259,165 @@ func (h history) clone() history {
 // to now, bucketed by the thresholds that matter), the facts, the stopped
 // operations with everything they read, and the ledgers' history.
 func (s *observation) hash(h history) [16]byte {
-	var b strings.Builder
-	bucket := func(d, threshold time.Duration) string {
-		if d >= threshold {
-			return "old"
-		}
-		return d.String()
-	}
+	b := make(hashText, 0, 1024)
 	for _, k := range slices.Sorted(maps.Keys(s.orders)) {
 		o := s.orders[k]
 		if !o.exists {
 			continue
 		}
-		rem := "due"
+		b = b.add("o", k, o.UserID, o.ShowID, o.Status.String())
 		if o.remaining > 0 {
-			rem = o.remaining.String()
+			b = b.dur(o.remaining)
+		} else {
+			b = b.add("due")
 		}
-		age := ""
 		if o.Status != expiry.StatusPending {
-			age = bucket(o.age, reconcile.SettleDefault)
+			b = b.bucket(o.age, reconcile.SettleDefault)
 		}
-		fmt.Fprintf(&b, "o %s %s %s %s %s %s %s %v;", k, o.UserID, o.ShowID, o.Status, rem, age, s.facts.reason[k], s.facts.sent[k])
+		b = b.add(string(s.facts.reason[k])).flag(s.facts.sent[k]).end()
 	}
 	for _, c := range s.claims {
-		fmt.Fprintf(&b, "c %d %s %s %s %s %s;", c.tenant, c.ShowID, c.SeatID, c.OrderNo, c.UserID, c.Status)
+		b = b.add("c", strconv.Itoa(c.tenant), c.ShowID, c.SeatID, c.OrderNo, c.UserID, c.Status.String()).end()
 	}
 	for _, show := range slices.Sorted(maps.Keys(s.seats)) {
 		for _, seat := range slices.Sorted(maps.Keys(s.seats[show])) {
 			st := s.seats[show][seat]
-			age := ""
+			b = b.add("s", show, seat, st.Status.String(), st.OrderNo, st.UserID, lockID(show, st))
 			if st.Status == cancel.SeatLocked {
-				age = bucket(s.seatNow.Sub(st.LockedAt), reconcile.GraceDefault)
+				b = b.bucket(s.seatNow.Sub(st.LockedAt), reconcile.GraceDefault)
 			}
-			fmt.Fprintf(&b, "s %s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, lockID(show, st), age)
+			b = b.end()
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.held)) {
 		if s.held[k] != 0 {
-			fmt.Fprintf(&b, "h %s %d;", k, s.held[k])
+			b = b.add("h", k, strconv.Itoa(s.held[k])).end()
 		}
 	}
 	for _, pm := range payments {
 		id := pm.key()
-		d := s.facts.disc[id]
-		lease := "-"
-		if d != nil {
-			lease = fmt.Sprintf("%v %s", d.settled, bucket(s.dbNow.Sub(d.tried), cancel.DiscrepancyLeaseDefault))
+		b = b.add("p", id, strconv.Itoa(min(s.facts.refunds[id], 2))).flag(s.facts.issued[id]).flag(s.facts.acked[id])
+		if d := s.facts.disc[id]; d != nil {
+			b = b.flag(d.settled).bucket(s.dbNow.Sub(d.tried), cancel.DiscrepancyLeaseDefault)
+		} else {
+			b = b.add("-")
 		}
 		paid, refunded := h.paidAt[id], s.facts.refStep[id]
-		fmt.Fprintf(&b, "p %s %d %v %v %s %v %v %s;", id, min(s.facts.refunds[id], 2), s.facts.issued[id], s.facts.acked[id], lease,
-			paid > 0, paid > 0 && refunded > 0 && refunded < paid, s.grants[id])
+		b = b.flag(paid > 0).flag(paid > 0 && refunded > 0 && refunded < paid).add(s.grants[id]).end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.facts.deleted)) {
-		fmt.Fprintf(&b, "deleted %s;", k)
+		b = b.add("deleted", k).end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.facts.held)) {
-		fmt.Fprintf(&b, "held %s;", k)
+		b = b.add("held", k).end()
 	}
 	if s.facts.back {
-		b.WriteString("clock back;")
+		b = b.add("clock back").end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.facts.roundFailed)) {
-		fmt.Fprintf(&b, "round failed %s %s;", k, bucket(s.now.Sub(s.facts.roundFailed[k]), reconcile.BackoffMax))
+		b = b.add("round failed", k).bucket(s.now.Sub(s.facts.roundFailed[k]), reconcile.BackoffMax).end()
 	}
 	if s.hooks {
-		fmt.Fprintf(&b, "hook down %v;", s.hookDown)
+		b = b.add("hook down").flag(s.hookDown).end()
 		for _, k := range slices.Sorted(maps.Keys(s.facts.hooked)) {
-			fmt.Fprintf(&b, "hooked %s %v;", k, s.facts.hooked[k])
+			b = b.add("hooked", k)
+			for _, st := range s.facts.hooked[k] {
+				b = b.add(st.String())
+			}
+			b = b.end()
 		}
 	}
 	for _, p := range s.parked {
-		fmt.Fprintf(&b, "x %d %s %s %s;", p.kind, bucket(p.age, cancel.PlaceTimeoutDefault), p.at, p.trace)
+		b = b.add("x", strconv.Itoa(p.kind)).bucket(p.age, cancel.PlaceTimeoutDefault).add(p.at, p.trace).end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(h.soldTo)) {
-		fmt.Fprintf(&b, "sold %s %s;", k, h.soldTo[k])
+		b = b.add("sold", k, h.soldTo[k]).end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(h.paidSeats)) {
-		fmt.Fprintf(&b, "paid %s %v;", k, h.paidSeats[k])
+		b = b.add("paid", k).add(h.paidSeats[k]...).end()
 	}
-	sum := sha256.Sum256([]byte(canonicalLockIDs(b.String())))
+	sum := sha256.Sum256(canonicalLockIDs(b))
 	return [16]byte(sum[:16])
 }
 
-var lockIDs = regexp.MustCompile(`⟨[^⟩]*⟩`)
+// hashText is a state's canonical text as hash builds it: fields separated
+// by a space, entries ended by a semicolon.
+type hashText []byte
+
+func (b hashText) add(fields ...string) hashText {
+	for _, f := range fields {
+		b = append(append(b, f...), ' ')
+	}
+	return b
+}
+
+func (b hashText) flag(v bool) hashText {
+	if v {
+		return append(b, "true "...)
+	}
+	return append(b, "false "...)
+}
+
+func (b hashText) dur(d time.Duration) hashText {
+	return append(strconv.AppendInt(b, int64(d), 10), "ns "...)
+}
+
+// bucket renders an age or remaining time relative to the threshold that
+// matters for it: exact below, "old" at or above, so that states differing
+// only in how far past a threshold they are hash alike.
+func (b hashText) bucket(d, threshold time.Duration) hashText {
+	if d >= threshold {
+		return append(b, "old "...)
+	}
+	return b.dur(d)
+}
+
+func (b hashText) end() hashText { return append(b, ';') }
+
+// deadHash is the hash of the state s shows once its stopped operations
+// are killed: the stores and facts as they are, no operation in flight, and
+// of the refund grants only those the hook's calls were made under.
+func (s *observation) deadHash(h history) [16]byte {
+	d := *s
+	d.parked = nil
+	d.grants = refundGrants(nil, s.facts.calls, s.dbNow)
+	return d.hash(h)
+}
 
 // canonicalLockIDs renames the lock ids in text (the seat store's, which
-// carry its clock and a counter) in the order they first appear in it,
-// so that states alike but for the names of their locks hash alike (a
-// symmetry: the library only ever compares two ids of one show for
-// equality), while the stopped operations that read a lock still tell
+// carry its clock and a counter, each ⟨show id⟩) in the order they first
+// appear in it, so that states alike but for the names of their locks hash
+// alike (a symmetry: the library only ever compares two ids of one show
+// for equality), while the stopped operations that read a lock still tell
 // whether it is the seat's current one. Ranking the ids by value instead
 // told apart states that differ only in the order two locks were taken
 // (or in a lock of another show bearing the same id by chance).
-func canonicalLockIDs(text string) string {
-	if !strings.Contains(text, "⟨") {
+func canonicalLockIDs(text []byte) []byte {
+	const open, closing = "⟨", "⟩"
+	if !bytes.Contains(text, []byte(open)) {
 		return text
 	}
-	seen := map[string]int{}
-	return lockIDs.ReplaceAllStringFunc(text, func(id string) string {
-		i, ok := seen[id]
-		if !ok {
-			i = len(seen)
-			seen[id] = i
+	out := make([]byte, 0, len(text))
+	var seen []string
+	for {
+		i := bytes.Index(text, []byte(open))
+		if i < 0 {
+			return append(out, text...)
 		}
-		return "⟨" + strconv.Itoa(i) + "⟩"
-	})
+		j := bytes.Index(text[i:], []byte(closing))
+		if j < 0 {
+			return append(out, text...)
+		}
+		id := string(text[i : i+j+len(closing)])
+		n := slices.Index(seen, id)
+		if n < 0 {
+			n = len(seen)
+			seen = append(seen, id)
+		}
+		out = append(out, text[:i]...)
+		out = append(strconv.AppendInt(append(out, open...), int64(n), 10), closing...)
+		text = text[i+j+len(closing):]
+	}
 }
 
 // judge checks one observation, made after step, against the one before it

@@ -16,10 +16,11 @@ var reduceDepthFlag = flag.Int("reduce.depth", 5, "the depth at which TestReduct
 
 // TestReductionsKeepEveryState explores every scenario to -reduce.depth
 // twice, with the explorer's reductions (explorer.reduce: the steps
-// expand leaves out) and without, and requires the same distinct states
-// (every one settled and judged) and the same classes of finding: the
-// steps left out reach nothing the others do not. It prints how many
-// sequences the reductions saved.
+// expand leaves out, the killed settles settleAll takes from a state alike)
+// and without, and requires the same distinct states, the same classes of
+// finding of each state's settles, and the same classes of finding
+// overall: the steps left out reach nothing the others do not. It prints
+// how many sequences the reductions saved.
 func TestReductionsKeepEveryState(t *testing.T) {
 	t.Parallel()
 	shared := wireTenants(t)
@@ -43,11 +44,29 @@ func TestReductionsKeepEveryState(t *testing.T) {
 			}
 			require.Empty(t, missing, "states the full exploration reaches and the reduced one does not (of %d)", len(full.settled))
 			require.Len(t, reduced.settled, len(full.settled), "the reduced exploration reached states the full one does not")
+			differ := 0
+			for h, rs := range full.settled {
+				if !slices.Equal(settleClasses(rs), settleClasses(reduced.settled[h])) {
+					differ++
+				}
+			}
+			require.Zero(t, differ, "states whose settles found other classes")
 			require.Equal(t, slices.Sorted(maps.Keys(full.best)), slices.Sorted(maps.Keys(reduced.best)), "classes of finding")
-			out := fmt.Sprintf("reductions %q at depth %d: %d distinct states either way, %d sequences explored reduced, %d full (%.0f%%)\n",
-				sc.name, depth, len(full.settled), reduced.sequences, full.sequences, 100*float64(reduced.sequences)/float64(full.sequences))
+			out := fmt.Sprintf("reductions %q at depth %d: %d distinct states either way, %d sequences explored reduced, %d full (%.0f%%); %d steps asleep, %d killed settles taken from a state alike\n",
+				sc.name, depth, len(full.settled), reduced.sequences, full.sequences, 100*float64(reduced.sequences)/float64(full.sequences), reduced.asleep, reduced.reused)
 			t.Log(out)
 			fmt.Fprint(os.Stdout, out)
 		})
 	}
+}
+
+// settleClasses are the classes of a state's settle findings, each marked
+// with how the settle ended its stopped operations, sorted.
+func settleClasses(rs []record) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%s (killed: %v)", r.f.class, r.kill))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

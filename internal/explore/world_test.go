@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -56,9 +57,9 @@ type payment struct {
 func (p payment) key() string { return payKey(p.tenant, p.id) }
 
 // orderKey is the key of the order it pays.
-func (p payment) orderKey() string { return fmt.Sprintf("t%d/%s", p.tenant, p.order) }
+func (p payment) orderKey() string { return "t" + strconv.Itoa(p.tenant) + "/" + p.order }
 
-func payKey(tn int, id string) string { return fmt.Sprintf("t%d/%s", tn, id) }
+func payKey(tn int, id string) string { return "t" + strconv.Itoa(tn) + "/" + id }
 
 // fakeClock is the shared clock of the database and the seat store (both
 // memstore clocks) and the components' Runtime clock. Only the explorer
@@ -114,6 +115,8 @@ type tenant struct {
 	svc    []*cancel.Service
 	rec    []*reconcile.Reconciler
 	sched  []*expiry.Scheduler
+	// idle: no step of the scenario acts on this tenant (newWorld).
+	idle bool
 }
 
 // world is one fresh replay's universe.
@@ -198,6 +201,7 @@ func hookKind(down bool) kind {
 		name:     name,
 		op:       "hook",
 		tenant:   1,
+		touches:  footprint{hookRes: wr},
 		enabled:  func(s *observation) bool { return s.hookDown != down },
 		hookDown: &down,
 	}
@@ -256,8 +260,11 @@ type finding struct {
 // Mapping's Where does (gatedStore.Scope). With shared, both tenants'
 // services and reconcilers use one seat store, as a host running two
 // tenants on one Redis namespace would; without, each tenant's seat store
-// is that seat store's scope of the tenant.
-func newWorld(p *pool, shared bool, b backend) (*world, error) {
+// is that seat store's scope of the tenant. A tenant no kind of kinds acts
+// on (nil kinds: every tenant acts) is idle: its stores are there, empty
+// for ever, but it has no services, and the observer does not read it
+// (its empty show and store add nothing to a state).
+func newWorld(p *pool, shared bool, b backend, kinds []kind) (*world, error) {
 	start := epoch
 	if b.name != memory.name {
 		// The stores' clocks are real: the fake one starts at theirs.
@@ -291,6 +298,11 @@ func newWorld(p *pool, shared bool, b backend) (*world, error) {
 		}
 		t.gstore = &gatedStore{orderStore: t.store, w: w, t: t}
 		t.gseats = &gatedSeats{seatStore: t.shared, w: w, t: t}
+		t.idle = kinds != nil && !slices.ContainsFunc(kinds, func(k kind) bool { return k.tenant == t.n })
+		w.tenants = append(w.tenants, t)
+		if t.idle {
+			continue
+		}
 		for i := 0; i < spec.instances; i++ {
 			sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: gatedSender{w, t}, Runtime: rt})
 			if err != nil {
@@ -309,7 +321,6 @@ func newWorld(p *pool, shared bool, b backend) (*world, error) {
 			}
 			t.svc, t.rec, t.sched = append(t.svc, svc), append(t.rec, rec), append(t.sched, sched)
 		}
-		w.tenants = append(w.tenants, t)
 	}
 	// A running system's seat store has been rebuilt before (its marker is
 	// set): rounds do not start with a rebuild.
@@ -334,14 +345,14 @@ func newWorld(p *pool, shared bool, b backend) (*world, error) {
 func (w *world) seatStores() []seatStore {
 	var out []seatStore
 	for _, t := range w.tenants {
-		if !slices.Contains(out, t.shared) {
+		if !t.idle && !slices.Contains(out, t.shared) {
 			out = append(out, t.shared)
 		}
 	}
 	return out
 }
 
-func key(t *tenant, no string) string { return fmt.Sprintf("t%d/%s", t.n, no) }
+func key(t *tenant, no string) string { return "t" + strconv.Itoa(t.n) + "/" + no }
 
 // scope is the tenant's scope: its order store's rows (a Mapping's Where
 // in sqlstore), and its keys in the seat store when they are scoped.
@@ -380,7 +391,7 @@ func (w *world) tenantOf(show string) string {
 func (w *world) otherShows(t *tenant) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for _, o := range w.tenants {
-		if o != t {
+		if o != t && !o.idle {
 			out[o.show] = seatMap(o.shared, o.show)
 		}
 	}
@@ -531,6 +542,10 @@ type kind struct {
 	// noReplay, when set, says why the SQL replays leave out every
 	// sequence with this step.
 	noReplay string
+	// touches is what a step of this kind reads or writes besides its
+	// store calls (footprint): the order its enabled and run read, the
+	// facts it writes.
+	touches footprint
 }
 
 // placeKind places no for user on seats of tenant t's show through
@@ -538,9 +553,10 @@ type kind struct {
 // call), and after commit the scheduler sends the expiry message (gated).
 func placeKind(tn, inst int, no, user string, seats ...string) kind {
 	return kind{
-		name:   fmt.Sprintf("place %s by %s on %s (tenant %d, instance %d)", no, user, strings.Join(seats, "+"), tn, inst+1),
-		op:     "place",
-		tenant: tn,
+		name:    fmt.Sprintf("place %s by %s on %s (tenant %d, instance %d)", no, user, strings.Join(seats, "+"), tn, inst+1),
+		op:      "place",
+		tenant:  tn,
+		touches: footprint{orderRes(tn, no): rd},
 		// The host never reuses the number of an order it deleted.
 		enabled: func(s *observation) bool {
 			return !s.order(tn, no).exists && !s.facts.deleted[fmt.Sprintf("t%d/%s", tn, no)]
@@ -583,6 +599,7 @@ func cancelKind(tn, inst int, name, no string, call func(ctx context.Context, sv
 		name:    fmt.Sprintf("%s %s (tenant %d, instance %d)", name, no, tn, inst+1),
 		op:      name,
 		tenant:  tn,
+		touches: footprint{orderRes(tn, no): rd},
 		enabled: func(s *observation) bool { return enabled(s.order(tn, no)) },
 		run: func(ctx context.Context, w *world) string {
 			t := w.tenants[tn-1]
@@ -603,6 +620,8 @@ func payKind(inst, i int) kind {
 		op:      "pay",
 		tenant:  tn,
 		payment: pm.key(),
+		// the order's status, and the provider's callback (issued, acked)
+		touches: footprint{orderRes(tn, no): rd, payRes(tn, id): wr},
 		enabled: func(s *observation) bool {
 			// Paying an order paid (by this very payment: see payments)
 			// again changes nothing: a repeated callback answered before.
@@ -630,6 +649,7 @@ func roundKind(tn, inst int) kind {
 		faults:  true,
 		round:   fmt.Sprint(tn),
 		enabled: func(*observation) bool { return true },
+		touches: footprint{fmt.Sprintf("whole %d", tn): wr}, // facts.whole
 		run: func(ctx context.Context, w *world) string {
 			rep, err := w.tenants[tn-1].rec[inst].Round(ctx)
 			if o, _ := ctx.Value(opKey{}).(*op); o != nil {
@@ -717,6 +737,9 @@ func timeoutKind(tn, inst int, no string) kind {
 		name:   fmt.Sprintf("timeout %s: clock to its deadline, message handled (tenant %d, instance %d)", no, tn, inst+1),
 		op:     "timeout",
 		tenant: tn,
+		// The order's deadline (read outside the gate), and the Service's
+		// Timeout lanes (cancel/timeouts.go), which it keeps between calls.
+		touches: footprint{orderRes(tn, no): rd, fmt.Sprintf("timeout lanes %d/%d", tn, inst): wr},
 		enabled: func(s *observation) bool {
 			return pending(s.order(tn, no)) && s.facts.sent[fmt.Sprintf("t%d/%s", tn, no)]
 		},
@@ -742,12 +765,14 @@ var clockKinds = []kind{
 	{
 		name:    "clock: to the next deadline",
 		op:      "clock",
+		touches: footprint{clockRes: wr},
 		clock:   func(s *observation) time.Duration { return s.nextDeadline() },
 		enabled: func(s *observation) bool { return s.nextDeadline() > 0 },
 	},
 	{
 		name:    "clock: past Grace, Settle and the refund lease",
 		op:      "clock",
+		touches: footprint{clockRes: wr},
 		clock:   func(*observation) time.Duration { return settleAdvance },
 		enabled: func(s *observation) bool { return s.young },
 	},
@@ -933,6 +958,8 @@ func hostHolds() []kind {
 func afterOrder(k kind, tn int, no string) kind {
 	enabled := k.enabled
 	k.enabled = func(s *observation) bool { return s.order(tn, no).exists && enabled(s) }
+	k.touches = maps.Clone(k.touches)
+	k.touches.add(rd, orderRes(tn, no))
 	return k
 }
 
@@ -947,9 +974,10 @@ func deleteKind(tn int, no string, soft bool) kind {
 	}
 	k := fmt.Sprintf("t%d/%s", tn, no)
 	return kind{
-		name:   fmt.Sprintf("host deletes %s (%s, tenant %d)", no, how, tn),
-		op:     "host delete",
-		tenant: tn,
+		name:    fmt.Sprintf("host deletes %s (%s, tenant %d)", no, how, tn),
+		op:      "host delete",
+		tenant:  tn,
+		touches: footprint{orderRes(tn, no): wr},
 		enabled: func(s *observation) bool {
 			o := s.order(tn, no)
 			return o.exists && o.Status == expiry.StatusCancelled
@@ -980,6 +1008,7 @@ func holdKind(tn int, no string, hold bool) kind {
 		name:     name,
 		op:       "host hold",
 		tenant:   tn,
+		touches:  footprint{orderRes(tn, no): wr},
 		noReplay: "SQLite has no row lock (a writer holds the whole database), and a server's lock wait answers in real time, not at a gate",
 		enabled: func(s *observation) bool {
 			if !hold {
@@ -1023,9 +1052,10 @@ func holdKind(tn int, no string, hold bool) kind {
 // place o1; timeout o1 stopped before its Release; pay o1 stopped before
 // its Refund; the clock steps back; settle with both killed: no refund.
 var clockBackKind = kind{
-	name: "clock: the database's clock steps back an hour (the seat store's does not)",
-	op:   "clock back",
-	back: time.Hour,
+	name:    "clock: the database's clock steps back an hour (the seat store's does not)",
+	op:      "clock back",
+	back:    time.Hour,
+	touches: footprint{clockRes: wr},
 	enabled: func(s *observation) bool {
 		for _, d := range s.facts.disc {
 			if !d.settled {
