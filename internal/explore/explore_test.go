@@ -51,6 +51,8 @@ type explorer struct {
 	// dead holds, per dead state (observation.deadHash), the findings of
 	// its killed settle (see settleAll).
 	dead map[[16]byte][]finding
+	// free are worlds done with, reset for reuse (world, done).
+	free []*world
 	best map[string]record // finding class → its shortest sequence
 	err  error             // the first failure of the explorer itself
 	// firsts, when not nil, collects the sequence that reached each
@@ -103,15 +105,36 @@ func newExplorer(kinds []kind, shared bool, workers int) *explorer {
 		queued: map[[16]byte]bool{}, dead: map[[16]byte][]finding{}, settled: map[[16]byte][]record{}, best: map[string]record{}, byKind: map[int]int{}}
 }
 
-// world returns a fresh world; wireTenants has built one of this wiring
-// already, so an error here is the explorer's own.
+// world returns a fresh world: one done with and reset, or a new one;
+// wireTenants has built one of this wiring already, so an error here is
+// the explorer's own.
 func (x *explorer) world() *world {
-	w, err := newWorld(x.pool, x.shared, x.backend, x.kinds)
-	if err != nil {
-		panic(err)
+	x.mu.Lock()
+	var w *world
+	if n := len(x.free); n > 0 {
+		w, x.free = x.free[n-1], x.free[:n-1]
+	}
+	x.mu.Unlock()
+	if w == nil {
+		var err error
+		if w, err = newWorld(x.pool, x.shared, x.backend, x.kinds); err != nil {
+			panic(err)
+		}
 	}
 	w.installHooks(x.kinds)
 	return w
+}
+
+// done hands back w, whose operations have all ended, for world to reuse.
+func (x *explorer) done(w *world) {
+	if !w.reset() {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.free) < 4*x.workers {
+		x.free = append(x.free, w)
+	}
 }
 
 // replay builds a fresh world and runs n's sequence in it, checking that it
@@ -240,6 +263,7 @@ func (x *explorer) expand(n *node, left int, add func(*node)) {
 	defer func() {
 		if w != nil {
 			w.finish(killAll)
+			x.done(w)
 		}
 	}()
 	// taken are the steps taken from n so far, each with what it touched:
@@ -428,6 +452,7 @@ func (x *explorer) childIn(w *world, n *node, s step, left int) (*node, *stepLog
 		x.settleAll(w, c, h, left-1)
 	} else {
 		w.finish(killAll)
+		x.done(w)
 	}
 	if !expand {
 		return nil, &log, fp, len(fs) == 0
@@ -466,6 +491,7 @@ func (x *explorer) settleAll(w *world, n *node, h [16]byte, left int) {
 				x.settleOne(w, n, h, false)
 			} else {
 				w.finish(killAll)
+				x.done(w)
 			}
 			return
 		}
@@ -493,6 +519,7 @@ func (x *explorer) settleOne(w *world, n *node, h [16]byte, kill bool) []finding
 			fs = append(fs, f)
 		}
 	}
+	x.done(w)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.settles++

@@ -76,6 +76,24 @@ type op struct {
 	// grants are the payments (payment.key) the discrepancy store gave
 	// this operation to refund (world.granted).
 	grants map[string]grant
+	// text is trace's calls joined, as of its first textLen calls.
+	text    string
+	textLen int
+}
+
+// traceText is the operation's calls so far, joined.
+func (o *op) traceText() string {
+	if o.textLen != len(o.trace) {
+		var b strings.Builder
+		for i, c := range o.trace {
+			if i > 0 {
+				b.WriteByte(';')
+			}
+			b.WriteString(c.text)
+		}
+		o.text, o.textLen = b.String(), len(o.trace)
+	}
+	return o.text
 }
 
 // call is one store call of an operation.

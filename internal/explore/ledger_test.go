@@ -100,12 +100,13 @@ func (w *world) observe() *observation {
 	now := w.clk.Now()
 	seatNow, err := w.seatNow(ctx)
 	w.readErr("the seat store's clock", err)
-	s := &observation{now: now, dbNow: w.clk.orderNow(), seatNow: seatNow, orders: map[string]orderView{}, seats: map[string]map[string]cancel.SeatState{}, held: map[string]int{}}
+	s := &observation{now: now, dbNow: w.clk.orderNow(), seatNow: seatNow, orders: make(map[string]orderView, 3), seats: make(map[string]map[string]cancel.SeatState, 2), held: make(map[string]int, 4)}
 	for _, t := range w.tenants {
 		if t.idle {
 			continue
 		}
-		for _, no := range orderNos[t.n-1] {
+		var decided []string
+		for i, no := range orderNos[t.n-1] {
 			o, err := t.store.Order(ctx, no)
 			if !errors.Is(err, expiry.ErrNotFound) {
 				w.readErr("Order", err)
@@ -113,14 +114,26 @@ func (w *world) observe() *observation {
 			v := orderView{exists: err == nil, Order: o}
 			if v.exists {
 				v.remaining = o.ExpireAt.Sub(o.ReadAt)
-				st, err := t.store.Statuses(ctx, []string{no})
-				w.readErr("Statuses", err)
+				if o.Status != expiry.StatusPending {
+					decided = append(decided, no)
+				}
+			}
+			s.orders[t.orderKeys[i]] = v
+		}
+		// The age of a decided order (since its decision) is all the
+		// ledgers and the hash read of Statuses.
+		if len(decided) > 0 {
+			st, err := t.store.Statuses(ctx, decided)
+			w.readErr("Statuses", err)
+			for _, no := range decided {
+				k := key(t, no)
+				v := s.orders[k]
 				v.age = st[no].Age
-				if o.Status != expiry.StatusPending && v.age < reconcile.SettleDefault {
+				s.orders[k] = v
+				if v.age < reconcile.SettleDefault {
 					s.young = true
 				}
 			}
-			s.orders[key(t, no)] = v
 		}
 		cs, _, err := t.store.Claims(ctx, "", 100)
 		w.readErr("Claims", err)
@@ -135,9 +148,9 @@ func (w *world) observe() *observation {
 				s.young = true
 			}
 		}
-		for _, u := range users {
+		for i, u := range users {
 			var err error
-			s.held[t.show+"/"+u], err = t.shared.Held(ctx, t.show, u)
+			s.held[t.heldKeys[i]], err = t.shared.Held(ctx, t.show, u)
 			w.readErr("Held", err)
 		}
 	}
@@ -151,17 +164,12 @@ func (w *world) observe() *observation {
 		}
 	}
 	s.grants = refundGrants(w.parked, s.facts.calls, s.dbNow)
-	for _, id := range slices.Sorted(maps.Keys(w.parked)) {
-		o := w.parked[id]
-		var tr []string
-		for _, c := range o.trace {
-			tr = append(tr, c.text)
-		}
+	for _, o := range w.parked {
 		age := now.Sub(o.started)
 		if age < cancel.PlaceTimeoutDefault {
 			s.young = true
 		}
-		s.parked = append(s.parked, parkedView{kind: o.kind, age: age, at: o.at, trace: strings.Join(tr, ";")})
+		s.parked = append(s.parked, parkedView{kind: o.kind, age: age, at: o.at, trace: o.traceText()})
 	}
 	slices.SortFunc(s.parked, func(a, b parkedView) int { return a.kind - b.kind })
 	return s
@@ -171,12 +179,12 @@ func (w *world) observe() *observation {
 // with their remaining times.
 func (w *world) observeOrders() *observation {
 	ctx := context.Background()
-	s := &observation{now: w.clk.Now(), dbNow: w.clk.orderNow(), orders: map[string]orderView{}}
+	s := &observation{now: w.clk.Now(), dbNow: w.clk.orderNow(), orders: make(map[string]orderView, 3)}
 	for _, t := range w.tenants {
 		if t.idle {
 			continue
 		}
-		for _, no := range orderNos[t.n-1] {
+		for i, no := range orderNos[t.n-1] {
 			o, err := t.store.Order(ctx, no)
 			if !errors.Is(err, expiry.ErrNotFound) {
 				w.readErr("Order", err)
@@ -185,7 +193,7 @@ func (w *world) observeOrders() *observation {
 			if v.exists {
 				v.remaining = o.ExpireAt.Sub(o.ReadAt)
 			}
-			s.orders[key(t, no)] = v
+			s.orders[t.orderKeys[i]] = v
 		}
 	}
 	return s
@@ -393,12 +401,17 @@ func (s *observation) deadHash(h history) [16]byte {
 // told apart states that differ only in the order two locks were taken
 // (or in a lock of another show bearing the same id by chance).
 func canonicalLockIDs(text []byte) []byte {
-	const open, closing = "⟨", "⟩"
-	if !bytes.Contains(text, []byte(open)) {
+	if !bytes.Contains(text, []byte("⟨")) {
 		return text
 	}
+	return renameLockIDs(text, map[string]int{})
+}
+
+// renameLockIDs replaces each lock id ⟨…⟩ of text by its number in names,
+// numbering the ids names does not have yet in the order they appear.
+func renameLockIDs(text []byte, names map[string]int) []byte {
+	const open, closing = "⟨", "⟩"
 	out := make([]byte, 0, len(text))
-	var seen []string
 	for {
 		i := bytes.Index(text, []byte(open))
 		if i < 0 {
@@ -409,10 +422,10 @@ func canonicalLockIDs(text []byte) []byte {
 			return append(out, text...)
 		}
 		id := string(text[i : i+j+len(closing)])
-		n := slices.Index(seen, id)
-		if n < 0 {
-			n = len(seen)
-			seen = append(seen, id)
+		n, ok := names[id]
+		if !ok {
+			n = len(names)
+			names[id] = n
 		}
 		out = append(out, text[:i]...)
 		out = append(strconv.AppendInt(append(out, open...), int64(n), 10), closing...)

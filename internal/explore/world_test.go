@@ -117,6 +117,9 @@ type tenant struct {
 	sched  []*expiry.Scheduler
 	// idle: no step of the scenario acts on this tenant (newWorld).
 	idle bool
+	// orderKeys and heldKeys are the observation's keys of the tenant's
+	// orders (orderNos) and of its users' counters (users).
+	orderKeys, heldKeys []string
 }
 
 // world is one fresh replay's universe.
@@ -142,6 +145,11 @@ type world struct {
 	// fast: the steps run now replay a sequence (explorer.replay), whose
 	// operations need not stop at the gates they pass (op.free).
 	fast bool
+	// lockNames numbers the lock ids the fingerprint met (fingerprint).
+	lockNames map[string]int
+	// empty puts the order stores back as newWorld made them (reset); nil
+	// on a backend that cannot.
+	empty []func()
 
 	mu    sync.Mutex
 	facts facts
@@ -272,10 +280,7 @@ func newWorld(p *pool, shared bool, b backend, kinds []kind) (*world, error) {
 	}
 	clk := &fakeClock{now: start}
 	w := &world{pool: p, clk: clk, backend: b, events: make(chan event), parked: map[int]*op{}, letGo: map[string]func(){}}
-	w.facts = facts{refunds: map[string]int{}, refStep: map[string]int{},
-		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{},
-		hooked: map[string][]expiry.Status{}, deleted: map[string]bool{}, held: map[string]bool{}, whole: map[int]int{}, roundFailed: map[string]time.Time{},
-		calls: map[string][]hookCall{}}
+	w.facts = newFacts()
 	rt := expiry.Runtime{Logger: slog.New(slog.DiscardHandler), Clock: clk}
 	ctx := context.Background()
 	stores, inserts, hosts, err := b.orders.open(clk, 2)
@@ -298,6 +303,12 @@ func newWorld(p *pool, shared bool, b backend, kinds []kind) (*world, error) {
 		}
 		t.gstore = &gatedStore{orderStore: t.store, w: w, t: t}
 		t.gseats = &gatedSeats{seatStore: t.shared, w: w, t: t}
+		for _, no := range orderNos[n] {
+			t.orderKeys = append(t.orderKeys, key(t, no))
+		}
+		for _, u := range users {
+			t.heldKeys = append(t.heldKeys, t.show+"/"+u)
+		}
 		t.idle = kinds != nil && !slices.ContainsFunc(kinds, func(k kind) bool { return k.tenant == t.n })
 		w.tenants = append(w.tenants, t)
 		if t.idle {
@@ -338,8 +349,73 @@ func newWorld(p *pool, shared bool, b backend, kinds []kind) (*world, error) {
 	if b.name != memory.name {
 		w.realStart = time.Now()
 		w.realMark = w.realStart
+	} else {
+		for _, t := range w.tenants {
+			if s, ok := t.store.(interface{ Snapshot() (restore func()) }); ok {
+				w.empty = append(w.empty, s.Snapshot())
+			}
+		}
 	}
 	return w, nil
+}
+
+// reset makes w, whose operations have all ended, a fresh world again
+// without building one (a fifth of the exploration's allocations went to
+// building worlds): the order stores go back to their snapshot of when
+// they were empty, the seat store is wiped and marked rebuilt, the
+// reconcilers (which keep cursors and backoffs) are built anew, and the
+// world's clock, facts and operations start over. The services and
+// schedulers keep nothing between calls, and stay. Only memstore's stores
+// can be reset; reset reports whether w could.
+func (w *world) reset() bool {
+	if w.backend.name != memory.name || w.err != nil || len(w.parked) > 0 || len(w.empty) != len(w.tenants) {
+		return false
+	}
+	root, ok := w.tenants[0].shared.(interface{ Wipe() })
+	if !ok {
+		return false
+	}
+	for _, letGo := range w.letGo {
+		letGo()
+	}
+	for _, restore := range w.empty {
+		restore()
+	}
+	root.Wipe()
+	ctx := context.Background()
+	for _, s := range w.seatStores() {
+		token, lost, err := s.Lost(ctx)
+		if err == nil && lost {
+			err = s.MarkRestored(ctx, token)
+		}
+		if err != nil {
+			return false
+		}
+	}
+	rt := expiry.Runtime{Logger: slog.New(slog.DiscardHandler), Clock: w.clk}
+	for _, t := range w.tenants {
+		for i := range t.rec {
+			rec, err := reconcile.New(reconcile.Config{Orders: t.gstore, Seats: t.gseats, Service: t.svc[i], Workers: 1, Runtime: rt})
+			if err != nil {
+				return false
+			}
+			t.rec[i] = rec
+		}
+	}
+	w.clk.mu.Lock()
+	w.clk.now, w.clk.back = epoch, 0
+	w.clk.mu.Unlock()
+	w.facts = newFacts()
+	w.ops, w.parked, w.running, w.step, w.fp = nil, map[int]*op{}, nil, 0, 0
+	w.hookDown, w.letGo, w.lockNames, w.fast = false, map[string]func(){}, nil, false
+	return true
+}
+
+func newFacts() facts {
+	return facts{refunds: map[string]int{}, refStep: map[string]int{},
+		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{},
+		hooked: map[string][]expiry.Status{}, deleted: map[string]bool{}, held: map[string]bool{}, whole: map[int]int{}, roundFailed: map[string]time.Time{},
+		calls: map[string][]hookCall{}}
 }
 
 func (w *world) seatStores() []seatStore {
@@ -358,8 +434,16 @@ func key(t *tenant, no string) string { return "t" + strconv.Itoa(t.n) + "/" + n
 // in sqlstore), and its keys in the seat store when they are scoped.
 func (t *tenant) scope() string { return fmt.Sprintf("tenant-%d", t.n) }
 
-// fingerprint folds one call into the running FNV-1a fingerprint.
+// fingerprint folds one call into the running FNV-1a fingerprint, its
+// lock ids named in the order the world met them (a reused world's seat
+// store numbers its locks on from the worlds before it: world.reset).
 func (w *world) fingerprint(text string) {
+	if strings.Contains(text, "⟨") {
+		if w.lockNames == nil {
+			w.lockNames = map[string]int{}
+		}
+		text = string(renameLockIDs([]byte(text), w.lockNames))
+	}
 	h := w.fp ^ 0xcbf29ce484222325
 	for i := 0; i < len(text); i++ {
 		h ^= uint64(text[i])
