@@ -20,7 +20,11 @@ var reduceDepthFlag = flag.Int("reduce.depth", 5, "the depth at which TestReduct
 // and without, and requires the same distinct states, the same classes of
 // finding of each state's settles, and the same classes of finding
 // overall: the steps left out reach nothing the others do not. It prints
-// how many sequences the reductions saved.
+// how many sequences the reductions saved. Each exploration runs on one
+// worker, so that both take their states in one order on every run: the
+// state hash is not a perfect abstraction (two worlds alike to it may
+// settle apart), and with two workers which of them a state's settle ran
+// in changed from run to run.
 func TestReductionsKeepEveryState(t *testing.T) {
 	t.Parallel()
 	shared := wireTenants(t)
@@ -28,7 +32,7 @@ func TestReductionsKeepEveryState(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
 			run := func(reduce bool) *explorer {
-				x := newExplorer(sc.kinds(), shared, *workersFlag)
+				x := newExplorer(sc.kinds(), shared, 1)
 				defer x.pool.close()
 				x.reduce = reduce
 				x.run(depth)

@@ -955,7 +955,7 @@ func hooks() []kind {
 // The host as an actor (issue 36): between the library's operations the
 // host acts on its own rows and clocks. Each question is a scenario of its
 // own, with the few steps it needs (a catalog with all of them would
-// multiply the state space past what depth 6 enumerates in seconds), and
+// multiply the state space past what depth 7 enumerates in seconds), and
 // each host step is enabled only where it can matter.
 
 // hostDeletes: the host deletes o1 once it is cancelled (a buyer's "delete
