@@ -90,16 +90,6 @@ type node struct {
 	sleep map[step]slept
 }
 
-// stopped says whether n's last step stopped its operation (it is stopped
-// there now), and which kind it is.
-func (n *node) stopped() (int, bool) {
-	if len(n.seq) == 0 {
-		return -1, false
-	}
-	k := n.seq[len(n.seq)-1].kind
-	return k, n.obs.parkedKind(k)
-}
-
 func newExplorer(kinds []kind, shared bool, workers int) *explorer {
 	return &explorer{pool: newPool(), kinds: kinds, shared: shared, backend: memory, workers: max(workers, 1), reduce: true,
 		queued: map[[16]byte]bool{}, dead: map[[16]byte][]finding{}, settled: map[[16]byte][]record{}, best: map[string]record{}, byKind: map[int]int{}}
@@ -241,7 +231,10 @@ func (x *explorer) layer(nodes []*node, left int) []*node {
 //     what its run to completion touched, and stays asleep after the steps
 //     that are independent of it, as below: resumed after them, it
 //     reaches what those steps taken before or after its one longer step
-//     reach.
+//     reach. Only when every step of that operation from the state before
+//     broke no ledger: one that did is not extended, so its state is not
+//     covered there (a round run whole is judged by I12, its two halves
+//     are not).
 //   - the steps asleep in n (n.sleep: partial-order reduction, see
 //     por_test.go): a step u taken from a state before n, in which the
 //     steps from there to n touch nothing u writes nor write anything u
@@ -273,8 +266,14 @@ func (x *explorer) expand(n *node, left int, add func(*node)) {
 	// run to completion met (where it was taken), for its stops.
 	// stopRest is what the run to completion of the kind being tried
 	// touched: a step that stops that operation leaves its resumption
-	// asleep, with that footprint (it covers every way on).
-	var stopRest footprint
+	// asleep, with that footprint (it covers every way on). The kind's
+	// new states wait in stopped until all its steps are taken (allClean:
+	// none broke a ledger), which decides whether that holds.
+	var (
+		stopRest footprint
+		stopped  []*node
+		allClean bool
+	)
 	try := func(s step) *slept {
 		if x.reduce {
 			if e, ok := n.sleep[s]; ok {
@@ -318,8 +317,9 @@ func (x *explorer) expand(n *node, left int, add func(*node)) {
 					c.sleep[anyOf(s.kind)] = slept{fp: stopRest}
 				}
 			}
-			add(c)
+			stopped = append(stopped, c)
 		}
+		allClean = allClean && clean
 		// A step that broke a ledger is not extended: what the steps after
 		// it would reach, it does not, so it puts no step to sleep.
 		if clean {
@@ -327,37 +327,38 @@ func (x *explorer) expand(n *node, left int, add func(*node)) {
 		}
 		return &e
 	}
-	last, lastStopped := n.stopped()
 	for i, k := range x.kinds {
 		parked := n.obs.parkedKind(i)
 		if !parked && (!k.enabled(n.obs) || k.twin >= 0 && !n.obs.parkedKind(k.twin)) {
 			continue
 		}
-		if x.reduce {
-			if _, ok := n.sleep[anyOf(i)]; ok || lastStopped && i == last {
-				x.count(func() { x.asleep++ })
-				continue
-			}
-		}
-		stopRest = nil
-		run := try(complete(i))
-		if k.clock != nil || run == nil {
+		if _, ok := n.sleep[anyOf(i)]; ok && x.reduce {
+			x.count(func() { x.asleep++ })
 			continue
 		}
-		stopRest = run.fp
-		first := 1
-		if !parked && run.readsFirst {
-			first = 0
-		}
-		for stop := first; stop < len(run.gates); stop++ {
-			try(step{kind: i, stop: stop, fail: -1})
-		}
-		if k.faults {
-			for g, at := range run.gates {
-				if isSeatWrite(at) {
-					try(step{kind: i, stop: -1, fail: g})
+		stopRest, stopped, allClean = nil, nil, true
+		if run := try(complete(i)); k.clock == nil && run != nil {
+			stopRest = run.fp
+			first := 1
+			if !parked && run.readsFirst {
+				first = 0
+			}
+			for stop := first; stop < len(run.gates); stop++ {
+				try(step{kind: i, stop: stop, fail: -1})
+			}
+			if k.faults {
+				for g, at := range run.gates {
+					if isSeatWrite(at) {
+						try(step{kind: i, stop: -1, fail: g})
+					}
 				}
 			}
+		}
+		for _, c := range stopped {
+			if !allClean {
+				delete(c.sleep, anyOf(i))
+			}
+			add(c)
 		}
 	}
 }
