@@ -23,6 +23,7 @@ func complete(k int) step { return step{kind: k, stop: -1, fail: -1} }
 // stepLog is what one step did.
 type stepLog struct {
 	calls      []call
+	touched    []string // calls the gate let through untraced (op.touched)
 	gates      []string // the gated calls met, in order
 	stopped    string   // the gated call it stopped before ("": it finished)
 	result     string   // what the operation returned, when it finished
@@ -59,7 +60,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 	}
 	var log stepLog
 	gate := 0
-	before := 0
+	before, touchedBefore := 0, 0
 	// In a replay (w.fast), an operation the step runs to completion does
 	// not stop at its gates: nothing is decided there.
 	free := w.fast && s.stop < 0 && s.fail < 0
@@ -69,7 +70,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 		o.free = free
 		w.running = o
 		delete(w.parked, o.id)
-		before = len(o.trace)
+		before, touchedBefore = len(o.trace), len(o.touched)
 		log.gates = append(log.gates, o.at)
 		w.send(o, s, 0)
 		gate = 1
@@ -98,6 +99,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 	}
 	w.running = nil
 	log.calls = slices.Clone(o.trace[before:])
+	log.touched = slices.Clone(o.touched[touchedBefore:])
 	return log
 }
 

@@ -79,6 +79,10 @@ type op struct {
 	// text is trace's calls joined, as of its first textLen calls.
 	text    string
 	textLen int
+	// touched are the seat-store calls the gate passes through without a
+	// gate and without a trace (Refunded, MarkRefunded, SeatStates,
+	// ScanSold: gatedSeats.touch), for the footprint only.
+	touched []string
 }
 
 // traceText is the operation's calls so far, joined.
@@ -509,6 +513,44 @@ func (s *gatedSeats) MarkRestored(ctx context.Context, token string) error {
 	return s.write(ctx, "MarkRestored", "", func() (string, error) {
 		return "ok", s.seatStore.MarkRestored(ctx, token)
 	})
+}
+
+// touch notes a seat-store call of the operation ctx carries that the gate
+// lets through as main's explorer always did (no stop before it, nothing in
+// the trace, so neither the state hash nor the steps tried change), so that
+// the step's footprint (por_test.go) sees what it read or wrote: without
+// it, a step that read or marked a refund, or read the sold seats, would
+// look independent of the steps that change them.
+func (s *gatedSeats) touch(ctx context.Context, name, args string) {
+	if o := opOf(ctx); o != nil {
+		o.touched = append(o.touched, name+"("+args+")=")
+	}
+}
+
+// Refunded reads the seat store's refund record of a payment id (Pay, and
+// the refund hook's caller before it calls the hook).
+func (s *gatedSeats) Refunded(ctx context.Context, paymentID string) (bool, error) {
+	s.touch(ctx, "Refunded", paymentID)
+	return s.seatStore.Refunded(ctx, paymentID)
+}
+
+// MarkRefunded writes the record, right after the refund hook succeeded
+// (in the step of the gated Refund call).
+func (s *gatedSeats) MarkRefunded(ctx context.Context, paymentID, orderNo string) error {
+	s.touch(ctx, "MarkRefunded", orderNo+" "+paymentID)
+	return s.seatStore.MarkRefunded(ctx, paymentID, orderNo)
+}
+
+// SeatStates reads seats a sale skipped (Pay, after Sell).
+func (s *gatedSeats) SeatStates(ctx context.Context, show string, seats []string) (map[string]cancel.SeatState, error) {
+	s.touch(ctx, "SeatStates", show+":"+strings.Join(seats, ","))
+	return s.seatStore.SeatStates(ctx, show, seats)
+}
+
+// ScanSold reads the sold seats of every show (the reconciler's sold pass).
+func (s *gatedSeats) ScanSold(ctx context.Context, cursor string, count int) ([]cancel.SeatSale, string, error) {
+	s.touch(ctx, "ScanSold", "")
+	return s.seatStore.ScanSold(ctx, cursor, count)
 }
 
 func (s *gatedSeats) ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error) {

@@ -11,7 +11,10 @@ import (
 // same calls with the same answers and reach the same state. The explorer
 // takes only one of the two orders (sleep sets: explorer.expand), so each
 // step is given a footprint, what it read and wrote, from the calls it made
-// (every store call is logged by the gate with its arguments) and from its
+// (every store call is logged by the gate with its arguments; the seat
+// store's calls it lets through ungated and untraced, Refunded,
+// MarkRefunded, SeatStates and ScanSold, are noted aside for this:
+// gatedSeats.touch) and from its
 // kind (kind.touches: the order its enabled reads, the facts it writes).
 //
 // The resources are named finely where the stores are keyed so (an order
@@ -40,6 +43,12 @@ func orderRes(tn int, no string) string { return "order " + strconv.Itoa(tn) + "
 // payRes is tenant tn's payment id: its discrepancy record, refunds, and
 // the provider's callback.
 func payRes(tn int, id string) string { return "payment " + strconv.Itoa(tn) + "/" + id }
+
+// refundRes is the seat store's refund record of a payment id
+// (SeatStore.Refunded, MarkRefunded): keyed by the seat store's scope and
+// the id alone, not by tenant, so two tenants on one seat store with the
+// same payment id share it.
+func refundRes(scope, id string) string { return "refund record " + scope + "|" + id }
 
 func (f footprint) add(mode uint8, keys ...string) {
 	for _, k := range keys {
@@ -97,8 +106,13 @@ func (w *world) footprint(kinds []kind, i int, log stepLog, clockMoved bool) foo
 	counters := "counters " + w.tenants[tn-1].seatScope() + "|"
 	orders := fmt.Sprintf("order %d/", tn)
 	pays := fmt.Sprintf("payment %d/", tn)
+	texts := make([]string, 0, len(log.calls)+len(log.touched))
 	for _, c := range log.calls {
-		name, rest, _ := strings.Cut(c.text, "(")
+		texts = append(texts, c.text)
+	}
+	texts = append(texts, log.touched...)
+	for _, text := range texts {
+		name, rest, _ := strings.Cut(text, "(")
 		args, _, _ := strings.Cut(rest, ")=")
 		first, second, _ := strings.Cut(args, " ")
 		switch name {
@@ -136,12 +150,33 @@ func (w *world) footprint(kinds []kind, i int, log stepLog, clockMoved bool) foo
 			f.add(wr, pays+"*")
 		case "Lock", "Release", "Sell":
 			// "no show:seat,seat⟨lock⟩"
-			show, list, _ := strings.Cut(second, ":")
-			list, _, _ = strings.Cut(list, "⟨")
-			for _, seat := range strings.Split(list, ",") {
-				f.add(wr, seats+show+"/"+seat)
+			holdFootprint(f, seats, counters, second)
+		case "ReleaseAll":
+			// "no show:seat⟨lock⟩; no show:seat,seat⟨lock⟩": a Release of
+			// each hold (one atomic step per show), so it writes what each
+			// of those Releases writes.
+			for _, h := range strings.Split(args, "; ") {
+				if h == "" {
+					continue
+				}
+				_, hold, _ := strings.Cut(h, " ")
+				holdFootprint(f, seats, counters, hold)
 			}
-			f.add(wr, counters+show)
+		case "SeatStates":
+			// "show:seat,seat": the states of those seats (after a sale
+			// that skipped some).
+			show, list, _ := strings.Cut(args, ":")
+			for _, seat := range strings.Split(list, ",") {
+				f.add(rd, seats+show+"/"+seat)
+			}
+		case "ScanSold":
+			// The sold pass reads every sold seat of the store.
+			f.add(rd, seats+"*")
+		case "Refunded":
+			f.add(rd, refundRes(w.tenants[tn-1].seatScope(), args))
+		case "MarkRefunded":
+			// "no id"
+			f.add(wr, refundRes(w.tenants[tn-1].seatScope(), second))
 		case "Restore":
 			// "show:seat=no/user/status,…"
 			for _, c := range strings.Split(args, ",") {
@@ -159,10 +194,21 @@ func (w *world) footprint(kinds []kind, i int, log stepLog, clockMoved bool) foo
 		case "Lost":
 			f.add(rd, "restored "+w.tenants[tn-1].seatScope())
 		default:
-			panic(fmt.Sprintf("explore: the footprint does not know the call %s (por_test.go)", c.text))
+			panic(fmt.Sprintf("explore: the footprint does not know the call %s (por_test.go)", text))
 		}
 	}
 	return f
+}
+
+// holdFootprint adds what a write of one hold ("show:seat,seat⟨lock⟩")
+// writes: each of its seats, and the show's purchase-limit counters.
+func holdFootprint(f footprint, seats, counters, hold string) {
+	show, list, _ := strings.Cut(hold, ":")
+	list, _, _ = strings.Cut(list, "⟨")
+	for _, seat := range strings.Split(list, ",") {
+		f.add(wr, seats+show+"/"+seat)
+	}
+	f.add(wr, counters+show)
 }
 
 // seatScope names the seat store t's wiring writes to: the one store ("")
