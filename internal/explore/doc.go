@@ -71,7 +71,7 @@
 //
 // Run it with
 //
-//	go test ./internal/explore/                      # depth 7 (6 under -race), about 35 s on 2 cores
+//	go test ./internal/explore/                      # depth 7 (6 under -race), 42-71 s on 2 cores (the test command runs 6)
 //	go test ./internal/explore/ -explore.depth=8     # deeper: about 4 minutes of CPU, 1 GB
 //	go test ./internal/explore/ -explore.workers=1   # one replay at a time
 //
