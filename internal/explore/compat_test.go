@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
@@ -59,13 +60,26 @@ var placeSchedules = func() bool {
 // through: the Scheduler, or (before) the Sender.
 func withShortenSink(c cancel.Config, sched *expiry.Scheduler, sender expiry.DelaySender) cancel.Config {
 	v := reflect.ValueOf(&c).Elem()
-	if f := v.FieldByName("Scheduler"); f.IsValid() && f.Type() == reflect.TypeOf(sched) {
-		f.Set(reflect.ValueOf(sched))
-	} else if f := v.FieldByName("Sender"); f.IsValid() && f.Type() == reflect.TypeOf((*expiry.DelaySender)(nil)).Elem() {
-		f.Set(reflect.ValueOf(sender))
+	switch sink := shortenSink(); {
+	case sink.scheduler != nil:
+		v.FieldByIndex(sink.scheduler).Set(reflect.ValueOf(sched))
+	case sink.sender != nil:
+		v.FieldByIndex(sink.sender).Set(reflect.ValueOf(sender))
 	}
 	return c
 }
+
+// shortenSink finds, once, the field of cancel.Config that withShortenSink
+// sets (every world builds three Services).
+var shortenSink = sync.OnceValue(func() (sink struct{ scheduler, sender []int }) {
+	t := reflect.TypeOf(cancel.Config{})
+	if f, ok := t.FieldByName("Scheduler"); ok && f.Type == reflect.TypeOf((*expiry.Scheduler)(nil)) {
+		sink.scheduler = f.Index
+	} else if f, ok := t.FieldByName("Sender"); ok && f.Type == reflect.TypeOf((*expiry.DelaySender)(nil)).Elem() {
+		sink.sender = f.Index
+	}
+	return sink
+})
 
 // scopedSeats returns the scope of the seat store s (memstore.Seats.Scoped:
 // one Redis, keys under the scope), or, before seat stores had scopes, a
@@ -79,13 +93,14 @@ func scopedSeats(s *memstore.Seats, scope string, now func() time.Time) *memstor
 	return memstore.NewSeats(now)
 }
 
-// lockID returns the LockID of a cancel.Hold, SeatLock or SeatState ("" if
-// the library's has none: before a release named the lock it judged),
-// wrapped in ⟨⟩ so that the state hash can rename lock ids canonically.
-func lockID(v any) string {
+// lockID returns the LockID of a cancel.Hold, SeatLock or SeatState of
+// show ("" if the library's has none: before a release named the lock it
+// judged), with its show (a lock is named by its show and its id), wrapped
+// in ⟨⟩ so that the state hash can rename lock ids canonically.
+func lockID(show string, v any) string {
 	f := reflect.ValueOf(v).FieldByName("LockID")
 	if !f.IsValid() || f.Kind() != reflect.String || f.String() == "" {
 		return ""
 	}
-	return "⟨" + f.String() + "⟩"
+	return "⟨" + show + " " + f.String() + "⟩"
 }

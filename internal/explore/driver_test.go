@@ -23,6 +23,7 @@ func complete(k int) step { return step{kind: k, stop: -1, fail: -1} }
 // stepLog is what one step did.
 type stepLog struct {
 	calls      []call
+	touched    []string // calls the gate let through untraced (op.touched)
 	gates      []string // the gated calls met, in order
 	stopped    string   // the gated call it stopped before ("": it finished)
 	result     string   // what the operation returned, when it finished
@@ -40,7 +41,7 @@ func (w *world) run(kinds []kind, s step) stepLog {
 		return stepLog{result: "ok"}
 	}
 	if k.clock != nil {
-		d := k.clock(w.observe())
+		d := k.clock(w.observeOrders())
 		w.advance(d)
 		return stepLog{result: "+" + d.String()}
 	}
@@ -59,13 +60,17 @@ func (w *world) run(kinds []kind, s step) stepLog {
 	}
 	var log stepLog
 	gate := 0
-	before := 0
+	before, touchedBefore := 0, 0
+	// In a replay (w.fast), an operation the step runs to completion does
+	// not stop at its gates: nothing is decided there.
+	free := w.fast && s.stop < 0 && s.fail < 0
 	if o == nil {
-		o = w.start(k, s.kind, false)
+		o = w.startOp(k, s.kind, false, free)
 	} else {
+		o.free = free
 		w.running = o
 		delete(w.parked, o.id)
-		before = len(o.trace)
+		before, touchedBefore = len(o.trace), len(o.touched)
 		log.gates = append(log.gates, o.at)
 		w.send(o, s, 0)
 		gate = 1
@@ -94,12 +99,14 @@ func (w *world) run(kinds []kind, s step) stepLog {
 	}
 	w.running = nil
 	log.calls = slices.Clone(o.trace[before:])
+	log.touched = slices.Clone(o.touched[touchedBefore:])
 	return log
 }
 
-// start starts an operation of kind k in its own goroutine.
-func (w *world) start(k kind, idx int, auto bool) *op {
-	o := &op{id: len(w.ops), kind: idx, name: k.name, tenant: k.tenant, started: w.clk.Now(), step: w.step, round: k.round != "", resume: make(chan command), auto: auto}
+// startOp starts an operation of kind k in its own goroutine; free, it
+// does not stop at its gates (op.free).
+func (w *world) startOp(k kind, idx int, auto, free bool) *op {
+	o := &op{id: len(w.ops), kind: idx, name: k.name, tenant: k.tenant, started: w.clk.Now(), step: w.step, round: k.round != "", resume: make(chan command), auto: auto, free: free}
 	w.ops = append(w.ops, o)
 	w.running = o
 	ctx := context.WithValue(context.Background(), opKey{}, o)
@@ -190,7 +197,7 @@ const killAll = true
 
 // runAuto runs an operation of kind k (catalog entry i) to completion.
 func (w *world) runAuto(k kind, i int) (string, *op) {
-	o := w.start(k, i, true)
+	o := w.startOp(k, i, true, false)
 	return w.wait(o), o
 }
 

@@ -33,6 +33,12 @@ var errInjected = errors.New("explore: injected failure")
 
 type opKey struct{}
 
+// opOf is the operation ctx carries (nil: none).
+func opOf(ctx context.Context) *op {
+	o, _ := ctx.Value(opKey{}).(*op)
+	return o
+}
+
 // command is what the explorer tells an operation stopped at a gate.
 type command int
 
@@ -60,10 +66,38 @@ type op struct {
 	at   string
 	dead bool
 	auto bool // run to completion without stopping (settle)
+	// free: run to completion without stopping, in a replay's step
+	// (world.fast); unlike auto, the operation is the step's.
+	free bool
 	// atomic is set while the operation is inside ReinstateCancelled.
 	atomic bool
 	// active is set by a reconcile round that did something.
 	active bool
+	// grants are the payments (payment.key) the discrepancy store gave
+	// this operation to refund (world.granted).
+	grants map[string]grant
+	// text is trace's calls joined, as of its first textLen calls.
+	text    string
+	textLen int
+	// touched are the seat-store calls the gate passes through without a
+	// gate and without a trace (Refunded, MarkRefunded, SeatStates,
+	// ScanSold: gatedSeats.touch), for the footprint only.
+	touched []string
+}
+
+// traceText is the operation's calls so far, joined.
+func (o *op) traceText() string {
+	if o.textLen != len(o.trace) {
+		var b strings.Builder
+		for i, c := range o.trace {
+			if i > 0 {
+				b.WriteByte(';')
+			}
+			b.WriteString(c.text)
+		}
+		o.text, o.textLen = b.String(), len(o.trace)
+	}
+	return o.text
 }
 
 // call is one store call of an operation.
@@ -118,7 +152,7 @@ func (w *world) do(ctx context.Context, name, args string, gated bool, exec func
 // do: nil to make the call, errKilled (o dies) or errInjected (the call
 // fails) not to. Operations running to completion (auto) do not stop.
 func (w *world) stop(o *op, at string) error {
-	if o.auto {
+	if o.auto || o.free {
 		return nil
 	}
 	w.events <- event{op: o, at: at}
@@ -160,7 +194,7 @@ func errSummary(err error) string {
 }
 
 func holdArgs(h cancel.Hold) string {
-	return h.OrderNo + " " + h.ShowID + ":" + strings.Join(h.Seats, ",") + lockID(h)
+	return h.OrderNo + " " + h.ShowID + ":" + strings.Join(h.Seats, ",") + lockID(h.ShowID, h)
 }
 
 func resultSummary(r cancel.Result) string {
@@ -274,6 +308,7 @@ func (g *gatedStore) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy
 		recorded, err = g.orderStore.RecordDiscrepancy(ctx, d)
 		if err == nil && recorded {
 			g.w.tried(g.t, d.PaymentID)
+			g.w.granted(opOf(ctx), g.t, d.PaymentID)
 		}
 		return fmt.Sprint(recorded), err
 	})
@@ -290,6 +325,7 @@ func (g *gatedStore) ClaimDiscrepancies(ctx context.Context, lease time.Duration
 		var ids []string
 		for _, d := range ds {
 			g.w.tried(g.t, d.PaymentID)
+			g.w.granted(opOf(ctx), g.t, d.PaymentID)
 			ids = append(ids, d.PaymentID)
 		}
 		return strings.Join(ids, ","), err
@@ -479,6 +515,44 @@ func (s *gatedSeats) MarkRestored(ctx context.Context, token string) error {
 	})
 }
 
+// touch notes a seat-store call of the operation ctx carries that the gate
+// lets through as main's explorer always did (no stop before it, nothing in
+// the trace, so neither the state hash nor the steps tried change), so that
+// the step's footprint (por_test.go) sees what it read or wrote: without
+// it, a step that read or marked a refund, or read the sold seats, would
+// look independent of the steps that change them.
+func (s *gatedSeats) touch(ctx context.Context, name, args string) {
+	if o := opOf(ctx); o != nil {
+		o.touched = append(o.touched, name+"("+args+")=")
+	}
+}
+
+// Refunded reads the seat store's refund record of a payment id (Pay, and
+// the refund hook's caller before it calls the hook).
+func (s *gatedSeats) Refunded(ctx context.Context, paymentID string) (bool, error) {
+	s.touch(ctx, "Refunded", paymentID)
+	return s.seatStore.Refunded(ctx, paymentID)
+}
+
+// MarkRefunded writes the record, right after the refund hook succeeded
+// (in the step of the gated Refund call).
+func (s *gatedSeats) MarkRefunded(ctx context.Context, paymentID, orderNo string) error {
+	s.touch(ctx, "MarkRefunded", orderNo+" "+paymentID)
+	return s.seatStore.MarkRefunded(ctx, paymentID, orderNo)
+}
+
+// SeatStates reads seats a sale skipped (Pay, after Sell).
+func (s *gatedSeats) SeatStates(ctx context.Context, show string, seats []string) (map[string]cancel.SeatState, error) {
+	s.touch(ctx, "SeatStates", show+":"+strings.Join(seats, ","))
+	return s.seatStore.SeatStates(ctx, show, seats)
+}
+
+// ScanSold reads the sold seats of every show (the reconciler's sold pass).
+func (s *gatedSeats) ScanSold(ctx context.Context, cursor string, count int) ([]cancel.SeatSale, string, error) {
+	s.touch(ctx, "ScanSold", "")
+	return s.seatStore.ScanSold(ctx, cursor, count)
+}
+
 func (s *gatedSeats) ScanLocks(ctx context.Context, cursor string, count int) ([]cancel.SeatLock, string, error) {
 	var (
 		locks []cancel.SeatLock
@@ -489,7 +563,7 @@ func (s *gatedSeats) ScanLocks(ctx context.Context, cursor string, count int) ([
 		locks, next, err = s.seatStore.ScanLocks(ctx, cursor, count)
 		var parts []string
 		for _, l := range locks {
-			parts = append(parts, l.ShowID+":"+l.SeatID+"="+l.OrderNo+lockID(l)+"/"+s.w.bucket(l.Age, reconcile.GraceDefault))
+			parts = append(parts, l.ShowID+":"+l.SeatID+"="+l.OrderNo+lockID(l.ShowID, l)+"/"+s.w.bucket(l.Age, reconcile.GraceDefault))
 		}
 		return strings.Join(parts, ","), err
 	})
@@ -542,7 +616,7 @@ func (s gatedSender) Send(ctx context.Context, m expiry.Message, _ time.Duration
 func (w *world) refund(t *tenant) func(ctx context.Context, d cancel.Discrepancy) error {
 	return func(ctx context.Context, d cancel.Discrepancy) error {
 		return w.do(ctx, "Refund", d.OrderNo+" "+d.PaymentID, true, func() (string, error) {
-			w.refunded(t, d.PaymentID)
+			w.refunded(opOf(ctx), t, d.PaymentID)
 			return "refunded", nil
 		})
 	}

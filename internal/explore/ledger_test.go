@@ -1,13 +1,14 @@
 package explore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,9 @@ type parkedView struct {
 // with the facts the gates recorded.
 type observation struct {
 	now time.Time // the fake clock's
+	// dbNow is the database's clock (the order stores'): the refund
+	// lease is measured on it.
+	dbNow time.Time
 	// seatNow is the seat store's clock (the fake one on memstore): lock
 	// ages are measured on it.
 	seatNow time.Time
@@ -56,6 +60,10 @@ type observation struct {
 	// hooks and hookDown: the world's transition hook is installed, and
 	// its outbox is down (world.hooks, world.hookDown).
 	hooks, hookDown bool
+	// grants is, per payment (payment.key), the refund grants the stopped
+	// operations hold and those the hook's calls were made under, as the
+	// I9 ledger will judge a later call (refundGrants).
+	grants map[string]string
 	// young is true when something still waits for time: a lock younger
 	// than the grace, an order decided less than Settle ago, a refund
 	// lease running, a stopped operation younger than PlaceTimeout.
@@ -63,7 +71,7 @@ type observation struct {
 }
 
 func (s *observation) order(tn int, no string) orderView {
-	return s.orders[fmt.Sprintf("t%d/%s", tn, no)]
+	return s.orders["t"+strconv.Itoa(tn)+"/"+no]
 }
 
 func (s *observation) parkedKind(k int) bool {
@@ -92,9 +100,13 @@ func (w *world) observe() *observation {
 	now := w.clk.Now()
 	seatNow, err := w.seatNow(ctx)
 	w.readErr("the seat store's clock", err)
-	s := &observation{now: now, seatNow: seatNow, orders: map[string]orderView{}, seats: map[string]map[string]cancel.SeatState{}, held: map[string]int{}}
+	s := &observation{now: now, dbNow: w.clk.orderNow(), seatNow: seatNow, orders: make(map[string]orderView, 3), seats: make(map[string]map[string]cancel.SeatState, 2), held: make(map[string]int, 4)}
 	for _, t := range w.tenants {
-		for _, no := range orderNos[t.n-1] {
+		if t.idle {
+			continue
+		}
+		var decided []string
+		for i, no := range orderNos[t.n-1] {
 			o, err := t.store.Order(ctx, no)
 			if !errors.Is(err, expiry.ErrNotFound) {
 				w.readErr("Order", err)
@@ -102,14 +114,26 @@ func (w *world) observe() *observation {
 			v := orderView{exists: err == nil, Order: o}
 			if v.exists {
 				v.remaining = o.ExpireAt.Sub(o.ReadAt)
-				st, err := t.store.Statuses(ctx, []string{no})
-				w.readErr("Statuses", err)
+				if o.Status != expiry.StatusPending {
+					decided = append(decided, no)
+				}
+			}
+			s.orders[t.orderKeys[i]] = v
+		}
+		// The age of a decided order (since its decision) is all the
+		// ledgers and the hash read of Statuses.
+		if len(decided) > 0 {
+			st, err := t.store.Statuses(ctx, decided)
+			w.readErr("Statuses", err)
+			for _, no := range decided {
+				k := key(t, no)
+				v := s.orders[k]
 				v.age = st[no].Age
-				if o.Status != expiry.StatusPending && v.age < reconcile.SettleDefault {
+				s.orders[k] = v
+				if v.age < reconcile.SettleDefault {
 					s.young = true
 				}
 			}
-			s.orders[key(t, no)] = v
 		}
 		cs, _, err := t.store.Claims(ctx, "", 100)
 		w.readErr("Claims", err)
@@ -124,9 +148,9 @@ func (w *world) observe() *observation {
 				s.young = true
 			}
 		}
-		for _, u := range users {
+		for i, u := range users {
 			var err error
-			s.held[t.show+"/"+u], err = t.shared.Held(ctx, t.show, u)
+			s.held[t.heldKeys[i]], err = t.shared.Held(ctx, t.show, u)
 			w.readErr("Held", err)
 		}
 	}
@@ -135,23 +159,43 @@ func (w *world) observe() *observation {
 	s.hooks, s.hookDown = w.hooks, w.hookDown
 	w.mu.Unlock()
 	for _, d := range s.facts.disc {
-		if !d.settled && now.Sub(d.tried) < cancel.DiscrepancyLeaseDefault {
+		if !d.settled && s.dbNow.Sub(d.tried) < cancel.DiscrepancyLeaseDefault {
 			s.young = true
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(w.parked)) {
-		o := w.parked[id]
-		var tr []string
-		for _, c := range o.trace {
-			tr = append(tr, c.text)
-		}
+	s.grants = refundGrants(w.parked, s.facts.calls, s.dbNow)
+	for _, o := range w.parked {
 		age := now.Sub(o.started)
 		if age < cancel.PlaceTimeoutDefault {
 			s.young = true
 		}
-		s.parked = append(s.parked, parkedView{kind: o.kind, age: age, at: o.at, trace: strings.Join(tr, ";")})
+		s.parked = append(s.parked, parkedView{kind: o.kind, age: age, at: o.at, trace: o.traceText()})
 	}
 	slices.SortFunc(s.parked, func(a, b parkedView) int { return a.kind - b.kind })
+	return s
+}
+
+// observeOrders is the part of observe a clock step needs: the orders,
+// with their remaining times.
+func (w *world) observeOrders() *observation {
+	ctx := context.Background()
+	s := &observation{now: w.clk.Now(), dbNow: w.clk.orderNow(), orders: make(map[string]orderView, 3)}
+	for _, t := range w.tenants {
+		if t.idle {
+			continue
+		}
+		for i, no := range orderNos[t.n-1] {
+			o, err := t.store.Order(ctx, no)
+			if !errors.Is(err, expiry.ErrNotFound) {
+				w.readErr("Order", err)
+			}
+			v := orderView{exists: err == nil, Order: o}
+			if v.exists {
+				v.remaining = o.ExpireAt.Sub(o.ReadAt)
+			}
+			s.orders[t.orderKeys[i]] = v
+		}
+	}
 	return s
 }
 
@@ -162,18 +206,40 @@ func (w *world) readErr(what string, err error) {
 	}
 }
 
+// clone copies f for an observation, which only reads it: an empty map is
+// nil in the copy (most are empty most of the time).
 func (f facts) clone() facts {
-	c := facts{refunds: maps.Clone(f.refunds), refStep: maps.Clone(f.refStep),
-		reason: maps.Clone(f.reason), sent: maps.Clone(f.sent), disc: map[string]*discFact{}, issued: maps.Clone(f.issued), acked: maps.Clone(f.acked),
-		hooked: map[string][]expiry.Status{}, deleted: maps.Clone(f.deleted), held: maps.Clone(f.held), back: f.back, whole: maps.Clone(f.whole), roundFailed: maps.Clone(f.roundFailed)}
-	for k, v := range f.hooked {
-		c.hooked[k] = slices.Clone(v)
+	c := facts{refunds: cloneMap(f.refunds), refStep: cloneMap(f.refStep),
+		reason: cloneMap(f.reason), sent: cloneMap(f.sent), issued: cloneMap(f.issued), acked: cloneMap(f.acked),
+		deleted: cloneMap(f.deleted), held: cloneMap(f.held), back: f.back, whole: cloneMap(f.whole), roundFailed: cloneMap(f.roundFailed),
+		events: f.events}
+	if len(f.hooked) > 0 {
+		c.hooked = make(map[string][]expiry.Status, len(f.hooked))
+		for k, v := range f.hooked {
+			c.hooked[k] = slices.Clone(v)
+		}
 	}
-	for id, d := range f.disc {
-		dd := *d
-		c.disc[id] = &dd
+	if len(f.calls) > 0 {
+		c.calls = make(map[string][]hookCall, len(f.calls))
+		for k, v := range f.calls {
+			c.calls[k] = slices.Clone(v)
+		}
+	}
+	if len(f.disc) > 0 {
+		c.disc = make(map[string]*discFact, len(f.disc))
+		for id, d := range f.disc {
+			dd := *d
+			c.disc[id] = &dd
+		}
 	}
 	return c
+}
+
+func cloneMap[M ~map[K]V, K comparable, V any](m M) M {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
 }
 
 // history is what the ledgers remember along a sequence.
@@ -201,114 +267,170 @@ func (h history) clone() history {
 // to now, bucketed by the thresholds that matter), the facts, the stopped
 // operations with everything they read, and the ledgers' history.
 func (s *observation) hash(h history) [16]byte {
-	var b strings.Builder
-	bucket := func(d, threshold time.Duration) string {
-		if d >= threshold {
-			return "old"
-		}
-		return d.String()
-	}
+	b := make(hashText, 0, 1024)
 	for _, k := range slices.Sorted(maps.Keys(s.orders)) {
 		o := s.orders[k]
 		if !o.exists {
 			continue
 		}
-		rem := "due"
+		b = b.add("o", k, o.UserID, o.ShowID, o.Status.String())
 		if o.remaining > 0 {
-			rem = o.remaining.String()
+			b = b.dur(o.remaining)
+		} else {
+			b = b.add("due")
 		}
-		age := ""
 		if o.Status != expiry.StatusPending {
-			age = bucket(o.age, reconcile.SettleDefault)
+			b = b.bucket(o.age, reconcile.SettleDefault)
 		}
-		fmt.Fprintf(&b, "o %s %s %s %s %s %s %s %v;", k, o.UserID, o.ShowID, o.Status, rem, age, s.facts.reason[k], s.facts.sent[k])
+		b = b.add(string(s.facts.reason[k])).flag(s.facts.sent[k]).end()
 	}
 	for _, c := range s.claims {
-		fmt.Fprintf(&b, "c %d %s %s %s %s %s;", c.tenant, c.ShowID, c.SeatID, c.OrderNo, c.UserID, c.Status)
+		b = b.add("c", strconv.Itoa(c.tenant), c.ShowID, c.SeatID, c.OrderNo, c.UserID, c.Status.String()).end()
 	}
 	for _, show := range slices.Sorted(maps.Keys(s.seats)) {
 		for _, seat := range slices.Sorted(maps.Keys(s.seats[show])) {
 			st := s.seats[show][seat]
-			age := ""
+			b = b.add("s", show, seat, st.Status.String(), st.OrderNo, st.UserID, lockID(show, st))
 			if st.Status == cancel.SeatLocked {
-				age = bucket(s.seatNow.Sub(st.LockedAt), reconcile.GraceDefault)
+				b = b.bucket(s.seatNow.Sub(st.LockedAt), reconcile.GraceDefault)
 			}
-			fmt.Fprintf(&b, "s %s %s %s %s %s %s %s;", show, seat, st.Status, st.OrderNo, st.UserID, lockID(st), age)
+			b = b.end()
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.held)) {
 		if s.held[k] != 0 {
-			fmt.Fprintf(&b, "h %s %d;", k, s.held[k])
+			b = b.add("h", k, strconv.Itoa(s.held[k])).end()
 		}
 	}
 	for _, pm := range payments {
 		id := pm.key()
-		d := s.facts.disc[id]
-		lease := "-"
-		if d != nil {
-			lease = fmt.Sprintf("%v %s", d.settled, bucket(s.now.Sub(d.tried), cancel.DiscrepancyLeaseDefault))
+		b = b.add("p", id, strconv.Itoa(min(s.facts.refunds[id], 2))).flag(s.facts.issued[id]).flag(s.facts.acked[id])
+		if d := s.facts.disc[id]; d != nil {
+			b = b.flag(d.settled).bucket(s.dbNow.Sub(d.tried), cancel.DiscrepancyLeaseDefault)
+		} else {
+			b = b.add("-")
 		}
 		paid, refunded := h.paidAt[id], s.facts.refStep[id]
-		fmt.Fprintf(&b, "p %s %d %v %v %s %v %v;", id, min(s.facts.refunds[id], 2), s.facts.issued[id], s.facts.acked[id], lease,
-			paid > 0, paid > 0 && refunded > 0 && refunded < paid)
+		b = b.flag(paid > 0).flag(paid > 0 && refunded > 0 && refunded < paid).add(s.grants[id]).end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.facts.deleted)) {
-		fmt.Fprintf(&b, "deleted %s;", k)
+		b = b.add("deleted", k).end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.facts.held)) {
-		fmt.Fprintf(&b, "held %s;", k)
+		b = b.add("held", k).end()
 	}
 	if s.facts.back {
-		b.WriteString("clock back;")
+		b = b.add("clock back").end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.facts.roundFailed)) {
-		fmt.Fprintf(&b, "round failed %s %s;", k, bucket(s.now.Sub(s.facts.roundFailed[k]), reconcile.BackoffMax))
+		b = b.add("round failed", k).bucket(s.now.Sub(s.facts.roundFailed[k]), reconcile.BackoffMax).end()
 	}
 	if s.hooks {
-		fmt.Fprintf(&b, "hook down %v;", s.hookDown)
+		b = b.add("hook down").flag(s.hookDown).end()
 		for _, k := range slices.Sorted(maps.Keys(s.facts.hooked)) {
-			fmt.Fprintf(&b, "hooked %s %v;", k, s.facts.hooked[k])
+			b = b.add("hooked", k)
+			for _, st := range s.facts.hooked[k] {
+				b = b.add(st.String())
+			}
+			b = b.end()
 		}
 	}
 	for _, p := range s.parked {
-		fmt.Fprintf(&b, "x %d %s %s %s;", p.kind, bucket(p.age, cancel.PlaceTimeoutDefault), p.at, p.trace)
+		b = b.add("x", strconv.Itoa(p.kind)).bucket(p.age, cancel.PlaceTimeoutDefault).add(p.at, p.trace).end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(h.soldTo)) {
-		fmt.Fprintf(&b, "sold %s %s;", k, h.soldTo[k])
+		b = b.add("sold", k, h.soldTo[k]).end()
 	}
 	for _, k := range slices.Sorted(maps.Keys(h.paidSeats)) {
-		fmt.Fprintf(&b, "paid %s %v;", k, h.paidSeats[k])
+		b = b.add("paid", k).add(h.paidSeats[k]...).end()
 	}
-	sum := sha256.Sum256([]byte(canonicalLockIDs(b.String())))
+	sum := sha256.Sum256(canonicalLockIDs(b))
 	return [16]byte(sum[:16])
 }
 
-var lockIDs = regexp.MustCompile(`⟨[^⟩]*⟩`)
+// hashText is a state's canonical text as hash builds it: fields separated
+// by a space, entries ended by a semicolon.
+type hashText []byte
 
-// canonicalLockIDs renames the lock ids in text (the seat store's, which
-// carry its clock) by their rank, so that states alike but for when their
-// locks were taken hash alike, while the stopped operations that read a
-// lock still tell whether it is the seat's current one.
-func canonicalLockIDs(text string) string {
-	ids := lockIDs.FindAllString(text, -1)
-	if len(ids) == 0 {
-		return text
+func (b hashText) add(fields ...string) hashText {
+	for _, f := range fields {
+		b = append(append(b, f...), ' ')
 	}
-	slices.SortFunc(ids, func(a, b string) int { return lockIDOrder(a, b) })
-	ids = slices.Compact(ids)
-	return lockIDs.ReplaceAllStringFunc(text, func(id string) string {
-		i, _ := slices.BinarySearchFunc(ids, id, lockIDOrder)
-		return fmt.Sprintf("⟨%d⟩", i)
-	})
+	return b
 }
 
-// lockIDOrder orders lock ids by length, then text: memstore's and
-// redisseat's ids grow with the clock and a counter.
-func lockIDOrder(a, b string) int {
-	if len(a) != len(b) {
-		return len(a) - len(b)
+func (b hashText) flag(v bool) hashText {
+	if v {
+		return append(b, "true "...)
 	}
-	return strings.Compare(a, b)
+	return append(b, "false "...)
+}
+
+func (b hashText) dur(d time.Duration) hashText {
+	return append(strconv.AppendInt(b, int64(d), 10), "ns "...)
+}
+
+// bucket renders an age or remaining time relative to the threshold that
+// matters for it: exact below, "old" at or above, so that states differing
+// only in how far past a threshold they are hash alike.
+func (b hashText) bucket(d, threshold time.Duration) hashText {
+	if d >= threshold {
+		return append(b, "old "...)
+	}
+	return b.dur(d)
+}
+
+func (b hashText) end() hashText { return append(b, ';') }
+
+// deadHash is the hash of the state s shows once its stopped operations
+// are killed: the stores and facts as they are, no operation in flight, and
+// of the refund grants only those the hook's calls were made under.
+func (s *observation) deadHash(h history) [16]byte {
+	d := *s
+	d.parked = nil
+	d.grants = refundGrants(nil, s.facts.calls, s.dbNow)
+	return d.hash(h)
+}
+
+// canonicalLockIDs renames the lock ids in text (the seat store's, which
+// carry its clock and a counter, each ⟨show id⟩) in the order they first
+// appear in it, so that states alike but for the names of their locks hash
+// alike (a symmetry: the library only ever compares two ids of one show
+// for equality), while the stopped operations that read a lock still tell
+// whether it is the seat's current one. Ranking the ids by value instead
+// told apart states that differ only in the order two locks were taken
+// (or in a lock of another show bearing the same id by chance).
+func canonicalLockIDs(text []byte) []byte {
+	if !bytes.Contains(text, []byte("⟨")) {
+		return text
+	}
+	return renameLockIDs(text, map[string]int{})
+}
+
+// renameLockIDs replaces each lock id ⟨…⟩ of text by its number in names,
+// numbering the ids names does not have yet in the order they appear.
+func renameLockIDs(text []byte, names map[string]int) []byte {
+	const open, closing = "⟨", "⟩"
+	out := make([]byte, 0, len(text))
+	for {
+		i := bytes.Index(text, []byte(open))
+		if i < 0 {
+			return append(out, text...)
+		}
+		j := bytes.Index(text[i:], []byte(closing))
+		if j < 0 {
+			return append(out, text...)
+		}
+		id := string(text[i : i+j+len(closing)])
+		n, ok := names[id]
+		if !ok {
+			n = len(names)
+			names[id] = n
+		}
+		out = append(out, text[:i]...)
+		out = append(strconv.AppendInt(append(out, open...), int64(n), 10), closing...)
+		text = text[i+j+len(closing):]
+	}
 }
 
 // judge checks one observation, made after step, against the one before it
@@ -439,8 +561,15 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 			next.paidAt[id] = step
 		}
 		n := cur.facts.refunds[id]
-		if n > 1 && prev.facts.refunds[id] <= 1 {
-			add("I9", "the refund hook ran twice for one payment", "payment %s: refund hook called %d times", id, n)
+		if was := len(prev.facts.calls[id]); len(cur.facts.calls[id]) > max(was, 1) {
+			cause, broken := judgeRepeat(cur.facts.calls[id])
+			_, brokenBefore := judgeRepeat(prev.facts.calls[id])
+			switch {
+			case broken != "" && brokenBefore == "":
+				add("I9", "the refund hook ran twice for one payment", "payment %s: refund hook called %d times: %s", id, n, broken)
+			case broken == "" && was <= 1:
+				add("I9", repeatByDesign, "payment %s: refund hook called %d times: %s", id, n, cause)
+			}
 		}
 		wasBoth := hist.paidAt[id] > 0 && prev.orders[k].Status == expiry.StatusPaid && prev.facts.refunds[id] > 0
 		if !honoured || n == 0 || wasBoth {
@@ -473,6 +602,111 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 		}
 	}
 	return fs, next
+}
+
+// I9's repeats. The refund hook runs once per payment id, except that a
+// call that stalls past the refund lease (cancel.Config.DiscrepancyLease,
+// the world's: the default) between the store's grant of the payment and
+// the hook lets another operation be granted it and call the hook too
+// (expiry/doc.go, I9; cancel.DiscrepancyStore). The ledger judges a repeat
+// by the outcomes the gates saw, never by the library's decisions: which
+// operation called the hook, which grant of the store it held (its
+// RecordDiscrepancy answered true, or its ClaimDiscrepancies listed the
+// payment), and the database's clock at the grant and at the call.
+
+// repeatByDesign is the class of a repeat excused by its own cause.
+const repeatByDesign = "the refund hook ran again for one payment after a call stalled past the refund lease"
+
+// refundLease is the world's cancel.Config.DiscrepancyLease (the default).
+const refundLease = cancel.DiscrepancyLeaseDefault
+
+// grant is a payment the discrepancy store gave an operation to refund.
+type grant struct {
+	at   time.Time // by the database's clock
+	step int       // the step it was granted in
+	n    int       // its place among the world's grants and calls (facts.events)
+}
+
+// hookCall is one call of the refund hook.
+type hookCall struct {
+	op   string    // the operation that made it ("" outside any)
+	step int       // the step it was made in
+	at   time.Time // by the database's clock
+	n    int       // its place among the world's grants and calls
+	held grant     // the grant the operation held for the payment…
+	has  bool      // …if it held one
+}
+
+// judgeRepeat judges the calls of the refund hook for one payment: each
+// repeat is excused (cause says by what) only when it shows its own cause:
+// every call was made under a grant of the store, and each grant after the
+// first came at least a lease after the one before it, while the operation
+// holding that one had not called the hook yet (it stalled past its lease:
+// the store rightly gave the payment to another). Otherwise broken says
+// which call or grant no stall explains: a call under no grant (the hook
+// called per callback), a grant within the lease of the one before, or a
+// grant after the one before was used (a payment refunded, then given out
+// again).
+func judgeRepeat(calls []hookCall) (cause, broken string) {
+	if len(calls) < 2 {
+		return "", ""
+	}
+	for _, c := range calls {
+		if !c.has {
+			return "", fmt.Sprintf("%s called the hook at step %d holding no grant of the payment (no RecordDiscrepancy of it answered true, no ClaimDiscrepancies listed it)", c.op, c.step)
+		}
+	}
+	byGrant := slices.SortedFunc(slices.Values(calls), func(a, b hookCall) int { return a.held.n - b.held.n })
+	var causes []string
+	for i := 1; i < len(byGrant); i++ {
+		p, c := byGrant[i-1], byGrant[i]
+		switch gap := c.held.at.Sub(p.held.at); {
+		case gap < refundLease:
+			return "", fmt.Sprintf("%s was granted the payment at step %d, %v after %s was (step %d): within the refund lease (%v)", c.op, c.held.step, gap, p.op, p.held.step, refundLease)
+		case p.n < c.held.n:
+			return "", fmt.Sprintf("%s was granted the payment at step %d after %s had called the hook under its grant (step %d)", c.op, c.held.step, p.op, p.step)
+		}
+		causes = append(causes, fmt.Sprintf("%s, granted the payment at step %d, stalled %v past it before its call at step %d; %s was granted it at step %d, the lease (%v) run out",
+			p.op, p.held.step, p.at.Sub(p.held.at), p.step, c.op, c.held.step, refundLease))
+	}
+	return strings.Join(causes, "; "), ""
+}
+
+// refundGrants summarises, per payment, what the I9 ledger needs of a
+// state to judge a later call of the hook (judgeRepeat), for the state
+// hash: the grants the stopped operations hold and those the calls were
+// made under, in the order they were given, each with its holder (the
+// stopped operation's kind, or "called"), whether a lease has run since,
+// and whether it came a lease after the grant before it.
+func refundGrants(parked map[int]*op, calls map[string][]hookCall, now time.Time) map[string]string {
+	type held struct {
+		who string
+		g   grant
+	}
+	per := map[string][]held{}
+	for _, o := range parked {
+		for id, g := range o.grants {
+			per[id] = append(per[id], held{fmt.Sprintf("k%d", o.kind), g})
+		}
+	}
+	for id, cs := range calls {
+		for _, c := range cs {
+			if c.has {
+				per[id] = append(per[id], held{"called", c.held})
+			}
+		}
+	}
+	out := map[string]string{}
+	for id, hs := range per {
+		slices.SortFunc(hs, func(a, b held) int { return a.g.n - b.g.n })
+		var b strings.Builder
+		for i, h := range hs {
+			after := i > 0 && h.g.at.Sub(hs[i-1].g.at) >= refundLease
+			fmt.Fprintf(&b, "%s/%v/%v,", h.who, now.Sub(h.g.at) >= refundLease, after)
+		}
+		out[id] = b.String()
+	}
+	return out
 }
 
 // judgeSettled checks what must hold once everything settled: SQL and the

@@ -89,7 +89,7 @@ func (x *explorer) replaySeq(seq []step) (verdict, error) {
 // replayOnce runs seq once and settles with kill; more says that some
 // operations were stopped at the end (a settle with kill is worth a run).
 func (x *explorer) replayOnce(seq []step, kill bool, v *verdict) (more bool, err error) {
-	w, err := newWorld(x.pool, x.shared, x.backend)
+	w, err := newWorld(x.pool, x.shared, x.backend, x.kinds)
 	if err != nil {
 		return false, err
 	}

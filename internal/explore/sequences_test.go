@@ -18,9 +18,11 @@ type spec struct {
 }
 
 // knownSequences are the holes the second outside review reported (issue
-// 18) and the host's holes (issue 36), as step sequences of the explorer's catalogs. Each is a sequence the
-// exploration enumerates at a depth of its length (TestSequences checks
-// that every step is one the explorer takes from the state before it); the
+// 18) and the host's holes (issue 36), as step sequences of the explorer's catalogs. Each is a sequence whose
+// states the exploration reaches at a depth of its length, by it or by an
+// order of its steps that reaches the same states (explorer.expand's
+// reductions; TestSequences checks that every step is one enabled in the
+// state before it); the
 // exploration prints the shortest sequence of each class of finding, which
 // may be another member of the same class, so these are replayed and
 // judged on their own too.

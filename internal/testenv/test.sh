@@ -165,8 +165,14 @@ export OE_REQUIRE_SERVERS=1
 norace=(github.com/seatflow/orderexpiry/expiry/rocketmq)
 # The exploration (internal/explore) is a state search over the in-memory
 # stores, whose code is race-tested in its own packages: under -race it took
-# 260-320 s of the 2 cores, without it its depth 6 takes about 30 s. It runs
-# on its own after the race run (see below).
+# 260-320 s of the 2 cores. Without it, since the reductions of issue 38
+# (breadth-first, partial order, settles shared: internal/explore/doc.go)
+# its depth 6 takes about 20 s and the package with its replays about 50 s.
+# Depth 7 finds one fault more (a batch release that forgets which lock it
+# names, 7 steps), but on the 2-core machine, rebased onto main, the
+# package took 106-120 s with it (the exploration 42-71 s, and the MariaDB
+# replays beside it 88-97 s instead of 15 s), past the budget: run it by
+# hand (below). It runs on its own after the race run (see below).
 EXPLORE=github.com/seatflow/orderexpiry/internal/explore
 mapfile -t race < <(go list ./... | grep -vxF -f <(printf '%s\n' "${norace[@]}" "$EXPLORE"))
 
@@ -228,7 +234,7 @@ nested_pids+=("$norace_pid")
 # on MariaDB with Redis and PostgreSQL with Redis Cluster, about 20 s), so the servers must be up.
 t_explore=$SECONDS
 explore_status=0
-OE_EXPLORE_DEPTH=6 run_go_test explore . -count=1 -timeout 10m -v "$EXPLORE" || explore_status=$? # deeper: -explore.depth=7 (about 2 min)
+OE_EXPLORE_DEPTH=6 run_go_test explore . -count=1 -timeout 10m -v "$EXPLORE" || explore_status=$? # deeper: -explore.depth=7 (about 2 min with the replays)
 say "explore and replays: $((SECONDS - t_explore))s"
 norace_status=0
 wait "$norace_pid" || norace_status=$?
