@@ -249,12 +249,30 @@ func (s *Store) checkMovedScope(ctx context.Context, bad func(string, ...any)) e
 	}
 	table := s.m.raw.Orders.Table
 	sample := rebind(s.dialect, "SELECT payment_id, order_no, user_id, status FROM oe_payment_discrepancy WHERE scope = ? ORDER BY recorded_at_ms DESC, payment_id LIMIT 8")
+	// Beside the library's own schema, whose records are scope "" too (one
+	// per payment it honoured: they would fill any sample), "" is sampled
+	// among the records whose order is not in oe_order.
+	own, _, err := s.describe(ctx, "oe_order")
+	if err != nil {
+		return err
+	}
+	sampleUnscoped := sample
+	if len(own) > 0 {
+		sampleUnscoped = rebind(s.dialect, "SELECT d.payment_id, d.order_no, d.user_id, d.status FROM oe_payment_discrepancy d WHERE d.scope = ? AND NOT EXISTS (SELECT 1 FROM oe_order o WHERE o.order_no = d.order_no) ORDER BY d.recorded_at_ms DESC, d.payment_id LIMIT 8")
+	}
 	for _, scope := range scopes {
 		rest, ok := strings.CutPrefix(scope, table)
 		if scope != "" && !(ok && (rest == "" || rest[0] == '?')) || slices.Contains(s.m.previousScopes, scope) {
 			continue
 		}
-		mine, n, err := s.ownRecords(ctx, sample, scope)
+		if _, _, other := contradicts(scope, table, s.m.scopeParts); other {
+			continue // another tenant's: its orders are not this store's, whatever they look like
+		}
+		q := sample
+		if scope == "" {
+			q = sampleUnscoped
+		}
+		mine, n, err := s.ownRecords(ctx, q, scope)
 		if err != nil {
 			return err
 		}

@@ -120,13 +120,15 @@ type Orders struct {
 	// Where (another tenant's) is refused.
 	Scope string
 	// PreviousScopes are scopes this store's payment records were kept
-	// under before (see Scope): Migrate moves their records to Scope, and
-	// Check stops asking about them. Check names a scope to list here when
-	// most of the records it samples there are of this store's orders (by
-	// number and buyer). "" stands for the records made before the library
-	// kept scopes: of those Migrate moves only the ones whose order is this
-	// store's (a deleted order's stay: a repeat of its callback is decided
-	// again). A payment id already decided in Scope keeps that decision.
+	// under before (see Scope); "" stands for the records made before the
+	// library kept scopes. Migrate moves the records there that are of
+	// this store's orders (number, buyer and fate match) to Scope, and
+	// Check stops asking about them; Check names a scope to list here when
+	// most of the records it samples there are of this store's orders. A
+	// record of an order deleted since stays where it was (a repeat of its
+	// callback is decided again), and a payment id already decided in Scope
+	// keeps that decision. A scope that reads as another tenant's (a
+	// condition the Where contradicts) is refused.
 	PreviousScopes []string
 	// Fill are columns Place does not otherwise write and the constant
 	// every insert of an order writes into each: the host's NOT NULL
@@ -434,6 +436,25 @@ type resolved struct {
 	windowWhere                       []cond
 }
 
+// contradicts reports a condition ("col=val") of scope, read as a derived
+// scope of table, that names a column of the Where conditions parts with
+// another value: the scope is another store's (another tenant's).
+func contradicts(scope, table string, parts []string) (part, mine string, ok bool) {
+	rest, found := strings.CutPrefix(scope, table)
+	if !found || !strings.HasPrefix(rest, "?") {
+		return "", "", false
+	}
+	for _, part := range strings.Split(rest[1:], "&") {
+		col, _, _ := strings.Cut(part, "=")
+		for _, mine := range parts {
+			if mc, _, _ := strings.Cut(mine, "="); mc == col && mine != part {
+				return part, mine, true
+			}
+		}
+	}
+	return "", "", false
+}
+
 // badScope says whether a scope is not 1-255 bytes of printable ASCII.
 func badScope(s string) bool {
 	return s == "" || len(s) > 255 || strings.IndexFunc(s, func(c rune) bool { return c < 0x20 || c > 0x7e }) >= 0
@@ -611,21 +632,17 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 			// A scope that reads as this table's with a condition the Where
 			// contradicts is another store's (a tenant's scope copied into
 			// the wrong tenant's configuration): its records are not ours.
-			if rest, ok := strings.CutPrefix(o.Scope, o.Table); ok && strings.HasPrefix(rest, "?") {
-				for _, part := range strings.Split(rest[1:], "&") {
-					col, _, _ := strings.Cut(part, "=")
-					for _, mine := range parts {
-						if mc, _, _ := strings.Cut(mine, "="); mc == col && mine != part {
-							errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.Scope %q says %s where the Where says %s: it names another store's rows (I16)", o.Scope, part, mine))
-						}
-					}
-				}
+			if part, mine, ok := contradicts(o.Scope, o.Table, parts); ok {
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.Scope %q says %s where the Where says %s: it names another store's rows (I16)", o.Scope, part, mine))
 			}
 			r.scope = o.Scope
 		}
 		for _, p := range o.PreviousScopes {
 			if p != "" && badScope(p) {
 				errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.PreviousScopes: %q is not 0-255 bytes of printable ASCII", p))
+			}
+			if part, mine, ok := contradicts(p, o.Table, parts); ok {
+				errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.PreviousScopes: %q says %s where the Where says %s: it names another store's rows (I16)", p, part, mine))
 			}
 			if p == r.scope {
 				errs = append(errs, fmt.Errorf("sqlstore: mapping: Orders.PreviousScopes holds the store's own scope %q", p))

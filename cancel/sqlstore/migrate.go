@@ -109,21 +109,23 @@ func (s *Store) upgradeScope(ctx context.Context) error {
 }
 
 // movePreviousScopes moves the payment records of the scopes listed in
-// Orders.PreviousScopes to this store's scope (Migrate). Of scope "" (the
-// records made before the library kept scopes, which may be several
-// stores') only those whose order is this store's, by number and buyer. A
-// payment id this scope decided already keeps its own record: the older one
-// stays where it was. Each row moves at most once (the UPDATE names its old
+// Orders.PreviousScopes to this store's scope (Migrate): those of this
+// store's orders (ownsRecord), so that a scope several stores share (""
+// before the library kept scopes, a single-tenant store's become several
+// tenants') gives each its own, and one listed by mistake gives nothing
+// away. A record of an order deleted since stays where it was. A payment
+// id this scope decided already keeps its own record. Each row moves at most once (the UPDATE names its old
 // scope), so several stores may run it at once.
 func (s *Store) movePreviousScopes(ctx context.Context) error {
 	upd := rebind(s.dialect, "UPDATE oe_payment_discrepancy SET scope = ? WHERE scope = ? AND payment_id = ?")
 	for _, from := range s.m.previousScopes {
 		err := s.eachRecord(ctx, from, func(r record) error {
-			if from == "" {
-				own, err := s.ownsRecord(ctx, r)
-				if err != nil || !own {
-					return err
-				}
+			// Only the records of this store's orders: a scope listed by
+			// mistake (or one several stores share, as a single-tenant
+			// store's becoming several tenants') gives each store its own.
+			own, err := s.ownsRecord(ctx, r)
+			if err != nil || !own {
+				return err
 			}
 			payment := r.payment
 			if _, err := s.db.ExecContext(ctx, upd, s.m.scope, from, payment); err != nil && !isDuplicate(err) {

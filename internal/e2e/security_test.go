@@ -494,6 +494,8 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`"INTERVAL '" + us + " microseconds'"`:                                        "nowAs: as above",
 		`what + " condition on " + c.Column`:                                          "an error message of resolve, never SQL",
 		`what + " condition column"`:                                                  "an error message of resolve, never SQL",
+		`what + " fill column"`:                                                       "an error message of resolve (a Fill column's name), never SQL",
+		`what + " fill of " + c.Column`:                                               "an error message of resolve (a Fill value's), never SQL",
 		`"cancelled status for " + string(reason)`:                                    "an error message of resolve, never SQL",
 		`"(SELECT " + now + ")"`:                                                      "due: a clock expression of nowAs",
 		`"SELECT " + r.no + ", " + asText(d, r.status) + ", " + age + ", " + r.show + ", " + r.ownLock("") + ", " + r.ownSeats() + " FROM " + r.o + " WHERE " + r.no + " IN ("`: "the Statuses query's head: quoted mapped names, the age below, ownLock and ownSeats (literal columns or NULL)",
