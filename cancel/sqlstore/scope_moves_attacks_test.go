@@ -27,9 +27,9 @@ import (
 // those whose order is the store's and fits the record. The tests are the
 // review's scenarios with the host doing what Check asks.
 
-// reviewPreScope is the pre-scope oe_payment_discrepancy (payment_id alone
-// the key, no scope column), as in TestScopeThatMovesKeepsItsPaymentRecords.
-var reviewPreScope = map[sqlstore.Dialect][]string{
+// preScopeDDL is the pre-scope oe_payment_discrepancy (payment_id alone
+// the key, no scope column), as an earlier version created it.
+var preScopeDDL = map[sqlstore.Dialect][]string{
 	sqlstore.MySQL: {`CREATE TABLE oe_payment_discrepancy (
 		payment_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
 		order_no VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -90,7 +90,7 @@ func uncheckedService(t *testing.T, db *sql.DB, d sqlstore.Dialect, m sqlstore.M
 func TestReviewScopeAdoptionAmbiguousTenants(t *testing.T) {
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		applyDDL(t, db, shop.ddl(d))
-		applyDDL(t, db, reviewPreScope[d])
+		applyDDL(t, db, preScopeDDL[d])
 		due := time.Now().Unix() + 3600
 		reviewExec(t, d, db, "INSERT INTO shop_order (tenant_id, order_code, buyer, event_id, state, due_at, close_reason) VALUES (8, 'o1', 'u1', 'ev', 'CANCELLED', ?, 'user')", due)
 		reviewExec(t, d, db, "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES ('pay-1', 'o1', 'u1', 2, 1, 1, 2)")
@@ -295,7 +295,7 @@ func TestReviewScopeExplicitScopeOfAnotherTenant(t *testing.T) {
 func TestReviewScopeAdoptionBesideOwnSchema(t *testing.T) {
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		applyDDL(t, db, shop.ddl(d))
-		applyDDL(t, db, reviewPreScope[d])
+		applyDDL(t, db, preScopeDDL[d])
 		due := time.Now().Unix() + 3600
 		reviewExec(t, d, db, "INSERT INTO shop_order (tenant_id, order_code, buyer, event_id, state, due_at, close_reason) VALUES (8, 'o1', 'u8', 'ev', 'CANCELLED', ?, 'user')", due)
 		reviewExec(t, d, db, "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES ('pay-1', 'o1', 'u8', 2, 1, 1, 2)")
@@ -329,7 +329,7 @@ func TestReviewScopeAdoptionCost(t *testing.T) {
 	}
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		applyDDL(t, db, shop.ddl(d))
-		applyDDL(t, db, reviewPreScope[d])
+		applyDDL(t, db, preScopeDDL[d])
 		const n = 20000
 		tx, err := db.Begin()
 		require.NoError(t, err)

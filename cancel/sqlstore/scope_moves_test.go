@@ -27,26 +27,10 @@ import (
 // orders; with that scope in Orders.PreviousScopes (Migrate moves the
 // records) or as Orders.Scope, each payment keeps its one fate.
 func TestScopeThatMovesKeepsItsPaymentRecords(t *testing.T) {
-	preScope := map[sqlstore.Dialect][]string{
-		sqlstore.MySQL: {`CREATE TABLE oe_payment_discrepancy (
-			payment_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-			order_no VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-			user_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-			status SMALLINT NOT NULL, recorded_at_ms BIGINT NOT NULL, tried_at_ms BIGINT NOT NULL, settled_at_ms BIGINT NULL,
-			PRIMARY KEY (payment_id), KEY oe_payment_discrepancy_due (settled_at_ms, tried_at_ms)) ENGINE=InnoDB`},
-		sqlstore.Postgres: {`CREATE TABLE oe_payment_discrepancy (
-			payment_id VARCHAR(64) PRIMARY KEY, order_no VARCHAR(64) NOT NULL, user_id VARCHAR(64) NOT NULL,
-			status SMALLINT NOT NULL, recorded_at_ms BIGINT NOT NULL, tried_at_ms BIGINT NOT NULL, settled_at_ms BIGINT)`,
-			"CREATE INDEX oe_payment_discrepancy_due ON oe_payment_discrepancy (settled_at_ms, tried_at_ms, payment_id)"},
-		sqlstore.SQLite: {`CREATE TABLE oe_payment_discrepancy (
-			payment_id TEXT NOT NULL PRIMARY KEY, order_no TEXT NOT NULL, user_id TEXT NOT NULL,
-			status INTEGER NOT NULL, recorded_at_ms INTEGER NOT NULL, tried_at_ms INTEGER NOT NULL, settled_at_ms INTEGER)`,
-			"CREATE INDEX oe_payment_discrepancy_due ON oe_payment_discrepancy (settled_at_ms, tried_at_ms, payment_id)"},
-	}
 	t.Run("rows before the scope column", func(t *testing.T) {
 		eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 			applyDDL(t, db, shop.ddl(d))
-			applyDDL(t, db, preScope[d])
+			applyDDL(t, db, preScopeDDL[d])
 			nowS := time.Now().Unix()
 			for _, q := range []string{
 				// Tenant 8's o1, cancelled; its pay-1 refunded (settled).

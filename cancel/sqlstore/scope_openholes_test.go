@@ -31,7 +31,7 @@ import (
 func TestOpenHoleScopeSoftDeletedBeforeUpgrade(t *testing.T) {
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		applyDDL(t, db, window.ddl(d))
-		applyDDL(t, db, reviewPreScope[d])
+		applyDDL(t, db, preScopeDDL[d])
 		ms := time.Now().UnixMilli()
 		// o1 cancelled, pay-1 refunded (settled); o2 paid by pay-2 (its
 		// decision row); both soft-deleted by the host since.

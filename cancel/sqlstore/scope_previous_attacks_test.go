@@ -119,7 +119,7 @@ func TestReview2CheckAdvisesOtherTenantWithoutPaymentColumn(t *testing.T) {
 func TestReview2CheckSampleFloodedByOwnSchema(t *testing.T) {
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		applyDDL(t, db, shop.ddl(d))
-		applyDDL(t, db, reviewPreScope[d])
+		applyDDL(t, db, preScopeDDL[d])
 		due := time.Now().Unix() + 3600
 		reviewExec(t, d, db, "INSERT INTO shop_order (tenant_id, order_code, buyer, event_id, state, due_at, close_reason) VALUES (8, 'o1', 'u8', 'ev', 'CANCELLED', ?, 'user')", due)
 		reviewExec(t, d, db, "INSERT INTO oe_payment_discrepancy (payment_id, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES ('pay-1', 'o1', 'u8', 2, 1, 1, 2)")
