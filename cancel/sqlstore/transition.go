@@ -507,7 +507,21 @@ func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) 
 		_ = tx.Rollback()
 		return ctxCause(ctx, err)
 	}
-	return ctxCause(ctx, tx.Commit())
+	return commitErr(ctx, tx.Commit())
+}
+
+// commitErr reports a failed COMMIT. The database's own refusal (a
+// deadlock, a serialization failure, SQLite's busy) and a transaction
+// database/sql had already rolled back changed nothing; any other failure
+// (a connection broken or a context ended while the COMMIT was on the wire)
+// may have come after the database committed, so it wraps
+// expiry.ErrCommitUnknown: a caller that retried the compare-and-set then
+// would find its own change and report it as somebody else's.
+func commitErr(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, sql.ErrTxDone) || retryable(err) {
+		return ctxCause(ctx, err)
+	}
+	return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
 }
 
 // begin begins a transaction. On MySQL/MariaDB with a Hook, under a context

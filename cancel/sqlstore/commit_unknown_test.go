@@ -1,0 +1,112 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"modernc.org/sqlite"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// loseAcks, when set, makes the next COMMIT of a lostAckDriver connection
+// land and then fail as a connection broken on the reply would.
+var loseAcks atomic.Bool
+
+var registerLostAck sync.Once
+
+// lostAckDriver is SQLite whose COMMIT can land with its reply lost.
+type lostAckDriver struct{ sqlite.Driver }
+
+func (d *lostAckDriver) Open(name string) (driver.Conn, error) {
+	c, err := d.Driver.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return &lostAckConn{Conn: c}, nil
+}
+
+type lostAckConn struct{ driver.Conn }
+
+func (c *lostAckConn) Begin() (driver.Tx, error) { //nolint:staticcheck // driver.Conn requires it
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *lostAckConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return lostAckTx{tx}, nil
+}
+
+type lostAckTx struct{ driver.Tx }
+
+func (t lostAckTx) Commit() error {
+	if err := t.Tx.Commit(); err != nil {
+		return err
+	}
+	if loseAcks.CompareAndSwap(true, false) {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+
+// A COMMIT that fails after the database committed is reported as an
+// unknown outcome (expiry.ErrCommitUnknown), never retried or reported as
+// nothing changed: the caller would retry the compare-and-set, find its own
+// cancel and answer it as somebody else's. A COMMIT the database refused,
+// or one database/sql had already rolled back, changed nothing and is not
+// wrapped.
+func TestCommitLostOnTheWire(t *testing.T) {
+	registerLostAck.Do(func() { sql.Register("sqlite-lostack", &lostAckDriver{}) })
+	db, err := sql.Open("sqlite-lostack", "file:"+filepath.Join(t.TempDir(), "oe.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	s, err := New(db, SQLite)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, s.Migrate(ctx))
+	for _, no := range []string{"o1", "o2", "o3"} {
+		require.NoError(t, s.Place(ctx, db, cancel.Placement{OrderNo: no, UserID: "u", ShowID: "s", Seats: []string{no + "a"}, ExpireAt: time.Now().Add(-time.Minute)}))
+	}
+
+	loseAcks.Store(true)
+	_, err = s.CancelPending(ctx, cancel.Request{OrderNo: "o1", Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+	require.ErrorIs(t, err, expiry.ErrCommitUnknown)
+	o, err := s.Order(ctx, "o1")
+	require.NoError(t, err)
+	require.Equal(t, expiry.StatusCancelled, o.Status, "the COMMIT landed")
+
+	loseAcks.Store(true)
+	res, err := s.CancelDue(ctx, []string{"o2", "o3"}, cancel.ReasonTimeout)
+	require.ErrorIs(t, err, expiry.ErrCommitUnknown)
+	require.Empty(t, res)
+	for _, no := range []string{"o2", "o3"} {
+		o, err := s.Order(ctx, no)
+		require.NoError(t, err)
+		require.Equal(t, expiry.StatusCancelled, o.Status, "the COMMIT landed")
+	}
+
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"rolled back by database/sql", sql.ErrTxDone},
+		{"refused by the database", errors.New("SQLITE_BUSY: database is locked")},
+	} {
+		require.NotErrorIs(t, commitErr(ctx, tc.err), expiry.ErrCommitUnknown, tc.name)
+	}
+	require.NoError(t, commitErr(ctx, nil))
+}
