@@ -43,7 +43,8 @@ func ValidateBatch(orderNos []string, reason Reason) error {
 // (expiry.KindCancelled) and a failed release is logged and counted
 // (expiry.KindReleaseFailed) and left to the reconciler, never an error:
 // the orders are cancelled. An error means the slice that failed changed
-// nothing (the Results of slices before it are returned with it); the
+// nothing (the Results of slices before it are returned with it), unless
+// it wraps expiry.ErrCommitUnknown (the slice's COMMIT may have landed); the
 // caller may try its orders one by one (Cancel), so one bad order is set
 // aside alone.
 func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reason) ([]Result, error) {

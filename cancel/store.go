@@ -52,7 +52,9 @@ type OrderStore interface {
 	// MaxBatch numbers, or an invalid one, is an error wrapping
 	// expiry.ErrInvalidID and changes nothing (ValidateBatch). A
 	// serialization failure is retried as CancelPending's; any other error
-	// means nothing was changed. Of concurrent calls (batches or single
+	// means nothing was changed, except one wrapping expiry.ErrCommitUnknown
+	// (the COMMIT failed after it was sent: the outcome is unknown, and a
+	// caller that retried would find its own cancels). Of concurrent calls (batches or single
 	// ones) for one order, at most one changes it.
 	CancelDue(ctx context.Context, orderNos []string, reason Reason) ([]Result, error)
 	// PayPending, in one transaction: compare-and-set pending to paid (for

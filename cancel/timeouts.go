@@ -2,6 +2,7 @@ package cancel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -32,8 +33,11 @@ import (
 // reconciler and the consumer meet on the same orders, and a message whose
 // order the reconciler cancelled then costs one read instead of a
 // transaction. So a batch changes how the store is asked, never what a call
-// answers. One order whose cancel is slow inside a batch's transaction (a
-// slow hook) delays the others of that batch: they share one transaction.
+// answers. A batch whose COMMIT's outcome is unknown (the store's error
+// wraps expiry.ErrCommitUnknown) answers each of its calls with that error,
+// as the one-order path answers its own lost COMMIT: gone alone, a call
+// would find the batch's cancel and report it as nobody's. One order whose
+// cancel is slow inside a batch's transaction (a slow hook) delays the others of that batch: they share one transaction.
 type groupCommit struct {
 	store OrderStore
 
@@ -67,6 +71,10 @@ type timeoutCall struct {
 	done    chan struct{}
 	decided bool // the batch cancelled the order: res is this call's Result
 	res     Result
+	// unknown is the batch's error when its COMMIT's outcome is unknown
+	// (it wraps expiry.ErrCommitUnknown): the call answers with it, as the
+	// one-order path answers a lost COMMIT.
+	unknown error
 }
 
 // timeout is Service.Timeout's cancel: alone when a lane is free, else in
@@ -92,6 +100,12 @@ func (t *groupCommit) timeout(ctx context.Context, s *Service, no string) (Resul
 	}
 	if c.decided {
 		return c.res, nil
+	}
+	if c.unknown != nil {
+		// Going alone would find the batch's own cancel, if it landed, and
+		// answer it as somebody else's: the cancel would be reported by
+		// nobody, its seats released by nobody but the reconciler.
+		return Result{}, c.unknown
 	}
 	// A decided order stays decided for a timeout (a cancelled one paid
 	// late becomes paid, never pending), so the read answers as the
@@ -193,6 +207,13 @@ func (t *groupCommit) batch(s *Service, calls []*timeoutCall) {
 		nos = append(nos, c.no)
 	}
 	res, err := cancelDue(ctx, t.store, nos)
+	if errors.Is(err, expiry.ErrCommitUnknown) {
+		s.log.WarnContext(ctx, "a batch of timeouts lost its commit's outcome; each call answers so", "orders", len(nos), "err", err)
+		for _, c := range calls {
+			c.unknown = fmt.Errorf("cancel: timeout of order %s, in a batch: %w", c.no, err)
+		}
+		return
+	}
 	if err != nil {
 		s.log.WarnContext(ctx, "a batch of timeouts failed; each order goes alone", "orders", len(nos), "err", err)
 		return

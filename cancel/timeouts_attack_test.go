@@ -764,11 +764,65 @@ func TestAttackTimeoutBatchFails(t *testing.T) {
 	noLeak(t, ign)
 }
 
-// Attack 2b: the batch commits but its acknowledgement is lost (CancelDue
-// returns an error although it changed the orders; the interface says it
-// must not, so this checks the damage is no worse than the one-order path's
-// lost ack: answers that are true of each order, none reported twice, and
-// seats left to the reconciler, never another order's freed).
+// Attack 2b: the batch commits and its acknowledgement is lost, and the
+// store says so (the error wraps expiry.ErrCommitUnknown, as cancel/sqlstore's
+// does when a COMMIT fails on the wire). Every cancel that landed is
+// reported by a call or answered with an error by every call for its
+// order: none is answered "decided already" (whose Handler would then ack
+// the message as somebody else's cancel, reported by nobody). Nothing is
+// freed: the seats are the reconciler's, as after the one-order path's
+// lost COMMIT.
+func TestAttackTimeoutBatchCommitUnknown(t *testing.T) {
+	ign := goleak.IgnoreCurrent()
+	e := newA5(t, a5opts{})
+	kinds := e.a5mix(t, 6, 3, 2, 2, 2)
+	e.place(t, "g0", "u0", "s0", -time.Minute)
+	e.store.setCancelDue(func(ctx context.Context, inner func(context.Context, []string, cancel.Reason) ([]cancel.Result, error), nos []string, r cancel.Reason) ([]cancel.Result, error) {
+		if _, err := inner(ctx, nos, r); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("connection reset during COMMIT: %w", expiry.ErrCommitUnknown)
+	})
+	g := e.hold(t, context.Background(), "g0")
+	n := 0
+	for no := range kinds {
+		g.enqueue(context.Background(), no)
+		n++
+	}
+	g.queued(t, n)
+	gc, out := g.wait(t)
+	require.True(t, gc.cancelled)
+	ctx := context.Background()
+	for _, c := range out {
+		o, err := e.mem.Order(ctx, c.no)
+		if kinds[c.no] == kMissing {
+			continue
+		}
+		require.NoError(t, err)
+		if kinds[c.no] == kDue {
+			require.Equal(t, expiry.StatusCancelled, o.Status, "the batch's commit landed")
+			if !c.cancelled && c.err == nil {
+				t.Errorf("order %s: the batch's own cancel answered as decided by somebody else (%+v)", c.no, c.o)
+			}
+		}
+		if c.err != nil {
+			assert.ErrorIs(t, c.err, expiry.ErrCommitUnknown, "order %s", c.no)
+		}
+		assert.False(t, c.cancelled, "order %s: nobody learnt it cancelled the order", c.no)
+	}
+	st, err := e.seats.Show(ctx, "s0")
+	require.NoError(t, err)
+	for seat, s := range st {
+		assert.True(t, strings.HasPrefix(seat, s.OrderNo), "seat %s held by %s", seat, s.OrderNo)
+	}
+	noLeak(t, ign)
+}
+
+// Attack 2b': the batch commits but its acknowledgement is lost and the
+// store breaks its contract (a plain error, as if nothing changed): the
+// damage is no worse than the one-order path's lost ack: answers that are
+// true of each order, none reported twice, and seats left to the
+// reconciler, never another order's freed.
 func TestAttackTimeoutBatchLostAck(t *testing.T) {
 	ign := goleak.IgnoreCurrent()
 	e := newA5(t, a5opts{})

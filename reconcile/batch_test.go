@@ -82,3 +82,54 @@ func TestExpiredPassInBatches(t *testing.T) {
 	assert.Equal(t, 1, rep.Skipped, "the bad order backs off")
 	assert.Zero(t, rep.Expired)
 }
+
+// lostAck is the Service with a batch path whose COMMIT lands and whose
+// acknowledgement is lost: the orders are cancelled (their seats not yet
+// released), and the error says the outcome is unknown.
+type lostAck struct {
+	*cancel.Service
+	store   cancel.OrderStore
+	batches atomic.Int32
+}
+
+func (l *lostAck) ExpireDue(ctx context.Context, nos []string, reason cancel.Reason) ([]cancel.Result, error) {
+	if l.batches.Add(1) > 1 {
+		return l.Service.ExpireDue(ctx, nos, reason)
+	}
+	if _, err := l.store.CancelDue(ctx, nos, reason); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("connection reset during COMMIT: %w", expiry.ErrCommitUnknown)
+}
+
+// A batch whose COMMIT's outcome is unknown: its orders were cancelled by
+// this reconciler, so none of them is a race somebody else won, and their
+// seats are free within a round past Settle (I3), with nobody's freed
+// twice (I2).
+func TestExpiredPassBatchCommitUnknown(t *testing.T) {
+	e := newEnv(t)
+	var nos []string
+	for i := 0; i < 20; i++ {
+		nos = append(nos, e.place(t, fmt.Sprintf("o%02d", i), time.Minute).OrderNo)
+	}
+	e.place(t, "later", time.Hour)
+	e.advance(2 * time.Minute)
+	svc := &lostAck{Service: e.svc, store: e.store}
+	r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: svc, Batch: 40, Workers: 1})
+	require.NoError(t, err)
+	rep, err := r.Round(context.Background())
+	require.NoError(t, err)
+	assert.Zero(t, rep.LostRaces, "nobody else decided these orders: %+v", rep)
+	for _, no := range nos {
+		assert.Equal(t, expiry.StatusCancelled, e.status(t, no), no)
+	}
+	e.advance(reconcile.SettleDefault + time.Second)
+	_, err = r.Round(context.Background())
+	require.NoError(t, err)
+	show, err := e.seats.Show(context.Background(), "s")
+	require.NoError(t, err)
+	for seat, st := range show {
+		assert.Equal(t, "later", st.OrderNo, "seat %s still held by a cancelled order", seat)
+	}
+	assert.Len(t, show, 2, "the pending order keeps its seats")
+}

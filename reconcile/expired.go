@@ -146,7 +146,9 @@ const minBatch = 16
 // did not change lost its race (paid, cancelled, or no longer due
 // meanwhile). A batch that fails changed nothing: its orders are tried
 // one by one (Cancel), so one bad order is counted, backed off and skipped
-// alone and never holds the others back (I12).
+// alone and never holds the others back (I12). A batch whose COMMIT's
+// outcome is unknown (expiry.ErrCommitUnknown) leaves its orders, skipped,
+// to the next round.
 func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Report) int {
 	var todo []string
 	for _, no := range nos {
@@ -216,13 +218,24 @@ func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Repor
 			if err == nil {
 				return
 			}
-			r.log.WarnContext(ctx, "reconcile: a batch of expired orders failed; trying them one by one", "orders", len(chunk), "err", err)
 			var rest []string
 			for _, no := range chunk {
 				if !changed[no] {
 					rest = append(rest, no)
 				}
 			}
+			if errors.Is(err, expiry.ErrCommitUnknown) {
+				// One by one would find the batch's own cancels, if they
+				// landed, and count them as lost races: the next round
+				// scans the orders still pending, and the lock pass frees
+				// the seats of those the batch did cancel.
+				r.log.WarnContext(ctx, "reconcile: a batch of expired orders lost its commit's outcome; the next round finds what it left", "orders", len(rest), "err", err)
+				mu.Lock()
+				rep.Skipped += len(rest)
+				mu.Unlock()
+				return
+			}
+			r.log.WarnContext(ctx, "reconcile: a batch of expired orders failed; trying them one by one", "orders", len(chunk), "err", err)
 			r.cancelOneByOne(ctx, rest, rep, &mu)
 		}()
 	}
