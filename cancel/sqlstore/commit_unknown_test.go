@@ -105,8 +105,29 @@ func TestCommitLostOnTheWire(t *testing.T) {
 	}{
 		{"rolled back by database/sql", sql.ErrTxDone},
 		{"refused by the database", errors.New("SQLITE_BUSY: database is locked")},
+		{"rolled back by PostgreSQL", errors.New("commit unexpectedly resulted in rollback")},
 	} {
 		require.NotErrorIs(t, commitErr(ctx, tc.err), expiry.ErrCommitUnknown, tc.name)
 	}
 	require.NoError(t, commitErr(ctx, nil))
+}
+
+// A transaction whose failed statement the code inside it swallowed (a
+// host's hook) commits nothing, and every database says so in a way that is
+// not an unknown outcome: PostgreSQL answers its COMMIT with ROLLBACK;
+// MySQL and SQLite go on after a failed statement and commit the rest.
+func TestCommitOfASwallowedFailureIsKnown(t *testing.T) {
+	dialects(t, func(t *testing.T, d Dialect, db *sql.DB) {
+		s := migrated(t, db, d)
+		ctx := context.Background()
+		err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "SELECT no_such_column FROM oe_order")
+			require.Error(t, err)
+			return nil // swallowed
+		})
+		require.NotErrorIs(t, err, expiry.ErrCommitUnknown)
+		if d == Postgres {
+			require.Error(t, err, "PostgreSQL's COMMIT of an aborted transaction rolls back")
+		}
+	})
 }

@@ -516,9 +516,13 @@ func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) 
 // (a connection broken or a context ended while the COMMIT was on the wire)
 // may have come after the database committed, so it wraps
 // expiry.ErrCommitUnknown: a caller that retried the compare-and-set then
-// would find its own change and report it as somebody else's.
+// would find its own change and report it as somebody else's. PostgreSQL
+// answers the COMMIT of a transaction a failed statement aborted (one a
+// host's hook swallowed) with ROLLBACK, which pgx reports by this message:
+// nothing committed.
 func commitErr(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, sql.ErrTxDone) || retryable(err) {
+	if err == nil || errors.Is(err, sql.ErrTxDone) || retryable(err) ||
+		strings.Contains(err.Error(), "commit unexpectedly resulted in rollback") {
 		return ctxCause(ctx, err)
 	}
 	return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
