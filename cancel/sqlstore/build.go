@@ -697,8 +697,13 @@ func (r *resolved) build() queries {
 	}
 
 	// The expiry scan: pending, due, after the cursor, on the index.
+	// The order number as the column holds it, but for a CHAR(n)'s padding:
+	// MySQL drops that on read, and PostgreSQL's cast of bpchar to text
+	// does, where varchar's trailing blank stays. A number a host wrote
+	// with one ("X1 ") is then read as it is, an id the reconciler reports
+	// unreadable, not trimmed into the number of no row.
 	sc := r.scanCol()
-	b = (&sb{}).w("SELECT ", r.no, ", ", keyOf(d, sc.Type, sc.Column), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
+	b = (&sb{}).w("SELECT ", asText(d, r.no), ", ", keyOf(d, sc.Type, sc.Column), " FROM ", r.o, " WHERE ", r.status, " = ", r.pending.sql)
 	r.exactLit(b, r.status, r.pending)
 	r.conds(b, "", r.where)
 	b.w(" AND ")

@@ -46,8 +46,7 @@ func (s *Store) Expired(ctx context.Context, cursor string, limit int) ([]string
 		if err := rows.Scan(&no, &last); err != nil {
 			return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
 		}
-		unpad(&no)
-		out = append(out, no)
+		out = append(out, no) // unpadded by the query (build.go)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("sqlstore: expired: %w", err)
