@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"modernc.org/sqlite"
 
@@ -128,6 +129,60 @@ func TestCommitOfASwallowedFailureIsKnown(t *testing.T) {
 		require.NotErrorIs(t, err, expiry.ErrCommitUnknown)
 		if d == Postgres {
 			require.Error(t, err, "PostgreSQL's COMMIT of an aborted transaction rolls back")
+		}
+	})
+}
+
+// A COMMIT the database answers by refusing it, after it rolled the
+// transaction back, is a known outcome: a deferred constraint (a host's
+// hook writes an audit row whose foreign key is DEFERRABLE INITIALLY
+// DEFERRED and, for this order, points at nothing) fails at COMMIT with
+// PostgreSQL's 23503 or SQLite's 787, every time, and nothing committed.
+// Insert already calls such a refusal known (refusedCommit); a transition
+// that called it unknown would make its callers stop going one by one
+// (Timeout's batches, the expired pass), so that one bad order holds its
+// batch-mates back round after round (I12).
+func TestCommitRefusedByADeferredConstraintIsKnown(t *testing.T) {
+	dialects(t, func(t *testing.T, d Dialect, db *sql.DB) {
+		if d == MySQL {
+			t.Skip("MySQL checks every constraint at once: no COMMIT refuses one")
+		}
+		if d == SQLite {
+			_, err := db.Exec("PRAGMA foreign_keys = ON")
+			require.NoError(t, err)
+			db.SetMaxOpenConns(1) // the pragma is the connection's
+		}
+		s := migrated(t, db, d)
+		ctx := context.Background()
+		_, err := db.ExecContext(ctx, "CREATE TABLE oe_test_ref (order_no VARCHAR(64) PRIMARY KEY)")
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, "CREATE TABLE oe_test_audit (order_no VARCHAR(64) NOT NULL REFERENCES oe_test_ref (order_no) DEFERRABLE INITIALLY DEFERRED)")
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = db.ExecContext(context.Background(), "DROP TABLE oe_test_audit")
+			_, _ = db.ExecContext(context.Background(), "DROP TABLE oe_test_ref")
+		})
+		for _, no := range []string{"bad1", "bad2"} {
+			require.NoError(t, s.Place(ctx, db, cancel.Placement{OrderNo: no, UserID: "u", ShowID: "s", Seats: []string{no + "a"}, ExpireAt: time.Now().Add(-time.Hour)}))
+		}
+		ins := "INSERT INTO oe_test_audit (order_no) VALUES (?)"
+		if d == Postgres {
+			ins = "INSERT INTO oe_test_audit (order_no) VALUES ($1)"
+		}
+		s.SetHook(func(ctx context.Context, tx cancel.Querier, r cancel.Result) error {
+			_, err := tx.ExecContext(ctx, ins, r.Order.No)
+			return err
+		})
+		_, err = s.CancelPending(ctx, cancel.Request{OrderNo: "bad1", Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, expiry.ErrCommitUnknown, "CancelPending: the database refused the COMMIT and rolled back")
+		_, err = s.CancelDue(ctx, []string{"bad1", "bad2"}, cancel.ReasonTimeout)
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, expiry.ErrCommitUnknown, "CancelDue: the database refused the COMMIT and rolled back")
+		for _, no := range []string{"bad1", "bad2"} {
+			o, err := s.Order(ctx, no)
+			require.NoError(t, err)
+			require.Equal(t, expiry.StatusPending, o.Status, "nothing committed")
 		}
 	})
 }
