@@ -33,10 +33,11 @@ import (
 // reconciler and the consumer meet on the same orders, and a message whose
 // order the reconciler cancelled then costs one read instead of a
 // transaction. So a batch changes how the store is asked, never what a call
-// answers. A batch whose COMMIT's outcome is unknown (the store's error
-// wraps expiry.ErrCommitUnknown) answers each of its calls with that error,
-// as the one-order path answers its own lost COMMIT: gone alone, a call
-// would find the batch's cancel and report it as nobody's. One order whose
+// answers. After a batch whose COMMIT's outcome is unknown (the store's
+// error wraps expiry.ErrCommitUnknown) a call whose order it may have
+// cancelled answers with that error, as the one-order path answers its own
+// lost COMMIT: gone alone, it would find the batch's cancel and report it
+// as nobody's. The others (their order pending or paid) go on as above. One order whose
 // cancel is slow inside a batch's transaction (a slow hook) delays the others of that batch: they share one transaction.
 type groupCommit struct {
 	store OrderStore
@@ -104,7 +105,17 @@ func (t *groupCommit) timeout(ctx context.Context, s *Service, no string) (Resul
 	if c.unknown != nil {
 		// Going alone would find the batch's own cancel, if it landed, and
 		// answer it as somebody else's: the cancel would be reported by
-		// nobody, its seats released by nobody but the reconciler.
+		// nobody, its seats released by nobody but the reconciler. An
+		// order still pending was not cancelled by it (a batch commits all
+		// or nothing) and goes alone; a paid one it cannot have touched.
+		if o, err := s.store.Order(ctx, no); err == nil && o.No == no {
+			switch o.Status {
+			case expiry.StatusPending:
+				return s.timeoutOne(ctx, no)
+			case expiry.StatusPaid:
+				return Result{Order: o}, nil
+			}
+		}
 		return Result{}, c.unknown
 	}
 	// A decided order stays decided for a timeout (a cancelled one paid

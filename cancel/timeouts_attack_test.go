@@ -809,6 +809,9 @@ func TestAttackTimeoutBatchCommitUnknown(t *testing.T) {
 			assert.ErrorIs(t, c.err, expiry.ErrCommitUnknown, "order %s", c.no)
 		}
 		assert.False(t, c.cancelled, "order %s: nobody learnt it cancelled the order", c.no)
+		if k := kinds[c.no]; k == kNotDue || k == kPaid {
+			checkAnswer(t, k, c) // an order the batch cannot have cancelled gets its own answer
+		}
 	}
 	st, err := e.seats.Show(ctx, "s0")
 	require.NoError(t, err)

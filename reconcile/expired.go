@@ -146,9 +146,10 @@ const minBatch = 16
 // did not change lost its race (paid, cancelled, or no longer due
 // meanwhile). A batch that fails changed nothing: its orders are tried
 // one by one (Cancel), so one bad order is counted, backed off and skipped
-// alone and never holds the others back (I12). A batch whose COMMIT's
-// outcome is unknown (expiry.ErrCommitUnknown) leaves its orders, skipped,
-// to the next round.
+// alone and never holds the others back (I12). After a batch whose COMMIT's
+// outcome is unknown (expiry.ErrCommitUnknown) only its orders still
+// pending go one by one; the others are skipped, as it may have cancelled
+// them.
 func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Report) int {
 	var todo []string
 	for _, no := range nos {
@@ -226,13 +227,24 @@ func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Repor
 			}
 			if errors.Is(err, expiry.ErrCommitUnknown) {
 				// One by one would find the batch's own cancels, if they
-				// landed, and count them as lost races: the next round
-				// scans the orders still pending, and the lock pass frees
-				// the seats of those the batch did cancel.
-				r.log.WarnContext(ctx, "reconcile: a batch of expired orders lost its commit's outcome; the next round finds what it left", "orders", len(rest), "err", err)
+				// landed, and count them as lost races: those are left
+				// (the lock pass frees their seats). An order still
+				// pending was not cancelled by it (a batch commits all or
+				// nothing), and goes one by one as after any failed batch,
+				// so one whose batches always end so holds nobody back.
+				r.log.WarnContext(ctx, "reconcile: a batch of expired orders lost its commit's outcome; the orders still pending go one by one", "orders", len(rest), "err", err)
+				var pending []string
+				if st, serr := r.c.Orders.Statuses(ctx, rest); serr == nil {
+					for _, no := range rest {
+						if o, ok := st[no]; ok && o.Status == expiry.StatusPending {
+							pending = append(pending, no)
+						}
+					}
+				}
 				mu.Lock()
-				rep.Skipped += len(rest)
+				rep.Skipped += len(rest) - len(pending)
 				mu.Unlock()
+				r.cancelOneByOne(ctx, pending, rep, &mu)
 				return
 			}
 			r.log.WarnContext(ctx, "reconcile: a batch of expired orders failed; trying them one by one", "orders", len(chunk), "err", err)

@@ -217,7 +217,11 @@ func connectFailed(err error) bool {
 // failure or deadlock (40001, 40P01) or a deferred constraint (class 23) at
 // COMMIT, after rolling back. Anything else (no answer, a broken connection,
 // a server shutting down mid-commit, which PostgreSQL reports after the
-// commit may have happened locally) stays an unknown commit.
+// commit may have happened locally) stays an unknown commit. PostgreSQL
+// answers the COMMIT of a transaction a failed statement aborted (one a
+// host's hook swallowed) with ROLLBACK, which pgx reports by the message
+// below. SQLite (modernc, no exported code type) refuses a COMMIT when
+// busy or on a deferred foreign key (787), after rolling back.
 func refusedCommit(err error) bool {
 	if n, ok := mysqlErrorNumber(err); ok {
 		return n == myErrLockDeadlock || n == myErrCheckRead
@@ -227,7 +231,10 @@ func refusedCommit(err error) bool {
 		c := pg.SQLState()
 		return c == "40001" || c == "40P01" || strings.HasPrefix(c, "23")
 	}
-	return false
+	msg := err.Error()
+	return strings.Contains(msg, "commit unexpectedly resulted in rollback") ||
+		strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked") ||
+		strings.Contains(msg, "SQLITE_CONSTRAINT") || strings.Contains(msg, "constraint failed")
 }
 
 // oneStatementPlace reports whether Insert without rows of the host's own

@@ -507,22 +507,26 @@ func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) 
 		_ = tx.Rollback()
 		return ctxCause(ctx, err)
 	}
+	if ctx.Err() != nil {
+		// Ended before the COMMIT was sent: database/sql rolls back, a
+		// known outcome (its Commit would answer the same error, which
+		// commitErr could not tell from one ended on the wire).
+		_ = tx.Rollback()
+		return ctxCause(ctx, sql.ErrTxDone)
+	}
 	return commitErr(ctx, tx.Commit())
 }
 
-// commitErr reports a failed COMMIT. The database's own refusal (a
-// deadlock, a serialization failure, SQLite's busy) and a transaction
+// commitErr reports a failed COMMIT. One the database refused
+// (refusedCommit: it rolled back, as for a deadlock or a deferred
+// constraint), a serialization failure retry may repeat, and a transaction
 // database/sql had already rolled back changed nothing; any other failure
 // (a connection broken or a context ended while the COMMIT was on the wire)
 // may have come after the database committed, so it wraps
 // expiry.ErrCommitUnknown: a caller that retried the compare-and-set then
-// would find its own change and report it as somebody else's. PostgreSQL
-// answers the COMMIT of a transaction a failed statement aborted (one a
-// host's hook swallowed) with ROLLBACK, which pgx reports by this message:
-// nothing committed.
+// would find its own change and report it as somebody else's.
 func commitErr(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, sql.ErrTxDone) || retryable(err) ||
-		strings.Contains(err.Error(), "commit unexpectedly resulted in rollback") {
+	if err == nil || errors.Is(err, sql.ErrTxDone) || retryable(err) || refusedCommit(err) {
 		return ctxCause(ctx, err)
 	}
 	return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
