@@ -301,8 +301,8 @@ func (s *Store) checkUnfilled(ctx context.Context, what, field, table string, wr
 	}
 	req = slices.DeleteFunc(req, func(c string) bool { return slices.Contains(writes, c) })
 	if len(req) > 0 {
-		bad("%s table %s: NOT NULL columns without a default that Place does not write: %s (the first Place would fail): give each a constant in %s.Fill (every insert writes it), or a default; if the host's own function inserts the %s rows (handed to cancel.Service.Place instead of Store.Insert), list them in %s.Fill with the value sqlstore.HostWrites",
-			what, table, strings.Join(req, ", "), field, what, field)
+		bad("%s table %s: NOT NULL columns without a default that Place does not write: %s (the first Place would fail): give each a constant in %s.Fill (every insert writes it), or a default; if the host's own rows insert them (the rows function handed to Store.Insert), list them in %s.Fill with the value sqlstore.HostWrites",
+			what, table, strings.Join(req, ", "), field, field)
 	}
 	return nil
 }

@@ -90,8 +90,8 @@ var fillSchema = hostSchema{
 
 // The Check lines for fillSchema's unfilled columns.
 const (
-	fillOrdersLine = "orders table fill_order: NOT NULL columns without a default that Place does not write: amount_cents, channel, remark, testmode, lock_version (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own function inserts the orders rows (handed to cancel.Service.Place instead of Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites"
-	fillClaimsLine = "claims table fill_seat: NOT NULL columns without a default that Place does not write: price_cents (the first Place would fail): give each a constant in Claims.Fill (every insert writes it), or a default; if the host's own function inserts the claims rows (handed to cancel.Service.Place instead of Store.Insert), list them in Claims.Fill with the value sqlstore.HostWrites"
+	fillOrdersLine = "orders table fill_order: NOT NULL columns without a default that Place does not write: amount_cents, channel, remark, testmode, lock_version (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own rows insert them (the rows function handed to Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites"
+	fillClaimsLine = "claims table fill_seat: NOT NULL columns without a default that Place does not write: price_cents (the first Place would fail): give each a constant in Claims.Fill (every insert writes it), or a default; if the host's own rows insert them (the rows function handed to Store.Insert), list them in Claims.Fill with the value sqlstore.HostWrites"
 )
 
 // withFill is m with Orders.Fill and Claims.Fill set: the columns the
@@ -176,12 +176,13 @@ func TestCheckNamesUnfilledRequiredColumns(t *testing.T) {
 	}
 }
 
-// TestFillHostWrites: a host whose own function inserts the orders rows
-// (handed to cancel.Service.Place) writes its NOT NULL columns itself. Its
-// mapping says so with sqlstore.HostWrites: Check accepts those columns and
-// still names the others; Store.Place refuses to place, naming the columns,
-// rather than failing on them in the database; the host's own insert
-// places, and the library cancels what it placed.
+// TestFillHostWrites: a host whose own rows insert its orders (and claims)
+// writes its NOT NULL columns itself. Its mapping says so with
+// sqlstore.HostWrites: Check accepts those columns and still names the
+// others; Insert without rows refuses to place, naming the columns, rather
+// than failing on them in the database; a placing function of the host's
+// own places, and so does Insert with the host's rows, which must write
+// the placement's seats; the library cancels what was placed.
 func TestFillHostWrites(t *testing.T) {
 	for _, d := range allDialects {
 		t.Run(string(d), func(t *testing.T) {
@@ -201,7 +202,7 @@ func TestFillHostWrites(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			require.NoError(t, s.Migrate(ctx))
 			assertErrText(t, checkErrText([]string{
-				"orders table fill_order: NOT NULL columns without a default that Place does not write: remark, testmode, lock_version (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own function inserts the orders rows (handed to cancel.Service.Place instead of Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites",
+				"orders table fill_order: NOT NULL columns without a default that Place does not write: remark, testmode, lock_version (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own rows insert them (the rows function handed to Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites",
 			}), s.Check(ctx), "Check names only the columns nothing fills")
 
 			m := withFill(fillSchema.mapping, host("amount_cents", "channel", "remark", "testmode", "lock_version"), host("price_cents"))
@@ -217,7 +218,7 @@ func TestFillHostWrites(t *testing.T) {
 			p := cancel.Placement{OrderNo: "h-0", UserID: "ann", ShowID: "ev", Seats: []string{"B1"}, ExpireAt: now.Add(time.Hour)}
 			err = svc.Place(ctx, p, s.Insert(db, nil))
 			require.ErrorIs(t, err, cancel.ErrUnsupported)
-			assert.Contains(t, err.Error(), "the mapping leaves amount_cents, channel, remark, testmode, lock_version, price_cents to the host's own insert")
+			assert.Contains(t, err.Error(), "the mapping leaves amount_cents, channel, remark, testmode, lock_version, price_cents to the host's own rows")
 			var n int
 			require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM fill_order").Scan(&n))
 			assert.Zero(t, n, "nothing placed")
@@ -249,6 +250,30 @@ func TestFillHostWrites(t *testing.T) {
 			var left sql.NullString
 			err = db.QueryRow(rebindQ(d, "SELECT seat_id FROM fill_seat WHERE order_no = ?"), "h-1").Scan(&left)
 			assert.ErrorIs(t, err, sql.ErrNoRows, "the cancel deleted the claim")
+
+			// The host's rows in Insert's transaction: the order and its
+			// claims theirs, the side row the library's; read back before
+			// the commit, so claims of other seats place nothing.
+			hostRows := func(seats ...string) func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+				return func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+					_, err := tx.ExecContext(ctx, rebindQ(d, `INSERT INTO fill_order (tenant_id, order_no, user_id, show_id, status, expire_time, update_time, amount_cents, channel, remark, testmode, lock_version)
+						VALUES (7, ?, ?, ?, 0, ?, ?, 2500, 'app', 'by the host', ?, 0)`), p.OrderNo, p.UserID, p.ShowID, p.ExpireAt.UTC().Format(time.DateTime), now.UTC().Format(time.DateTime), true)
+					for _, seat := range seats {
+						if err == nil {
+							_, err = tx.ExecContext(ctx, rebindQ(d, "INSERT INTO fill_seat (tenant_id, show_id, seat_id, order_no, price_cents) VALUES (7, ?, ?, ?, 2500)"), p.ShowID, seat, p.OrderNo)
+						}
+					}
+					return err
+				}
+			}
+			p.OrderNo, p.Seats = "h-2", []string{"C1", "C2"}
+			err = svc.Place(ctx, p, s.Insert(db, hostRows("C1")))
+			require.ErrorContains(t, err, "its locked claims are seats [C1] of the placement's [C1 C2]")
+			require.NoError(t, svc.Place(ctx, p, s.Insert(db, hostRows("C1", "C2"))))
+			res, err = svc.UserCancel(ctx, "h-2", "ann")
+			require.NoError(t, err)
+			assert.ElementsMatch(t, []string{"C1", "C2"}, res.Seats, "the seats the host's claims hold")
+			assert.Equal(t, 2, res.Released)
 		})
 	}
 }

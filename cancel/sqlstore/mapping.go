@@ -135,9 +135,9 @@ type Orders struct {
 	// columns without a default (an amount, a channel, an ORM's version
 	// counter), which would make the first Place fail. Unlike Where, no
 	// statement reads them. A value is an integer, a bool, "" or a string
-	// as in a Condition; HostWrites says the host's own function inserts
-	// the orders rows and writes the column (Store.Place then refuses to
-	// place). A column Place writes already (the order number, user, show,
+	// as in a Condition; HostWrites says the host's own rows insert the
+	// order row and write the column (Store.Insert's rows function; see
+	// HostWrites). A column Place writes already (the order number, user, show,
 	// status, deadline, creation and updated-at times, the Where columns)
 	// cannot be filled; the cancel reason, payment id and version can (a
 	// cancel or a payment writes them later). Check names every NOT NULL
@@ -244,11 +244,18 @@ const IsNull nullValue = 1
 type nullValue int
 
 // HostWrites, as the Value of an Orders.Fill or Claims.Fill entry, says
-// the host's own function writes the column: it inserts the orders (and
-// claims) rows itself, in the function it hands cancel.Service.Place,
-// rather than through Store.Place or Store.Insert. Check then accepts the
-// column as filled, and Store.Place refuses to place (an error wrapping
-// cancel.ErrUnsupported naming the columns), as its insert would fail.
+// the host's own rows write the column: they insert the order row (or the
+// claims) themselves, in the rows function the host hands Store.Insert (or
+// before Store.Place, on the host's own transaction). Check then accepts
+// the column as filled. The library writes the rest of the placement in the
+// same transaction (its side row, and the claims unless they are the
+// host's too) after reading back what the host's rows wrote: the order
+// pending, of the placement's user and show, in the store's scope, and its
+// locked claims exactly the placement's seats; anything else places
+// nothing. So an order the host inserts is the library's as much as one it
+// inserted: its seats are freed right after a cancel's commit, it is
+// warned, its lock is known. Insert without a rows function refuses (an
+// error wrapping cancel.ErrUnsupported naming the columns).
 const HostWrites hostValue = 1
 
 // hostValue is the type of HostWrites.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +20,10 @@ import (
 // database/sql: one transaction on db that inserts the placement Place hands
 // it (Place, which keeps its seat lock id), then the host's own rows (rows,
 // nil: none), and commits; Place then sends the order's expiry message
-// (cancel.Config.Scheduler). On PostgreSQL with the library's schema and no
+// (cancel.Config.Scheduler). The host's rows run between the order row and
+// the rest (the side row and the claims), so they may insert the order row
+// themselves, or claims that refer to it, where the mapping says so
+// (HostWrites). On PostgreSQL with the library's schema and no
 // rows, the transaction is one statement (the order and its claims
 // together), two round trips fewer than BEGIN … COMMIT. A failed COMMIT, or
 // a one-statement placing that got no answer, is reported wrapping
@@ -46,6 +50,13 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 	return func(ctx context.Context, p cancel.Placement) error {
 		if rows == nil && s.oneStatementPlace() {
 			return s.placeOne(ctx, db, p)
+		}
+		if host := s.hostWrites(); rows == nil && len(host) > 0 {
+			return fmt.Errorf("sqlstore: place order %s: %w: the mapping leaves %s to the host's own rows (Fill with HostWrites): pass Insert the rows function that inserts them", p.OrderNo, cancel.ErrUnsupported, strings.Join(host, ", "))
+		}
+		v, err := s.placeArgs(p)
+		if err != nil {
+			return err
 		}
 		// The store's prepared statements belong to its own *sql.DB: a
 		// transaction of another one cannot run them.
@@ -75,10 +86,13 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 				return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 			}
 		}
-		if err := s.place(ctx, tx, own, p); err != nil {
+		if err := s.placeOrder(ctx, tx, own, p, v); err != nil {
 			return err
 		}
 		if rows != nil {
+			// Between the order row and the rest (side row, claims): the
+			// host's rows may insert the order row itself, or claims that
+			// refer to it (HostWrites), which placeRest then reads back.
 			if err := rows(ctx, tx, p); err != nil {
 				// Still the placing transaction, it rolls back and nothing
 				// is placed. One the rows ended themselves before failing
@@ -98,6 +112,9 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 			if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_tx"); err != nil {
 				return s.endedInRows(ctx, p, err)
 			}
+		}
+		if err := s.placeRest(ctx, tx, own, p, v); err != nil {
+			return err
 		}
 		if err := tx.Commit(); err != nil {
 			if refusedCommit(err) {
@@ -354,8 +371,9 @@ func (s *Store) placeOne(ctx context.Context, db *sql.DB, p cancel.Placement) er
 // pending status, deadline or creation time, updated-at, the Where and
 // Fill constants; the claims with their Locked state and constants): the
 // host's other NOT NULL columns need defaults or a Fill (Check names
-// them), or the host inserts its rows itself. A mapping whose Fill says
-// HostWrites is refused (an error wrapping cancel.ErrUnsupported).
+// them). Where the mapping's Fill says HostWrites, the host's statements
+// on q insert those rows first, and Place writes the rest after reading
+// them back (see HostWrites).
 func (s *Store) Place(ctx context.Context, q cancel.Querier, p cancel.Placement) error {
 	return s.place(ctx, q, false, p)
 }
@@ -367,16 +385,22 @@ func (s *Store) place(ctx context.Context, q cancel.Querier, own bool, p cancel.
 	if err != nil {
 		return err
 	}
-	return s.placeVals(ctx, q, own, p, v)
+	if err := s.placeOrder(ctx, q, own, p, v); err != nil {
+		return err
+	}
+	return s.placeRest(ctx, q, own, p, v)
+}
+
+// hostWrites names the columns the mapping leaves to the host's own rows
+// (Fill with HostWrites), of the orders table and then the claims table.
+func (s *Store) hostWrites() []string {
+	return append(s.m.hostFill[:len(s.m.hostFill):len(s.m.hostFill)], s.m.cHostFill...)
 }
 
 // placeArgs checks p and binds it for Place's statements.
 func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 	if err := p.Validate(); err != nil {
 		return vals{}, fmt.Errorf("sqlstore: place: %w", err)
-	}
-	if host := append(s.m.hostFill[:len(s.m.hostFill):len(s.m.hostFill)], s.m.cHostFill...); len(host) > 0 {
-		return vals{}, fmt.Errorf("sqlstore: place order %s: %w: the mapping leaves %s to the host's own insert (Fill with HostWrites): insert the order in the function handed to cancel.Service.Place", p.OrderNo, cancel.ErrUnsupported, strings.Join(host, ", "))
 	}
 	v, ok := s.user(vals{no: p.OrderNo, show: p.ShowID}, p.UserID)
 	if !ok {
@@ -392,13 +416,33 @@ func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 	return v, nil
 }
 
-// placeVals is Place once p is bound.
-func (s *Store) placeVals(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
+// placeOrder inserts the order row of bound placement p, unless the
+// mapping leaves it to the host's rows (placeRest then proves they did).
+func (s *Store) placeOrder(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
+	if len(s.m.hostFill) > 0 {
+		return nil
+	}
 	if _, err := s.execTx(ctx, q, own, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
 		if isDuplicate(err) { // the order number is the orders' unique key
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
 		}
 		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+	}
+	return nil
+}
+
+// placeRest writes the rest of bound placement p once its order row is in
+// (placeOrder's, or the host's rows'): the side row, and the claims unless
+// the host's rows wrote them. Rows the host wrote are read back first, in
+// the same transaction: the order pending, of p's user and show, in the
+// store's scope, and its locked claims exactly p's seats. Anything else
+// places nothing: the library would keep seats, or a lock id, for an order
+// that is not there or is another's.
+func (s *Store) placeRest(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
+	if len(s.m.hostFill) > 0 {
+		if err := s.hostPlacedOrder(ctx, q, p, v); err != nil {
+			return err
+		}
 	}
 	if st := s.q.insertSide; st.sql != "" {
 		if _, err := s.execTx(ctx, q, own, st, s.args(st, v)); err != nil {
@@ -407,6 +451,9 @@ func (s *Store) placeVals(ctx context.Context, q cancel.Querier, own bool, p can
 	}
 	if !s.m.claims {
 		return nil
+	}
+	if len(s.m.cHostFill) > 0 {
+		return s.hostPlacedClaims(ctx, q, p, v)
 	}
 	// Every claim in one statement: one round trip whatever the number of
 	// seats. A duplicate key names no seat, so the error names the show.
@@ -421,6 +468,62 @@ func (s *Store) placeVals(ctx context.Context, q cancel.Querier, own bool, p can
 			return fmt.Errorf("sqlstore: place order %s: a seat of %s %v: %w", p.OrderNo, p.ShowID, p.Seats, cancel.ErrSeatUnavailable)
 		}
 		return fmt.Errorf("sqlstore: place order %s: seats %v: %w", p.OrderNo, p.Seats, err)
+	}
+	return nil
+}
+
+// errHostRows is placeRest's error for rows the host's function did not
+// write as the placement says.
+var errHostRows = errors.New("the host's rows did not place the order as the placement says")
+
+// hostPlacedOrder proves that the host's rows inserted p's order: pending,
+// p's user and show, in the store's scope (its Where).
+func (s *Store) hostPlacedOrder(ctx context.Context, q cancel.Querier, p cancel.Placement, v vals) error {
+	rows, err := q.QueryContext(ctx, s.q.order.sql, s.args(s.q.order, v)...)
+	if err != nil {
+		return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
+		}
+		return fmt.Errorf("sqlstore: place order %s: %w: no row of it in the store's scope (the mapping leaves %s to the rows function handed to Insert, which must insert it)",
+			p.OrderNo, errHostRows, strings.Join(s.m.hostFill, ", "))
+	}
+	var user, show string
+	var status sql.NullString
+	var expireAt time.Time
+	var nowMS int64
+	var paymentID sql.NullString
+	if err := rows.Scan(idCol{&user}, idCol{&show}, &status, deadlineCol{&expireAt}, &nowMS, &paymentID); err != nil {
+		return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
+	}
+	unpad(&user, &show)
+	if st := s.status(status); st != expiry.StatusPending || user != p.UserID || show != p.ShowID {
+		return fmt.Errorf("sqlstore: place order %s: %w: the row reads as user %q, show %q, status %v; the placement is user %q, show %q, pending",
+			p.OrderNo, errHostRows, user, show, st, p.UserID, p.ShowID)
+	}
+	return rows.Err()
+}
+
+// hostPlacedClaims proves that the host's rows inserted p's claims: the
+// order's locked claims are exactly p's seats.
+func (s *Store) hostPlacedClaims(ctx context.Context, q cancel.Querier, p cancel.Placement, v vals) error {
+	rows, err := q.QueryContext(ctx, s.q.orderSeats.sql, s.args(s.q.orderSeats, v)...)
+	if err != nil {
+		return fmt.Errorf("sqlstore: place order %s: read the host's claims: %w", p.OrderNo, err)
+	}
+	res, err := readForTransition(rows, p.OrderNo, false)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("sqlstore: place order %s: read the host's claims: %w", p.OrderNo, err)
+	}
+	got, want := slices.Clone(res.Seats), slices.Clone(p.Seats)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, slices.Compact(want)) {
+		return fmt.Errorf("sqlstore: place order %s: %w: its locked claims are seats %v of the placement's %v (the mapping leaves %s to the rows function handed to Insert, which must insert them)",
+			p.OrderNo, errHostRows, got, p.Seats, strings.Join(s.m.cHostFill, ", "))
 	}
 	return nil
 }

@@ -146,9 +146,12 @@ type Order struct {
 }
 
 // Place places o, due in window: the library locks the seats in Redis
-// within the purchase limit, then this service's own transaction inserts
-// its order_info row (with its own columns) and its order_seat rows, and
-// Place sends the expiry message after the commit.
+// within the purchase limit, then one transaction holds this service's own
+// order_info row (with its own columns, which the mapping marks
+// HostWrites) and the library's rows: the order_seat claims and the side
+// row that keeps the order's seats and lock, so the order is the library's
+// as much as one it inserted. Place sends the expiry message after the
+// commit.
 func (s *Service) Place(ctx context.Context, o Order, window time.Duration) error {
 	now, err := s.store.Now(ctx) // the database's clock, as the guard uses
 	if err != nil {
@@ -156,35 +159,16 @@ func (s *Service) Place(ctx context.Context, o Order, window time.Duration) erro
 	}
 	due := now.Add(window).Truncate(time.Second).Add(time.Second) // the column holds whole seconds: round up
 	p := cancel.Placement{OrderNo: o.No, UserID: o.User, ShowID: o.Show, Seats: o.Seats, ExpireAt: due, Limit: s.limit}
-	return s.svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := s.insert(ctx, tx, o, due, now); err != nil {
-			return errors.Join(err, tx.Rollback())
-		}
-		if err := tx.Commit(); err != nil {
-			// The order may exist: Place keeps its seats locked.
-			return fmt.Errorf("%w: %w", expiry.ErrCommitUnknown, err)
-		}
-		return nil // Place sends its expiry message now
-	})
+	return s.svc.Place(ctx, p, s.store.Insert(s.db, func(ctx context.Context, tx *sql.Tx, _ cancel.Placement) error {
+		return s.insert(ctx, tx, o, due, now)
+	}))
 }
 
-// insert writes the order in this service's own tables, in tx.
+// insert writes the order in this service's own table, in tx.
 func (s *Service) insert(ctx context.Context, tx *sql.Tx, o Order, due, now time.Time) error {
 	_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO order_info (order_no, user_id, show_id, status, expire_time, amount_cents, create_time, channel, remark)
 		VALUES (?, ?, ?, 0, `+s.ts()+`, ?, `+s.ts()+`, ?, ?)`), o.No, o.User, o.Show, utc(due), o.AmountCents, utc(now), o.Channel, o.Remark)
-	if err != nil {
-		return err
-	}
-	for _, seat := range o.Seats {
-		if _, err := tx.ExecContext(ctx, s.rebind("INSERT INTO order_seat (show_id, seat_id, order_no) VALUES (?, ?, ?)"), o.Show, seat, o.No); err != nil {
-			return fmt.Errorf("%w: seat %s: %w", cancel.ErrSeatUnavailable, seat, err)
-		}
-	}
-	return nil
+	return err
 }
 
 // Pay is the payment provider's callback.

@@ -360,7 +360,7 @@ var saleor = Entry{
 		Before: onBoth(
 			"orders table order_order has no show column show_id",
 			"orders table order_order: no index serves the expiry scan: want one on (status, created_at, number), the condition columns [channel_id] may lead",
-			"orders table order_order: NOT NULL columns without a default that Place does not write: id (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own function inserts the orders rows (handed to cancel.Service.Place instead of Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites",
+			"orders table order_order: NOT NULL columns without a default that Place does not write: id (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own rows insert them (the rows function handed to Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites",
 		),
 		DDL: func(d sqlstore.Dialect) []string {
 			return []string{
