@@ -19,6 +19,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/cancel/sqlstore"
+	"github.com/seatflow/orderexpiry/expiry"
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
@@ -298,4 +299,58 @@ func TestReviewHostRowsReadBackOnGalera(t *testing.T) {
 	if orders == 0 {
 		assert.Zero(t, claims, "no order, yet its claims committed: a seat held in the database by an order that does not exist")
 	}
+}
+
+// TestReviewRowsCommitKeepsTheWholePlacement: b84dd79 moved the side row
+// and the claims after the host's rows for every mapping. A rows function
+// that ends the transaction itself (a COMMIT, or on MariaDB a DDL
+// statement's implicit commit — the case Insert handles, see
+// TestHostReviewRowsCommitThenNil) used to commit the whole placement with
+// it; now it commits the order row alone: Insert answers
+// ErrCommitUnknown, Place keeps the seat locked and schedules the order
+// it finds pending — an order with no claims (and no lock id). Judged by
+// who holds the seat: the order is paid, so the seat is sold; the claims
+// the reconciler rebuilds the seat store from must say so (else a rebuild
+// after a seat-store loss frees a paid order's seat: I2), and a cancel of
+// a second such order must free its seat at its commit.
+func TestReviewRowsCommitKeepsTheWholePlacement(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := reviewService(t, db, d, reviewOpts{})
+		now, err := w.s.Now(ctx)
+		require.NoError(t, err)
+		commit := func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+			_, err := tx.ExecContext(ctx, "COMMIT")
+			return err
+		}
+		paid := cancel.Placement{OrderNo: "rc-paid", UserID: "u1", ShowID: "ev", Seats: []string{"P1"}, ExpireAt: now.Add(time.Hour)}
+		err = w.svc.Place(ctx, paid, w.s.Insert(db, commit))
+		require.ErrorIs(t, err, expiry.ErrCommitUnknown)
+		st, found := w.status(t, paid.OrderNo)
+		require.True(t, found)
+		require.Equal(t, expiry.StatusPending, st)
+		res, err := w.pay(paid.OrderNo, "pay-rc")
+		require.NoError(t, err)
+		require.True(t, res.Changed, "paid")
+
+		claims, _, err := w.s.Claims(ctx, "", 100)
+		require.NoError(t, err)
+		var sold []string
+		for _, c := range claims {
+			if c.OrderNo == paid.OrderNo {
+				sold = append(sold, c.SeatID)
+			}
+		}
+		assert.Equal(t, []string{"P1"}, sold, "I2: the paid order's seat, as the rows say (what a rebuild restores)")
+
+		gone := cancel.Placement{OrderNo: "rc-cancel", UserID: "u1", ShowID: "ev", Seats: []string{"C1"}, ExpireAt: now.Add(time.Hour)}
+		err = w.svc.Place(ctx, gone, w.s.Insert(db, commit))
+		require.ErrorIs(t, err, expiry.ErrCommitUnknown)
+		res, err = w.svc.UserCancel(ctx, gone.OrderNo, "u1")
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		show, err := w.seats.Show(ctx, "ev")
+		require.NoError(t, err)
+		assert.NotEqual(t, gone.OrderNo, show["C1"].OrderNo, "the cancelled order's seat is freed at its cancel (Released %d, seats %v)", res.Released, res.Seats)
+	})
 }
