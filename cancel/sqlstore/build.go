@@ -172,6 +172,10 @@ type queries struct {
 	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
 	decidePayment                                                                               string
 	insertSide                                                                                  stmt // a host's table: the side row of Place
+	// A host's table: the read-back of what the host's rows placed
+	// (HostWrites): the order's user, show and status as text, and its
+	// live claims' show and seat.
+	hostOrder, hostClaims stmt
 	// A host's table: a late payment's compare-and-set (cancelled by a
 	// timeout or the reconciler → paid; empty when the mapping cannot tell
 	// those cancels from the others), the sold claims it inserts, and the
@@ -621,6 +625,17 @@ func (r *resolved) build() queries {
 	}
 	q.insertOrder = b.w(")").done(d)
 	if !r.defaultSchema {
+		b = (&sb{}).w("SELECT ", asText(d, r.user), ", ", asText(d, r.show), ", ", asText(d, r.status), " FROM ", r.o, " WHERE ")
+		r.eq(b, r.no, aNo)
+		r.conds(b, "", r.where)
+		q.hostOrder = b.done(d)
+		if r.claims {
+			b = (&sb{}).w("SELECT ", asText(d, "s."+r.cShow), ", ", asText(d, "s."+r.cSeat), " FROM ", r.c, " s WHERE ")
+			r.eq(b, "s."+r.cNo, aNo)
+			r.conds(b, "s.", r.cWhere)
+			r.lockedOnly(b, "s.")
+			q.hostClaims = b.done(d)
+		}
 		q.reinstate = r.reinstateCAS()
 		q.warnSide = r.warnSide()
 		if r.deadline.Column != "" {

@@ -20,10 +20,10 @@ import (
 // database/sql: one transaction on db that inserts the placement Place hands
 // it (Place, which keeps its seat lock id), then the host's own rows (rows,
 // nil: none), and commits; Place then sends the order's expiry message
-// (cancel.Config.Scheduler). The host's rows run between the order row and
-// the rest (the side row and the claims), so they may insert the order row
-// themselves, or claims that refer to it, where the mapping says so
-// (HostWrites). On PostgreSQL with the library's schema and no
+// (cancel.Config.Scheduler). Where the mapping says so (HostWrites), the
+// host's rows insert the order row, or the claims, themselves: the library
+// reads them back after the rows (and inserts its claims of a host's order
+// row), see HostWrites. On PostgreSQL with the library's schema and no
 // rows, the transaction is one statement (the order and its claims
 // together), two round trips fewer than BEGIN … COMMIT. A failed COMMIT, or
 // a one-statement placing that got no answer, is reported wrapping
@@ -86,13 +86,10 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 				return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 			}
 		}
-		if err := s.placeOrder(ctx, tx, own, p, v); err != nil {
+		if err := s.placeBefore(ctx, tx, own, p, v); err != nil {
 			return err
 		}
 		if rows != nil {
-			// Between the order row and the rest (side row, claims): the
-			// host's rows may insert the order row itself, or claims that
-			// refer to it (HostWrites), which placeRest then reads back.
 			if err := rows(ctx, tx, p); err != nil {
 				// Still the placing transaction, it rolls back and nothing
 				// is placed. One the rows ended themselves before failing
@@ -113,7 +110,7 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 				return s.endedInRows(ctx, p, err)
 			}
 		}
-		if err := s.placeRest(ctx, tx, own, p, v); err != nil {
+		if err := s.placeAfter(ctx, tx, own, p, v, func(read func() error) error { return s.provedRead(ctx, tx, p, read) }); err != nil {
 			return err
 		}
 		if err := tx.Commit(); err != nil {
@@ -124,6 +121,27 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 		}
 		return nil
 	}
+}
+
+// provedRead runs read, a read-back of the host's rows in Insert's
+// transaction tx, inside a savepoint it then releases: a transaction gone
+// meanwhile (an abort whose report a read on a Galera node lost) is an
+// error, nothing placed, before anything else runs on its own or COMMIT
+// commits nothing and reports the placement made (I6).
+func (s *Store) provedRead(ctx context.Context, tx *sql.Tx, p cancel.Placement, read func() error) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT oe_rb"); err != nil {
+		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
+	}
+	if err := read(); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_rb"); err != nil {
+		if savepointGone(err) {
+			err = fmt.Errorf("%w: %w", errTxAborted, err)
+		}
+		return fmt.Errorf("sqlstore: place order %s: the transaction was gone after the read-back of the host's rows: nothing was placed: %w", p.OrderNo, err)
+	}
+	return nil
 }
 
 // endedInRows is Insert's answer when the placing transaction is gone after
@@ -385,10 +403,10 @@ func (s *Store) place(ctx context.Context, q cancel.Querier, own bool, p cancel.
 	if err != nil {
 		return err
 	}
-	if err := s.placeOrder(ctx, q, own, p, v); err != nil {
+	if err := s.placeBefore(ctx, q, own, p, v); err != nil {
 		return err
 	}
-	return s.placeRest(ctx, q, own, p, v)
+	return s.placeAfter(ctx, q, own, p, v, func(read func() error) error { return read() })
 }
 
 // hostWrites names the columns the mapping leaves to the host's own rows
@@ -416,32 +434,20 @@ func (s *Store) placeArgs(p cancel.Placement) (vals, error) {
 	return v, nil
 }
 
-// placeOrder inserts the order row of bound placement p, unless the
-// mapping leaves it to the host's rows (placeRest then proves they did).
-func (s *Store) placeOrder(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
-	if len(s.m.hostFill) > 0 {
-		return nil
-	}
-	if _, err := s.execTx(ctx, q, own, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
-		if isDuplicate(err) { // the order number is the orders' unique key
-			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
-		}
-		return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
-	}
-	return nil
-}
-
-// placeRest writes the rest of bound placement p once its order row is in
-// (placeOrder's, or the host's rows'): the side row, and the claims unless
-// the host's rows wrote them. Rows the host wrote are read back first, in
-// the same transaction: the order pending, of p's user and show, in the
-// store's scope, and its locked claims exactly p's seats. Anything else
-// places nothing: the library would keep seats, or a lock id, for an order
-// that is not there or is another's.
-func (s *Store) placeRest(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
-	if len(s.m.hostFill) > 0 {
-		if err := s.hostPlacedOrder(ctx, q, p, v); err != nil {
-			return err
+// placeBefore writes what of bound placement p goes before the host's
+// rows: the order row, unless the mapping leaves it to them (HostWrites);
+// the side row; the claims, unless they are the host's or refer to an
+// order row the host's rows insert. A host's rows that end the transaction
+// against Insert's doc then find the placement whole where its order row is
+// the library's.
+func (s *Store) placeBefore(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
+	hostOrder := len(s.m.hostFill) > 0
+	if !hostOrder {
+		if _, err := s.execTx(ctx, q, own, s.q.insertOrder, s.args(s.q.insertOrder, v)); err != nil {
+			if isDuplicate(err) { // the order number is the orders' unique key
+				return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
+			}
+			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 		}
 	}
 	if st := s.q.insertSide; st.sql != "" {
@@ -449,14 +455,42 @@ func (s *Store) placeRest(ctx context.Context, q cancel.Querier, own bool, p can
 			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
 		}
 	}
-	if !s.m.claims {
-		return nil
+	if s.m.claims && !hostOrder && len(s.m.cHostFill) == 0 {
+		return s.insertClaims(ctx, q, own, p, v)
 	}
-	if len(s.m.cHostFill) > 0 {
-		return s.hostPlacedClaims(ctx, q, p, v)
+	return nil
+}
+
+// placeAfter writes what of bound placement p needs the host's rows, once
+// they ran: it reads back the order row they inserted (HostWrites: pending,
+// of p's user and show byte for byte, in the store's scope), inserts the
+// library's claims of that order, and reads back the claims they inserted
+// (their live claims exactly p's seats of p's show). Anything else places
+// nothing: the library would keep seats, or a lock id, for an order that
+// is not there or is another's. prove runs each read: Insert proves after
+// it that its transaction still exists (a read on a Galera node can lose
+// the report of an abort, and what follows would run on its own).
+func (s *Store) placeAfter(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals, prove func(read func() error) error) error {
+	if len(s.m.hostFill) > 0 {
+		if err := prove(func() error { return s.hostPlacedOrder(ctx, q, p, v) }); err != nil {
+			return err
+		}
+		if s.m.claims && len(s.m.cHostFill) == 0 {
+			if err := s.insertClaims(ctx, q, own, p, v); err != nil {
+				return err
+			}
+		}
 	}
-	// Every claim in one statement: one round trip whatever the number of
-	// seats. A duplicate key names no seat, so the error names the show.
+	if s.m.claims && len(s.m.cHostFill) > 0 {
+		return prove(func() error { return s.hostPlacedClaims(ctx, q, p, v) })
+	}
+	return nil
+}
+
+// insertClaims inserts p's claims: every claim in one statement, one round
+// trip whatever the number of seats. A duplicate key names no seat, so the
+// error names the show.
+func (s *Store) insertClaims(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
 	st := s.claimsInsert(len(p.Seats))
 	args := make([]any, 0, len(st.slots))
 	for _, seat := range p.Seats {
@@ -472,14 +506,16 @@ func (s *Store) placeRest(ctx context.Context, q cancel.Querier, own bool, p can
 	return nil
 }
 
-// errHostRows is placeRest's error for rows the host's function did not
+// errHostRows is placeAfter's error for rows the host's function did not
 // write as the placement says.
 var errHostRows = errors.New("the host's rows did not place the order as the placement says")
 
 // hostPlacedOrder proves that the host's rows inserted p's order: pending,
-// p's user and show, in the store's scope (its Where).
+// p's user and show, in the store's scope (its Where). The columns are read
+// as text (a CHAR(n)'s padding dropped, nothing else) and compared byte for
+// byte, as the owner's compare-and-set compares them (I10).
 func (s *Store) hostPlacedOrder(ctx context.Context, q cancel.Querier, p cancel.Placement, v vals) error {
-	rows, err := q.QueryContext(ctx, s.q.order.sql, s.args(s.q.order, v)...)
+	rows, err := q.QueryContext(ctx, s.q.hostOrder.sql, s.args(s.q.hostOrder, v)...)
 	if err != nil {
 		return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
 	}
@@ -491,39 +527,46 @@ func (s *Store) hostPlacedOrder(ctx context.Context, q cancel.Querier, p cancel.
 		return fmt.Errorf("sqlstore: place order %s: %w: no row of it in the store's scope (the mapping leaves %s to the rows function handed to Insert, which must insert it)",
 			p.OrderNo, errHostRows, strings.Join(s.m.hostFill, ", "))
 	}
-	var user, show string
-	var status sql.NullString
-	var expireAt time.Time
-	var nowMS int64
-	var paymentID sql.NullString
-	if err := rows.Scan(idCol{&user}, idCol{&show}, &status, deadlineCol{&expireAt}, &nowMS, &paymentID); err != nil {
+	var user, show, status sql.NullString
+	if err := rows.Scan(&user, &show, &status); err != nil {
 		return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
 	}
-	unpad(&user, &show)
-	if st := s.status(status); st != expiry.StatusPending || user != p.UserID || show != p.ShowID {
+	if st := s.status(status); st != expiry.StatusPending || user.String != p.UserID || show.String != p.ShowID {
 		return fmt.Errorf("sqlstore: place order %s: %w: the row reads as user %q, show %q, status %v; the placement is user %q, show %q, pending",
-			p.OrderNo, errHostRows, user, show, st, p.UserID, p.ShowID)
+			p.OrderNo, errHostRows, user.String, show.String, st, p.UserID, p.ShowID)
 	}
 	return rows.Err()
 }
 
 // hostPlacedClaims proves that the host's rows inserted p's claims: the
-// order's locked claims are exactly p's seats.
+// order's live claims are exactly p's seats, of p's show (read and compared
+// as hostPlacedOrder does).
 func (s *Store) hostPlacedClaims(ctx context.Context, q cancel.Querier, p cancel.Placement, v vals) error {
-	rows, err := q.QueryContext(ctx, s.q.orderSeats.sql, s.args(s.q.orderSeats, v)...)
+	rows, err := q.QueryContext(ctx, s.q.hostClaims.sql, s.args(s.q.hostClaims, v)...)
 	if err != nil {
 		return fmt.Errorf("sqlstore: place order %s: read the host's claims: %w", p.OrderNo, err)
 	}
-	res, err := readForTransition(rows, p.OrderNo, false)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var show, seat sql.NullString
+		if err := rows.Scan(&show, &seat); err != nil {
+			return fmt.Errorf("sqlstore: place order %s: read the host's claims: %w", p.OrderNo, err)
+		}
+		got = append(got, show.String+"/"+seat.String)
+	}
+	if err := rows.Err(); err != nil {
 		return fmt.Errorf("sqlstore: place order %s: read the host's claims: %w", p.OrderNo, err)
 	}
-	got, want := slices.Clone(res.Seats), slices.Clone(p.Seats)
+	want := make([]string, 0, len(p.Seats))
+	for _, seat := range p.Seats {
+		want = append(want, p.ShowID+"/"+seat)
+	}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, slices.Compact(want)) {
-		return fmt.Errorf("sqlstore: place order %s: %w: its locked claims are seats %v of the placement's %v (the mapping leaves %s to the rows function handed to Insert, which must insert them)",
-			p.OrderNo, errHostRows, got, p.Seats, strings.Join(s.m.cHostFill, ", "))
+		return fmt.Errorf("sqlstore: place order %s: %w: its live claims are %v, the placement's %v (the mapping leaves %s to the rows function handed to Insert, which must insert them)",
+			p.OrderNo, errHostRows, got, want, strings.Join(s.m.cHostFill, ", "))
 	}
 	return nil
 }
