@@ -117,3 +117,76 @@ func TestReview2HostOrderDoubleSubmitKeepsTheFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestReview2HostOrderRowsCommitKeepsTheClaims: 877489b put the library's
+// rows back before the host's, "but for what needs a host's order row": with
+// HostWrites on the orders and the library's claims, the claims still go
+// after the host's rows (placeAfter). A rows function that ends the
+// transaction itself after inserting the order (a COMMIT; on MariaDB a DDL
+// statement's implicit commit — the case Insert's endedInRows handles)
+// commits the order row and the side row without the claims: Insert answers
+// ErrCommitUnknown, Place keeps the seat locked and schedules the order it
+// finds pending — an order with no claims. The earlier review's
+// TestReviewRowsCommitKeepsTheWholePlacement, on a host-inserted order.
+// Judged by who holds the seats: paid, its seat must be in the claims the
+// reconciler rebuilds the seat store from (I2, I15); cancelled, its seat
+// must be freed at the cancel.
+func TestReview2HostOrderRowsCommitKeepsTheClaims(t *testing.T) {
+	for _, d := range allDialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			db := openDB(t, d)
+			applyDDL(t, db, fillSchema.ddl(d))
+			m := withFill(fillSchema.mapping, hostWrites("amount_cents", "channel", "remark", "testmode", "lock_version"), []sqlstore.Condition{{Column: "price_cents", Value: 1500}})
+			s, err := sqlstore.New(db, d, m)
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			require.NoError(t, s.Migrate(ctx))
+			require.NoError(t, s.Check(ctx))
+			seats := memstore.NewSeats(nil).Scoped(s.Scope())
+			svc, err := cancel.New(cancel.Config{Store: s, Seats: seats, Runtime: quiet})
+			require.NoError(t, err)
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+
+			host := hostOrderRow(d, now, "", "", "", false)
+			commit := func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+				if err := host(ctx, tx, p); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, "COMMIT")
+				return err
+			}
+			show := "rc" + testenv.Unique()
+			paid := cancel.Placement{OrderNo: "rp" + testenv.Unique(), UserID: "u1", ShowID: show, Seats: []string{"P1"}, ExpireAt: now.Add(time.Hour)}
+			err = svc.Place(ctx, paid, s.Insert(db, commit))
+			t.Logf("place: %v", err)
+			if o, oerr := s.Order(ctx, paid.OrderNo); oerr == nil && o.Status == expiry.StatusPending {
+				res, err := svc.Pay(ctx, cancel.Payment{OrderNo: paid.OrderNo, PaymentID: "pay" + testenv.Unique()})
+				require.NoError(t, err)
+				require.True(t, res.Changed, "paid")
+				claims, _, err := s.Claims(ctx, "", 100)
+				require.NoError(t, err)
+				var sold []string
+				for _, c := range claims {
+					if c.OrderNo == paid.OrderNo {
+						sold = append(sold, c.SeatID)
+					}
+				}
+				assert.Equal(t, []string{"P1"}, sold, "I2: the paid order's seat, as the rows say (what a rebuild restores)")
+			}
+
+			gone := cancel.Placement{OrderNo: "rg" + testenv.Unique(), UserID: "u1", ShowID: show, Seats: []string{"C1"}, ExpireAt: now.Add(time.Hour)}
+			err = svc.Place(ctx, gone, s.Insert(db, commit))
+			t.Logf("place: %v", err)
+			if o, oerr := s.Order(ctx, gone.OrderNo); oerr == nil && o.Status == expiry.StatusPending {
+				res, err := svc.UserCancel(ctx, gone.OrderNo, "u1")
+				require.NoError(t, err)
+				require.True(t, res.Changed)
+				held, err := seats.Show(ctx, show)
+				require.NoError(t, err)
+				assert.NotEqual(t, gone.OrderNo, held["C1"].OrderNo, "the cancelled order's seat is freed at its cancel (Released %d, seats %v)", res.Released, res.Seats)
+			}
+		})
+	}
+}
