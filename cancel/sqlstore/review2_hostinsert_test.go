@@ -190,3 +190,50 @@ func TestReview2HostOrderRowsCommitKeepsTheClaims(t *testing.T) {
 		})
 	}
 }
+
+// TestReview2HostRowBlobUserOnSQLite: on SQLite a value's storage class is
+// the value's, not the column's: a Go host that binds an id as []byte (a
+// byte slice it read from a request, a key) stores a BLOB in a VARCHAR
+// column. hostPlacedOrder selects the user as the column is (asText is the
+// identity on SQLite) and database/sql turns the BLOB into the string
+// "ann", so the read-back accepts the row as user "ann"'s; every owner
+// compare-and-set compares user_id = 'ann' (TEXT), which a BLOB never
+// equals in SQLite. Judged as TestReviewHostRowUserReadBackIsByteForByte:
+// either nothing is placed, or the placement's user owns the order she
+// was told she placed (I10).
+func TestReview2HostRowBlobUserOnSQLite(t *testing.T) {
+	d := sqlstore.SQLite
+	ctx := context.Background()
+	db := openDB(t, d)
+	applyDDL(t, db, fillSchema.ddl(d))
+	m := fillSchema.mapping
+	m.Claims = nil
+	m.Orders.Fill = hostWrites("amount_cents", "channel", "remark", "testmode", "lock_version")
+	s, err := sqlstore.New(db, d, m)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	require.NoError(t, s.Migrate(ctx))
+	seats := memstore.NewSeats(nil).Scoped(s.Scope())
+	svc, err := cancel.New(cancel.Config{Store: s, Seats: seats})
+	require.NoError(t, err)
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
+
+	p := cancel.Placement{OrderNo: "bu" + testenv.Unique(), UserID: "ann", ShowID: "bu-show", Seats: []string{"A1"}, ExpireAt: now.Add(time.Hour)}
+	err = svc.Place(ctx, p, s.Insert(db, func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO fill_order (tenant_id, order_no, user_id, show_id, status, expire_time, update_time, amount_cents, channel, remark, testmode, lock_version)
+			VALUES (7, ?, ?, ?, 0, ?, ?, 2500, 'app', 'by the host', 1, 0)`, p.OrderNo, []byte(p.UserID), p.ShowID, p.ExpireAt.UTC().Format(time.DateTime), now.UTC().Format(time.DateTime))
+		return err
+	}))
+	if err != nil {
+		var n int
+		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM fill_order WHERE order_no = ?", p.OrderNo).Scan(&n))
+		assert.Zero(t, n, "refused: nothing placed")
+		return
+	}
+	var typ string
+	require.NoError(t, db.QueryRow("SELECT typeof(user_id) FROM fill_order WHERE order_no = ?", p.OrderNo).Scan(&typ))
+	res, err := svc.UserCancel(ctx, p.OrderNo, p.UserID)
+	require.NoError(t, err, "the placement was accepted as user %q's (the row's user_id is a %s): she cannot cancel her own order", p.UserID, typ)
+	assert.True(t, res.Changed, "the placement was accepted as user %q's (the row's user_id is a %s): her own cancel changes nothing (%+v)", p.UserID, typ, res)
+}
