@@ -677,7 +677,10 @@ func (r *resolved) build() queries {
 		q.insertSeat = r.claimsInsert(d, 1)
 
 		// Claims of pending and paid orders, keyset on (show, seat).
-		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", s.", r.cNo, ", o.", r.user, ", ", asText(d, "o."+r.status), ", ", r.ownLock("o."),
+		// The claim's order number as the expired scan reads it (as text:
+		// a CHAR(n)'s padding dropped, a host's "X1 " kept, then reported
+		// unreadable by the reconciler rather than trimmed into "X1").
+		b = (&sb{}).w("SELECT s.", r.cShow, ", s.", r.cSeat, ", ", asText(d, "s."+r.cNo), ", o.", r.user, ", ", asText(d, "o."+r.status), ", ", r.ownLock("o."),
 			" FROM ", r.c, " s JOIN ", r.o, " o ON o.", r.no, " = s.", r.cNo)
 		if r.exactIDs && !r.raw.Orders.NumericOrderNo {
 			b.w(" AND ")

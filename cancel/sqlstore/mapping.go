@@ -249,10 +249,10 @@ type nullValue int
 // before Store.Place, on the host's own transaction). Check then accepts
 // the column as filled. The library writes the rest of the placement in the
 // same transaction (its side row, and the claims unless they are the
-// host's too) after reading back what the host's rows wrote: the order
-// pending, of the placement's user and show, in the store's scope, and its
-// locked claims exactly the placement's seats; anything else places
-// nothing. So an order the host inserts is the library's as much as one it
+// host's too) and reads back what the host's rows wrote: the order pending,
+// of the placement's user and show (byte for byte), in the store's scope,
+// and its live claims exactly the placement's seats of its show; anything
+// else places nothing. So an order the host inserts is the library's as much as one it
 // inserted: its seats are freed right after a cancel's commit, it is
 // warned, its lock is known. Insert without a rows function refuses (an
 // error wrapping cancel.ErrUnsupported naming the columns).

@@ -398,7 +398,7 @@ func (s *Store) readClaims(ctx context.Context, show, seat string, limit int) (o
 		}
 		c.ShowID, c.SeatID, c.OrderNo, c.UserID, c.LockID = show.String, seat.String, no.String, user.String, lockID.String
 		lastShow, lastSeat = show.String, seat.String
-		unpad(&c.ShowID, &c.SeatID, &c.OrderNo, &c.UserID)
+		unpad(&c.ShowID, &c.SeatID, &c.UserID) // the order number is read unpadded (build.go)
 		c.Status = s.status(key)
 		out = append(out, c)
 	}
