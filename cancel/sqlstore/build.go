@@ -172,10 +172,14 @@ type queries struct {
 	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
 	decidePayment                                                                               string
 	insertSide                                                                                  stmt // a host's table: the side row of Place
-	// A host's table: the read-back of what the host's rows placed
-	// (HostWrites): the order's user, show and status as text, and its
-	// live claims' show and seat.
-	hostOrder, hostClaims stmt
+	// A host's table whose rows the host inserts (HostWrites): the
+	// read-back of what its rows placed, with the owner's compare-and-set's
+	// conditions (hostOrder counts the order pending, of the user and show;
+	// hostOrderText reads them as text for the error; hostClaims reads the
+	// live claims' seats and whether each is of the show), and the side row
+	// of a number no order holds (hostSideOrphan, deleted before the plain
+	// insertSide).
+	hostOrder, hostOrderText, hostClaims, hostSideOrphan stmt
 	// A host's table: a late payment's compare-and-set (cancelled by a
 	// timeout or the reconciler → paid; empty when the mapping cannot tell
 	// those cancels from the others), the sold claims it inserts, and the
@@ -625,12 +629,24 @@ func (r *resolved) build() queries {
 	}
 	q.insertOrder = b.w(")").done(d)
 	if !r.defaultSchema {
+		b = (&sb{}).w("SELECT COUNT(*) FROM ", r.o, " WHERE ")
+		r.eq(b, r.no, aNo)
+		r.conds(b, "", r.where)
+		b.w(" AND ", r.status, " = ", r.pending.sql)
+		r.exactLit(b, r.status, r.pending)
+		b.w(" AND ")
+		r.eq(b, r.user, aUser)
+		b.w(" AND ")
+		r.eq(b, r.show, aShow)
+		q.hostOrder = b.done(d)
 		b = (&sb{}).w("SELECT ", asText(d, r.user), ", ", asText(d, r.show), ", ", asText(d, r.status), " FROM ", r.o, " WHERE ")
 		r.eq(b, r.no, aNo)
 		r.conds(b, "", r.where)
-		q.hostOrder = b.done(d)
+		q.hostOrderText = b.done(d)
 		if r.claims {
-			b = (&sb{}).w("SELECT ", asText(d, "s."+r.cShow), ", ", asText(d, "s."+r.cSeat), " FROM ", r.c, " s WHERE ")
+			b = (&sb{}).w("SELECT ", asText(d, "s."+r.cSeat), ", CASE WHEN ")
+			r.eq(b, "s."+r.cShow, aShow)
+			b.w(" THEN 1 ELSE 0 END FROM ", r.c, " s WHERE ")
 			r.eq(b, "s."+r.cNo, aNo)
 			r.conds(b, "s.", r.cWhere)
 			r.lockedOnly(b, "s.")
@@ -666,9 +682,23 @@ func (r *resolved) build() queries {
 		// An old row of a number the host deleted is replaced.
 		b = (&sb{}).w("INSERT INTO oe_order_side (scope, order_no, seats, seat_limit, lock_id, created_at_ms) VALUES (").
 			p(aScope).w(", ").p(aNoKey).w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID).w(", ", nowMS[d], ")")
-		if d == MySQL {
+		switch {
+		case len(r.hostFill) > 0:
+			// The host's rows insert the order row after the side row: the
+			// side row of a number another order holds must not be
+			// replaced (a double submit whose host insert skips a
+			// duplicate would take over the first order's seats and
+			// lock). An old row of a number no order holds is deleted
+			// first (hostSideOrphan), and the plain INSERT then meets a
+			// live order's row as a duplicate: cancel.ErrOrderExists.
+			o := (&sb{}).w("DELETE FROM oe_order_side WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNoKey).
+				w(" AND NOT EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
+			r.eq(o, "o."+r.no, aNo)
+			r.conds(o, "o.", r.where)
+			q.hostSideOrphan = o.w(")").done(d)
+		case d == MySQL:
 			b.w(" ON DUPLICATE KEY UPDATE seats = VALUES(seats), seat_limit = VALUES(seat_limit), lock_id = VALUES(lock_id), created_at_ms = VALUES(created_at_ms), warned_at_ms = NULL")
-		} else {
+		default:
 			b.w(" ON CONFLICT (scope, order_no) DO UPDATE SET seats = excluded.seats, seat_limit = excluded.seat_limit, lock_id = excluded.lock_id, created_at_ms = excluded.created_at_ms, warned_at_ms = NULL")
 		}
 		q.insertSide = b.done(d)

@@ -268,7 +268,7 @@ func TestFillHostWrites(t *testing.T) {
 			}
 			p.OrderNo, p.Seats = "h-2", []string{"C1", "C2"}
 			err = svc.Place(ctx, p, s.Insert(db, hostRows("C1")))
-			require.ErrorContains(t, err, "its live claims are [ev/C1], the placement's [ev/C1 ev/C2]")
+			require.ErrorContains(t, err, `its live claims are seats [C1] (0 of them not of show "ev"), the placement's [C1 C2]`)
 			require.NoError(t, svc.Place(ctx, p, s.Insert(db, hostRows("C1", "C2"))))
 			res, err = svc.UserCancel(ctx, "h-2", "ann")
 			require.NoError(t, err)

@@ -102,12 +102,12 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 					}
 				}
 				if s.placedAnyway(ctx, p) {
-					return fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows, which then failed: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err)
+					return s.finishEnded(ctx, db, p, v, fmt.Errorf("sqlstore: place order %s: the transaction ended inside the host's rows, which then failed: %w: %w", p.OrderNo, expiry.ErrCommitUnknown, err))
 				}
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT oe_tx"); err != nil {
-				return s.endedInRows(ctx, p, err)
+				return s.finishEnded(ctx, db, p, v, s.endedInRows(ctx, p, err))
 			}
 		}
 		if err := s.placeAfter(ctx, tx, own, p, v, func(read func() error) error { return s.provedRead(ctx, tx, p, read) }); err != nil {
@@ -121,6 +121,38 @@ func (s *Store) Insert(db *sql.DB, rows func(ctx context.Context, tx *sql.Tx, p 
 		}
 		return nil
 	}
+}
+
+// finishEnded completes a placement whose transaction the host's rows
+// ended with a COMMIT of theirs (err wraps expiry.ErrCommitUnknown) where
+// the order row is the host's and the claims the library's: they come
+// after the rows (placeAfter), so the order committed without them, and
+// a sold seat would be missing from Claims (a rebuild would free it), a
+// cancel would free nothing. On a transaction of its own, it reads the
+// host's row back and inserts the claims; err is returned either way (the
+// outcome was not the placement's own COMMIT), with why the claims could
+// not be written if they could not.
+func (s *Store) finishEnded(ctx context.Context, db *sql.DB, p cancel.Placement, v vals, err error) error {
+	if !errors.Is(err, expiry.ErrCommitUnknown) || len(s.m.hostFill) == 0 || !s.m.claims || len(s.m.cHostFill) > 0 {
+		return err
+	}
+	fctx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer done()
+	tx, berr := db.BeginTx(fctx, nil)
+	if berr == nil {
+		defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+		berr = s.hostPlacedOrder(fctx, tx, p, v)
+		if berr == nil {
+			berr = s.insertClaims(fctx, tx, false, p, v)
+		}
+		if berr == nil {
+			berr = tx.Commit()
+		}
+	}
+	if berr != nil {
+		return fmt.Errorf("%w (and its claims could not be written after: %v)", err, berr)
+	}
+	return err
 }
 
 // provedRead runs read, a read-back of the host's rows in Insert's
@@ -450,8 +482,16 @@ func (s *Store) placeBefore(ctx context.Context, q cancel.Querier, own bool, p c
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 		}
 	}
+	if st := s.q.hostSideOrphan; st.sql != "" {
+		if _, err := s.execTx(ctx, q, own, st, s.args(st, v)); err != nil {
+			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
+		}
+	}
 	if st := s.q.insertSide; st.sql != "" {
 		if _, err := s.execTx(ctx, q, own, st, s.args(st, v)); err != nil {
+			if hostOrder && isDuplicate(err) { // a live order's side row (see hostSideOrphan)
+				return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
+			}
 			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
 		}
 	}
@@ -511,36 +551,54 @@ func (s *Store) insertClaims(ctx context.Context, q cancel.Querier, own bool, p 
 var errHostRows = errors.New("the host's rows did not place the order as the placement says")
 
 // hostPlacedOrder proves that the host's rows inserted p's order: pending,
-// p's user and show, in the store's scope (its Where). The columns are read
-// as text (a CHAR(n)'s padding dropped, nothing else) and compared byte for
-// byte, as the owner's compare-and-set compares them (I10).
+// p's user and show, in the store's scope (its Where), with the
+// comparisons of the owner's compare-and-set (byte for byte, I10), so the
+// placement's user is the one who can cancel it. Else it reads the row as
+// text to say what differs.
 func (s *Store) hostPlacedOrder(ctx context.Context, q cancel.Querier, p cancel.Placement, v vals) error {
-	rows, err := q.QueryContext(ctx, s.q.hostOrder.sql, s.args(s.q.hostOrder, v)...)
+	var n int
+	if err := queryRow(ctx, q, s.q.hostOrder.sql, s.args(s.q.hostOrder, v), &n); err != nil {
+		return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	var user, show, status sql.NullString
+	err := queryRow(ctx, q, s.q.hostOrderText.sql, s.args(s.q.hostOrderText, v), &user, &show, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("sqlstore: place order %s: %w: no row of it in the store's scope (the mapping leaves %s to the rows function handed to Insert, which must insert it)",
+			p.OrderNo, errHostRows, strings.Join(s.m.hostFill, ", "))
+	}
 	if err != nil {
 		return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
+	}
+	return fmt.Errorf("sqlstore: place order %s: %w: the row reads as user %q, show %q, status %v (compared byte for byte, as the column holds them); the placement is user %q, show %q, pending",
+		p.OrderNo, errHostRows, user.String, show.String, s.status(status), p.UserID, p.ShowID)
+}
+
+// queryRow scans the one row of query on q into dest: sql.ErrNoRows if
+// there is none.
+func queryRow(ctx context.Context, q cancel.Querier, query string, args []any, dest ...any) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
+			return err
 		}
-		return fmt.Errorf("sqlstore: place order %s: %w: no row of it in the store's scope (the mapping leaves %s to the rows function handed to Insert, which must insert it)",
-			p.OrderNo, errHostRows, strings.Join(s.m.hostFill, ", "))
+		return sql.ErrNoRows
 	}
-	var user, show, status sql.NullString
-	if err := rows.Scan(&user, &show, &status); err != nil {
-		return fmt.Errorf("sqlstore: place order %s: read the host's row: %w", p.OrderNo, err)
+	if err := rows.Scan(dest...); err != nil {
+		return err
 	}
-	if st := s.status(status); st != expiry.StatusPending || user.String != p.UserID || show.String != p.ShowID {
-		return fmt.Errorf("sqlstore: place order %s: %w: the row reads as user %q, show %q, status %v; the placement is user %q, show %q, pending",
-			p.OrderNo, errHostRows, user.String, show.String, st, p.UserID, p.ShowID)
-	}
-	return rows.Err()
+	return rows.Close()
 }
 
 // hostPlacedClaims proves that the host's rows inserted p's claims: the
-// order's live claims are exactly p's seats, of p's show (read and compared
-// as hostPlacedOrder does).
+// order's live claims are exactly p's seats, each of p's show (compared as
+// the compare-and-sets compare ids).
 func (s *Store) hostPlacedClaims(ctx context.Context, q cancel.Querier, p cancel.Placement, v vals) error {
 	rows, err := q.QueryContext(ctx, s.q.hostClaims.sql, s.args(s.q.hostClaims, v)...)
 	if err != nil {
@@ -548,25 +606,27 @@ func (s *Store) hostPlacedClaims(ctx context.Context, q cancel.Querier, p cancel
 	}
 	defer rows.Close()
 	var got []string
+	otherShow := 0
 	for rows.Next() {
-		var show, seat sql.NullString
-		if err := rows.Scan(&show, &seat); err != nil {
+		var seat sql.NullString
+		var ofShow int
+		if err := rows.Scan(&seat, &ofShow); err != nil {
 			return fmt.Errorf("sqlstore: place order %s: read the host's claims: %w", p.OrderNo, err)
 		}
-		got = append(got, show.String+"/"+seat.String)
+		got = append(got, seat.String)
+		if ofShow != 1 {
+			otherShow++
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("sqlstore: place order %s: read the host's claims: %w", p.OrderNo, err)
 	}
-	want := make([]string, 0, len(p.Seats))
-	for _, seat := range p.Seats {
-		want = append(want, p.ShowID+"/"+seat)
-	}
+	want := slices.Clone(p.Seats)
 	slices.Sort(got)
 	slices.Sort(want)
-	if !slices.Equal(got, slices.Compact(want)) {
-		return fmt.Errorf("sqlstore: place order %s: %w: its live claims are %v, the placement's %v (the mapping leaves %s to the rows function handed to Insert, which must insert them)",
-			p.OrderNo, errHostRows, got, want, strings.Join(s.m.cHostFill, ", "))
+	if want = slices.Compact(want); otherShow > 0 || !slices.Equal(got, want) {
+		return fmt.Errorf("sqlstore: place order %s: %w: its live claims are seats %v (%d of them not of show %q), the placement's %v (the mapping leaves %s to the rows function handed to Insert, which must insert them)",
+			p.OrderNo, errHostRows, got, otherShow, p.ShowID, want, strings.Join(s.m.cHostFill, ", "))
 	}
 	return nil
 }
