@@ -42,6 +42,7 @@ func runWave(c *common, args []string) error {
 	fs.IntVar(&o.consumers, "consumers", 20, "rocketmq Config.Consumers (the push consumer's goroutines)")
 	fs.IntVar(&o.schedConc, "sched-conc", 8, "goroutines calling expiry.Scheduler.Schedule")
 	fs.DurationVar(&o.cap, "cap", 5*time.Minute, "give up on a copy still not drained this long after its last deadline")
+	fs.Float64Var(&o.lose, "lose", 0, "the fraction of expiry messages lost after the scheduler's send returned nil (a broker that acked and lost them, a crash): the reconciler's to cancel")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -49,8 +50,8 @@ func runWave(c *common, args []string) error {
 	if err != nil {
 		return err
 	}
-	if o.n <= 0 || o.history < 0 || o.window <= 0 || o.lead <= 0 || o.interval <= 0 || o.consumers <= 0 || o.schedConc <= 0 {
-		return errors.New("wave: -n, -window, -lead, -interval, -consumers and -sched-conc must be positive, -history not negative")
+	if o.n <= 0 || o.history < 0 || o.window <= 0 || o.lead <= 0 || o.interval <= 0 || o.consumers <= 0 || o.schedConc <= 0 || o.lose < 0 || o.lose > 1 {
+		return errors.New("wave: -n, -window, -lead, -interval, -consumers and -sched-conc must be positive, -history not negative, -lose within 0..1")
 	}
 	if !brokerUp(c.namesrv, c.broker) {
 		return fmt.Errorf("wave: the RocketMQ broker (%s, name server %s) does not answer", c.broker, c.namesrv)
@@ -68,14 +69,19 @@ func runWave(c *common, args []string) error {
 		"cancelled by consumer / reconciler", "**DB CPU µs/order**", "Redis", "broker + name server", "bench process")
 	checks := newTable("database", "copy", "cancelled rows (reason timeout or reconcile) / wave", "KindCancelled per order: once / twice+ / never", "seats freed (2 per order)",
 		"wave seats held in Redis", "Redis seats = SQL claims", "wave users' counters ≠ 0", "counters = SQL seats per user", "history unchanged", "skipped / release failed")
+	lostT := newTable("database", "copy", "messages lost", "reconcile interval", "lost: late p50", "lost: late p99", "**lost: late max**", "sent: late p50", "sent: late p99", "sent: late max")
 	var failed []string
 	for i, e := range engines {
-		if err := c.waveEngine(e, i, o, summary, checks, &failed); err != nil {
+		if err := c.waveEngine(e, i, o, summary, checks, lostT, &failed); err != nil {
 			return fmt.Errorf("%s: %w", engineName(e), err)
 		}
 	}
 	fmt.Printf("\n### Wave summary\n\n")
 	summary.print(os.Stdout)
+	if o.lose > 0 {
+		fmt.Printf("\n### Orders whose message was lost (-lose %g)\n\n", o.lose)
+		lostT.print(os.Stdout)
+	}
 	fmt.Printf("\n### Correctness\n\n")
 	checks.print(os.Stdout)
 	if len(failed) > 0 {
@@ -87,16 +93,44 @@ func runWave(c *common, args []string) error {
 type waveOpts struct {
 	n, history, consumers, schedConc int
 	window, lead, interval, cap      time.Duration
+	lose                             float64
+}
+
+// losingSender loses a fraction of the messages it is given (every
+// lose-th by a counter, so the lost ones spread over the wave): Send
+// returns nil without sending, as a broker that acknowledged and then lost
+// them. It records which orders' messages it lost.
+type losingSender struct {
+	expiry.DelaySender
+	every int64 // lose one message in every; 0: none
+	mu    sync.Mutex
+	n     int64
+	lost  map[string]bool
+}
+
+func (l *losingSender) Send(ctx context.Context, m expiry.Message, delay time.Duration) error {
+	l.mu.Lock()
+	l.n++
+	lose := l.every > 0 && l.n%l.every == 0
+	if lose {
+		l.lost[m.OrderNo] = true
+	}
+	l.mu.Unlock()
+	if lose {
+		return nil
+	}
+	return l.DelaySender.Send(ctx, m, delay)
 }
 
 // waveClock records, per wave order, when and how late (by the store's
 // clock) it was cancelled, and closes done when every one was.
 type waveClock struct {
-	mu   sync.Mutex
-	at   map[string]time.Time
-	late []time.Duration
-	want map[string]bool
-	done chan struct{}
+	mu     sync.Mutex
+	at     map[string]time.Time
+	late   []time.Duration
+	lateOf map[string]time.Duration
+	want   map[string]bool
+	done   chan struct{}
 }
 
 func (w *waveClock) Observe(_ context.Context, e expiry.Event) {
@@ -112,13 +146,14 @@ func (w *waveClock) Observe(_ context.Context, e expiry.Event) {
 	w.at[e.OrderNo] = now
 	if l, ok := e.Lateness(); ok {
 		w.late = append(w.late, l)
+		w.lateOf[e.OrderNo] = l
 	}
 	if len(w.at) == len(w.want) {
 		close(w.done)
 	}
 }
 
-func (c *common) waveEngine(engine string, idx int, o waveOpts, summary, checks *table, failed *[]string) error {
+func (c *common) waveEngine(engine string, idx int, o waveOpts, summary, checks, lostT *table, failed *[]string) error {
 	ctx := context.Background()
 	sets := []*backlogSet{{label: "batched"}, {label: "one order"}}
 	defer closeSets(sets)
@@ -164,6 +199,10 @@ func (c *common) waveEngine(engine string, idx int, o waveOpts, summary, checks 
 		summary.add(engineName(engine), s.label, fmtDur(res.sends), res.sendsInTime, fmtDur(res.drain), pct(res.late, 50), pct(res.late, 99), maxDur(res.late),
 			fmt.Sprintf("%d / %d", res.byConsumer, res.byReconciler), per(cpu["MariaDB"]+cpu["PostgreSQL"]), per(cpu["Redis"]),
 			per(cpu["RocketMQ broker"]+cpu["RocketMQ name server"]), per(cpu["bench process"]))
+		if o.lose > 0 {
+			lostT.add(engineName(engine), s.label, res.lost, o.interval, pct(res.lateLost, 50), pct(res.lateLost, 99), maxDur(res.lateLost),
+				pct(res.lateSent, 50), pct(res.lateSent, 99), maxDur(res.lateSent))
+		}
 	}
 	fmt.Println()
 	for _, s := range sets {
@@ -183,8 +222,9 @@ type waveResult struct {
 	sends, drain             time.Duration
 	sendsInTime              string
 	late                     []time.Duration
+	lateLost, lateSent       []time.Duration // -lose: the lateness of orders whose message was lost, and of the others
 	byConsumer, byReconciler int
-	missing                  int
+	missing, lost            int
 	cpu                      []time.Duration
 	cpuNames                 []string
 	note                     string
@@ -214,7 +254,7 @@ func (c *common) waveCopy(ctx context.Context, s *backlogSet, oneOrderPath bool,
 	}
 	stop = append(stop, func() { _ = sender.Close() })
 
-	clock := &waveClock{at: make(map[string]time.Time, o.n), want: make(map[string]bool, o.n), done: make(chan struct{})}
+	clock := &waveClock{at: make(map[string]time.Time, o.n), lateOf: make(map[string]time.Duration, o.n), want: make(map[string]bool, o.n), done: make(chan struct{})}
 	for k := range o.n {
 		clock.want[gen(k).no] = true
 	}
@@ -231,7 +271,11 @@ func (c *common) waveCopy(ctx context.Context, s *backlogSet, oneOrderPath bool,
 	if err != nil {
 		return nil, err
 	}
-	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: sender, Runtime: rt})
+	losing := &losingSender{DelaySender: sender, lost: map[string]bool{}}
+	if o.lose > 0 {
+		losing.every = max(1, int64(1/o.lose+0.5))
+	}
+	sched, err := expiry.NewScheduler(expiry.SchedulerConfig{Sender: losing, Runtime: rt})
 	if err != nil {
 		return nil, err
 	}
@@ -300,6 +344,16 @@ func (c *common) waveCopy(ctx context.Context, s *backlogSet, oneOrderPath bool,
 	}
 	res.late = slices.Clone(clock.late)
 	res.missing = o.n - len(clock.at)
+	losing.mu.Lock()
+	for no, l := range clock.lateOf {
+		if losing.lost[no] {
+			res.lateLost = append(res.lateLost, l)
+		} else {
+			res.lateSent = append(res.lateSent, l)
+		}
+	}
+	res.lost = len(losing.lost)
+	losing.mu.Unlock()
 	clock.mu.Unlock()
 	res.drain = lastAt.Sub(first)
 	q := rebindBench(s.bd.dialect, "SELECT cancel_reason, COUNT(*) FROM oe_order WHERE order_no LIKE 'B%' AND status = ? GROUP BY cancel_reason")
