@@ -1,5 +1,3 @@
-//go:build reviewholes
-
 package reconcile_test
 
 import (
@@ -15,7 +13,7 @@ import (
 )
 
 // Holes an outside review of 40ac3e1 (I19) found in the reconciler, as
-// failing tests: go test -tags reviewholes -run TestReviewHole ./reconcile/
+// tests of the test command.
 
 // The seat store loses its data while an order is in a status the host
 // owns (an operator's hold on a buyer's two seats, purchase limit 2). I19

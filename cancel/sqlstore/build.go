@@ -187,7 +187,7 @@ type queries struct {
 	reinstate, insertSold, warnSide stmt
 	// A host's table with a deadline column: a deadline moved later
 	// (extend) or earlier (shorten), by compare-and-set.
-	extend, shorten stmt
+	extend, shorten, shortenNull stmt
 }
 
 // asText is column col as a read gives it to Go: on PostgreSQL cast to
@@ -655,7 +655,7 @@ func (r *resolved) build() queries {
 		q.reinstate = r.reinstateCAS()
 		q.warnSide = r.warnSide()
 		if r.deadline.Column != "" {
-			q.extend, q.shorten = r.moveDeadline(true), r.moveDeadline(false)
+			q.extend, q.shorten, q.shortenNull = r.moveDeadline(true), r.moveDeadline(false), r.shortenNull()
 		}
 		if r.claims {
 			b = (&sb{}).w("INSERT INTO ", r.c, " (", r.cShow, ", ", r.cSeat, ", ", r.cNo)

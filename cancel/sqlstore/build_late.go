@@ -119,6 +119,29 @@ func (r *resolved) moveDeadline(later bool) stmt {
 	return b.done(r.d)
 }
 
+// shortenNull is a shortening's compare-and-set on a host's table for an
+// order with no deadline (NULL: an operator's hand-made order, never due):
+// any deadline is earlier, so it sets one, on a pending order whose
+// deadline is still NULL.
+func (r *resolved) shortenNull() stmt {
+	b := &sb{}
+	b.w("UPDATE ", r.o, " SET ", r.deadline.Column, " = ")
+	fromArg(r.d, r.deadline.Type, b, aDeadline)
+	if r.updated != "" {
+		b.w(", ", r.updated, " = ", nowAs(r.d, r.updatedType, 0))
+	}
+	if r.version != "" {
+		b.w(", ", r.version, " = ", r.version, " + 1")
+	}
+	b.w(" WHERE ")
+	r.eq(b, r.no, aNo)
+	r.conds(b, "", r.where)
+	b.w(" AND ", r.status, " = ", r.pending.sql)
+	r.exactLit(b, r.status, r.pending)
+	b.w(" AND ", r.deadline.Column, " IS NULL")
+	return b.done(r.d)
+}
+
 // warnSide is the warning's compare-and-set on a host's table: the side
 // row's warned_at_ms, NULL to the database's clock, while the order is
 // pending, due within the lead and not yet due by that clock.

@@ -443,13 +443,14 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 // second for a column of seconds: never earlier than asked); the
 // compare-and-set guards it with the database's clock at the write.
 func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
-	q := s.q.extend
-	if c.Shorten {
-		q = s.q.shorten
-	}
-	st, err := s.prepared(ctx, q.sql)
-	if err != nil {
-		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+	pick := func(o expiry.Order) stmt {
+		switch {
+		case c.Shorten && o.ExpireAt.IsZero():
+			return s.q.shortenNull // no deadline (NULL): any is earlier
+		case c.Shorten:
+			return s.q.shorten
+		}
+		return s.q.extend
 	}
 	capMS := int64(-1)
 	if c.MaxHold > 0 && !c.Shorten {
@@ -488,6 +489,11 @@ func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) 
 				sec++
 			}
 			arg, targetMS = sec, sec*1000
+		}
+		q := pick(o)
+		st, err := s.prepared(ctx, q.sql)
+		if err != nil {
+			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
 		}
 		r, err := st.ExecContext(ctx, s.args(q, vals{no: c.OrderNo, deadline: arg, prevMS: o.ExpireAt.UnixMilli(), targetMS: targetMS})...)
 		if err != nil {

@@ -1,5 +1,3 @@
-//go:build reviewholes
-
 package sqlstore_test
 
 import (
@@ -16,8 +14,8 @@ import (
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
-// A hole an outside review of the i19 branch found, as a failing test:
-// go test -tags reviewholes -run TestReviewHoleHostStatusPayment ./cancel/sqlstore/
+// A hole an outside review of the i19 branch found, kept as a test
+// of the test command.
 
 // The host writes the provider's payment id into the order's payment
 // column and puts the order in a status of its own ("payment under

@@ -1,5 +1,3 @@
-//go:build reviewholes
-
 package sqlstore_test
 
 import (
@@ -18,8 +16,8 @@ import (
 	"github.com/seatflow/orderexpiry/reconcile"
 )
 
-// A hole an outside review of the i19 branch found, as a failing test:
-// go test -tags reviewholes -run TestReviewHoleHostStatusRebuild ./cancel/sqlstore/
+// A hole an outside review of the i19 branch found, kept as a test
+// of the test command.
 
 // The seat store loses its data while the host holds an order in its own
 // status (an operator's hold on the buyer's two seats, limit 2). I19: the

@@ -1,5 +1,3 @@
-//go:build reviewholes
-
 package sqlstore_test
 
 import (
@@ -17,8 +15,8 @@ import (
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
-// A gap an outside review of the i19 branch found (NULL deadlines), as a
-// failing test: go test -tags reviewholes -run TestReviewHoleNullDeadline ./cancel/sqlstore/
+// A gap an outside review of the i19 branch found (NULL deadlines), kept as a
+// test of the test command.
 
 // Shorten on an order with no deadline (NULL: the operator's hand-made
 // order) must give it one: it is due later than any time, so "at most
