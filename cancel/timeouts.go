@@ -108,10 +108,18 @@ func (t *groupCommit) timeout(ctx context.Context, s *Service, no string) (Resul
 		// nobody, its seats released by nobody but the reconciler. An
 		// order still pending was not cancelled by it (a batch commits all
 		// or nothing) and goes alone; a paid one it cannot have touched.
+		// Pending may also be a COMMIT still landing on the server (a
+		// replica's acknowledgement awaited): the lone compare-and-set then
+		// waits on the batch's row lock and finds the order cancelled,
+		// which is again the unknown outcome, not somebody else's cancel.
 		if o, err := s.store.Order(ctx, no); err == nil && o.No == no {
 			switch o.Status {
 			case expiry.StatusPending:
-				return s.timeoutOne(ctx, no)
+				res, err := s.timeoutOne(ctx, no)
+				if err == nil && !res.Changed && res.Order.Status == expiry.StatusCancelled {
+					return Result{}, c.unknown
+				}
+				return res, err
 			case expiry.StatusPaid:
 				return Result{Order: o}, nil
 			}
