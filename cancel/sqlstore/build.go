@@ -33,11 +33,12 @@ const (
 	aPrevMS                // a deadline change: the deadline read, in milliseconds
 	aTargetMS              // a deadline change: the new deadline, in milliseconds
 	aNoKey                 // the order number as a string, in the library's own tables (aNo may be an integer)
+	aPrevLock              // a side row's seat lock id as read ("" for none), for its compare-and-set
 )
 
 // vals are the run-time values of one call.
 type vals struct {
-	no, user, show, seat, reason, payment, showKey, seatKey, seats, lockID, scope string
+	no, user, show, seat, reason, payment, showKey, seatKey, seats, lockID, scope, prevLock string
 	userNum, showNum, showKeyNum                                                  int64
 	status, deadline, key                                                         any
 	limit, seatLimit                                                              int
@@ -127,6 +128,8 @@ func (st stmt) args(v vals, num numeric) []any {
 			out[i] = v.prevMS
 		case aTargetMS:
 			out[i] = v.targetMS
+		case aPrevLock:
+			out[i] = v.prevLock
 		}
 	}
 	return out
@@ -177,9 +180,9 @@ type queries struct {
 	// conditions (hostOrder counts the order pending, of the user and show;
 	// hostOrderText reads them as text for the error; hostClaims reads the
 	// live claims' seats and whether each is of the show), and the side row
-	// of a number no order holds (hostSideOrphan, deleted before the plain
-	// insertSide).
-	hostOrder, hostOrderText, hostClaims, hostSideOrphan stmt
+	// placed before them (hostOrderTaken: the number's row exists already;
+	// hostSideLock, hostSideReplace: an old side row replaced by its lock id).
+	hostOrder, hostOrderText, hostClaims, hostOrderTaken, hostSideLock, hostSideReplace stmt
 	// A host's table: a late payment's compare-and-set (cancelled by a
 	// timeout or the reconciler → paid; empty when the mapping cannot tell
 	// those cancels from the others), the sold claims it inserts, and the
@@ -684,18 +687,22 @@ func (r *resolved) build() queries {
 			p(aScope).w(", ").p(aNoKey).w(", ").p(aSeats).w(", ").p(aSeatLimit).w(", ").p(aLockID).w(", ", nowMS[d], ")")
 		switch {
 		case len(r.hostFill) > 0:
-			// The host's rows insert the order row after the side row: the
-			// side row of a number another order holds must not be
+			// The host's rows insert the order row after the side row, so
+			// the side row of a number another order holds must never be
 			// replaced (a double submit whose host insert skips a
 			// duplicate would take over the first order's seats and
-			// lock). An old row of a number no order holds is deleted
-			// first (hostSideOrphan), and the plain INSERT then meets a
-			// live order's row as a duplicate: cancel.ErrOrderExists.
-			o := (&sb{}).w("DELETE FROM oe_order_side WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNoKey).
-				w(" AND NOT EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
-			r.eq(o, "o."+r.no, aNo)
-			r.conds(o, "o.", r.where)
-			q.hostSideOrphan = o.w(")").done(d)
+			// lock): a plain INSERT (a duplicate: cancel.ErrOrderExists),
+			// or, over the old row of a number no order holds, a
+			// compare-and-set on that row's lock id (hostSideReplace),
+			// which a concurrent submit that replaced it first fails.
+			o := (&sb{}).w("SELECT COUNT(*) FROM ", r.o, " WHERE ")
+			r.eq(o, r.no, aNo)
+			r.conds(o, "", r.where)
+			q.hostOrderTaken = o.done(d)
+			q.hostSideLock = (&sb{}).w("SELECT COALESCE(lock_id, '') FROM oe_order_side WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNoKey).done(d)
+			q.hostSideReplace = (&sb{}).w("UPDATE oe_order_side SET seats = ").p(aSeats).w(", seat_limit = ").p(aSeatLimit).w(", lock_id = ").p(aLockID).
+				w(", created_at_ms = ", nowMS[d], ", warned_at_ms = NULL WHERE scope = ").p(aScope).w(" AND order_no = ").p(aNoKey).
+				w(" AND COALESCE(lock_id, '') = ").p(aPrevLock).done(d)
 		case d == MySQL:
 			b.w(" ON DUPLICATE KEY UPDATE seats = VALUES(seats), seat_limit = VALUES(seat_limit), lock_id = VALUES(lock_id), created_at_ms = VALUES(created_at_ms), warned_at_ms = NULL")
 		default:

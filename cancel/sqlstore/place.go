@@ -482,21 +482,56 @@ func (s *Store) placeBefore(ctx context.Context, q cancel.Querier, own bool, p c
 			return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, err)
 		}
 	}
-	if st := s.q.hostSideOrphan; st.sql != "" {
-		if _, err := s.execTx(ctx, q, own, st, s.args(st, v)); err != nil {
-			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
+	if hostOrder {
+		if err := s.hostSide(ctx, q, own, p, v); err != nil {
+			return err
 		}
-	}
-	if st := s.q.insertSide; st.sql != "" {
+	} else if st := s.q.insertSide; st.sql != "" {
 		if _, err := s.execTx(ctx, q, own, st, s.args(st, v)); err != nil {
-			if hostOrder && isDuplicate(err) { // a live order's side row (see hostSideOrphan)
-				return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists)
-			}
 			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
 		}
 	}
 	if s.m.claims && !hostOrder && len(s.m.cHostFill) == 0 {
 		return s.insertClaims(ctx, q, own, p, v)
+	}
+	return nil
+}
+
+// hostSide writes the side row of bound placement p before the host's
+// rows insert its order row: never over another order's. A number whose
+// row exists already, or whose side row a concurrent placement wrote (the
+// plain INSERT meets it as a duplicate, after it committed), or replaced
+// first (the compare-and-set on the old side row's lock id finds another),
+// is cancel.ErrOrderExists; the old side row of a number no order holds
+// (the host deleted its order) is replaced.
+func (s *Store) hostSide(ctx context.Context, q cancel.Querier, own bool, p cancel.Placement, v vals) error {
+	exists := func() error { return fmt.Errorf("sqlstore: place order %s: %w", p.OrderNo, cancel.ErrOrderExists) }
+	var n int
+	if err := queryRow(ctx, q, s.q.hostOrderTaken.sql, s.args(s.q.hostOrderTaken, v), &n); err != nil {
+		return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
+	}
+	if n > 0 {
+		return exists()
+	}
+	err := queryRow(ctx, q, s.q.hostSideLock.sql, s.args(s.q.hostSideLock, v), &v.prevLock)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := s.execTx(ctx, q, own, s.q.insertSide, s.args(s.q.insertSide, v)); err != nil {
+			if isDuplicate(err) {
+				return exists()
+			}
+			return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
+	}
+	r, err := s.execTx(ctx, q, own, s.q.hostSideReplace, s.args(s.q.hostSideReplace, v))
+	if err != nil {
+		return fmt.Errorf("sqlstore: place order %s: side row: %w", p.OrderNo, err)
+	}
+	if n, err := r.RowsAffected(); err != nil || n != 1 {
+		return exists()
 	}
 	return nil
 }
