@@ -157,9 +157,9 @@ func (s *Service) Extend(ctx context.Context, orderNo, userID string, atLeast ti
 // placement. Counted as expiry.KindDeadlineChanged ("shortened"). Errors as
 // Extend's; a Service without Config.Scheduler cannot shorten (an error
 // wrapping ErrUnsupported, nothing changed). An order without a deadline
-// (the host's NULL: never due) is neither extended nor shortened (Changed
-// false, Order.ExpireAt zero): the library moves deadlines, it does not
-// give one to an order its host keeps without; ExpireNow ends it.
+// (the host's NULL: never due) is given one, as any deadline is earlier
+// than none (DeadlineResult.Previous zero, the event's Delay zero); Extend
+// leaves it without.
 func (s *Service) Shorten(ctx context.Context, orderNo, userID string, atMost time.Duration) (DeadlineResult, error) {
 	if s.sched == nil {
 		return DeadlineResult{}, fmt.Errorf("cancel: shorten %s: Config.Scheduler is nil: %w", orderNo, ErrUnsupported)
@@ -183,7 +183,11 @@ func (s *Service) setDeadline(ctx context.Context, c DeadlineChange, reason stri
 	if err != nil || !res.Changed {
 		return res, err
 	}
-	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: c.OrderNo, Reason: reason, Delay: res.Order.ExpireAt.Sub(res.Previous)})
+	var delay time.Duration // none before (a NULL deadline given one): no change to measure
+	if !res.Previous.IsZero() {
+		delay = res.Order.ExpireAt.Sub(res.Previous)
+	}
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: c.OrderNo, Reason: reason, Delay: delay})
 	return res, nil
 }
 
@@ -197,7 +201,11 @@ func (s *Service) setDeadline(ctx context.Context, c DeadlineChange, reason stri
 func (s *Service) ExpireNow(ctx context.Context, orderNo string) (Result, error) {
 	res, err := s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonExpireNow})
 	if err == nil && res.Changed {
-		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: orderNo, Reason: "expired_now", Delay: res.Order.ReadAt.Sub(res.Order.ExpireAt)})
+		var delay time.Duration // no deadline (NULL): no time left to measure
+		if !res.Order.ExpireAt.IsZero() {
+			delay = res.Order.ReadAt.Sub(res.Order.ExpireAt)
+		}
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: orderNo, Reason: "expired_now", Delay: delay})
 	}
 	return res, err
 }

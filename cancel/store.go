@@ -102,7 +102,8 @@ type OrderStore interface {
 	// order is not due yet and its deadline is before now+In (so repeating
 	// an extension by the same In changes nothing but what the passing time
 	// asks: "at least In from now"); a shortening only if the deadline is
-	// after now+In. Not matching is Changed false and a nil error. Errors:
+	// after now+In, or is none (a host's NULL: any deadline is earlier;
+	// Previous is then zero). Not matching is Changed false and a nil error. Errors:
 	// expiry.ErrNotFound, ErrNotOwner, expiry.ErrInvalidID, ErrUnsupported
 	// (the store keeps no deadline of its own to move, as a mapped table
 	// whose window is a setting).

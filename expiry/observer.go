@@ -71,7 +71,7 @@ const (
 	KindWarned
 	// KindDeadlineChanged: a pending order's deadline moved; Reason
 	// ("extended", "shortened", "expired_now"), Delay the change (negative
-	// when it moved earlier).
+	// when it moved earlier; zero when the order had no deadline before).
 	KindDeadlineChanged
 	// KindRefunded: the host's refund hook succeeded for a recorded
 	// discrepancy, and the record was settled: one refund, once per

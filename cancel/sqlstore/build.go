@@ -39,10 +39,10 @@ const (
 // vals are the run-time values of one call.
 type vals struct {
 	no, user, show, seat, reason, payment, showKey, seatKey, seats, lockID, scope, prevLock string
-	userNum, showNum, showKeyNum                                                  int64
-	status, deadline, key                                                         any
-	limit, seatLimit                                                              int
-	leadMS, prevMS, targetMS                                                      int64
+	userNum, showNum, showKeyNum                                                            int64
+	status, deadline, key                                                                   any
+	limit, seatLimit                                                                        int
+	leadMS, prevMS, targetMS                                                                int64
 }
 
 // stmt is a statement and the arguments it takes, in order.

@@ -20,9 +20,9 @@ import (
 
 // Shorten on an order with no deadline (NULL: the operator's hand-made
 // order) must give it one: it is due later than any time, so "at most
-// atMost from now" moves it. It changes nothing (Changed false, no error):
-// no library call can make the order expire, short of ExpireNow.
-func TestReviewHoleNullDeadlineShortenGivesNone(t *testing.T) {
+// atMost from now" moves it. It changed nothing (Changed false, no error),
+// so no library call could make the order expire, short of ExpireNow.
+func TestReviewHoleNullDeadlineShortenGivesOne(t *testing.T) {
 	for _, c := range nullDeadlineCases[:2] {
 		t.Run(c.hs.name, func(t *testing.T) {
 			eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
