@@ -183,6 +183,7 @@ type queries struct {
 	// placed before them (hostOrderTaken: the number's row exists already;
 	// hostSideLock, hostSideReplace: an old side row replaced by its lock id).
 	hostOrder, hostOrderText, hostClaims, hostOrderTaken, hostSideLock, hostSideReplace stmt
+	hostOrderLock                                                                       stmt // hostOrder's row, locked: finishEnded's claims of a committed order
 	// A host's table: a late payment's compare-and-set (cancelled by a
 	// timeout or the reconciler → paid; empty when the mapping cannot tell
 	// those cancels from the others), the sold claims it inserts, and the
@@ -642,6 +643,19 @@ func (r *resolved) build() queries {
 		b.w(" AND ")
 		r.eq(b, r.show, aShow)
 		q.hostOrder = b.done(d)
+		b = (&sb{}).w("SELECT 1 FROM ", r.o, " WHERE ")
+		r.eq(b, r.no, aNo)
+		r.conds(b, "", r.where)
+		b.w(" AND ", r.status, " = ", r.pending.sql)
+		r.exactLit(b, r.status, r.pending)
+		b.w(" AND ")
+		r.eq(b, r.user, aUser)
+		b.w(" AND ")
+		r.eq(b, r.show, aShow)
+		if d != SQLite {
+			b.w(" FOR UPDATE") // SQLite's writers are one at a time already
+		}
+		q.hostOrderLock = b.done(d)
 		b = (&sb{}).w("SELECT ", asText(d, r.user), ", ", asText(d, r.show), ", ", asText(d, r.status), " FROM ", r.o, " WHERE ")
 		r.eq(b, r.no, aNo)
 		r.conds(b, "", r.where)

@@ -140,3 +140,48 @@ func TestHostInsertedOrderMustBeThePlacement(t *testing.T) {
 	err = svc.Place(ctx, cancel.Placement{OrderNo: "hn" + testenv.Unique(), UserID: "ann", ShowID: "hm-show", Seats: []string{"C1"}, ExpireAt: now.Add(time.Hour)}, s.Insert(db, nil))
 	require.ErrorIs(t, err, cancel.ErrUnsupported)
 }
+
+// TestHostOrderRowsCommitThenCancelledGetsNoClaims: a host's rows insert
+// the order and COMMIT (against Insert's doc), and the buyer's cancel of
+// that committed order lands before Insert learns of it. The claims Insert
+// writes afterwards for such an order (finishEnded) must not outlive the
+// cancel: a live claim of a cancelled order holds its seat in SQL, and a
+// rebuild of the seat store would lock it again (I2).
+func TestHostOrderRowsCommitThenCancelledGetsNoClaims(t *testing.T) {
+	for _, d := range allDialects {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			db := openDB(t, d)
+			applyDDL(t, db, fillSchema.ddl(d))
+			m := withFill(fillSchema.mapping, hostWrites("amount_cents", "channel", "remark", "testmode", "lock_version"), []sqlstore.Condition{{Column: "price_cents", Value: 1500}})
+			s, err := sqlstore.New(db, d, m)
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			require.NoError(t, s.Migrate(ctx))
+			seats := memstore.NewSeats(nil).Scoped(s.Scope())
+			svc, err := cancel.New(cancel.Config{Store: s, Seats: seats})
+			require.NoError(t, err)
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			host := hostOrderRow(d, now, "", "", "", false)
+			var cancelled bool
+			rows := func(ctx context.Context, tx *sql.Tx, p cancel.Placement) error {
+				if err := host(ctx, tx, p); err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, "COMMIT"); err != nil {
+					return err
+				}
+				res, err := svc.UserCancel(ctx, p.OrderNo, p.UserID) // on another connection, after the COMMIT
+				cancelled = err == nil && res.Changed
+				return nil
+			}
+			p := cancel.Placement{OrderNo: "rx" + testenv.Unique(), UserID: "u1", ShowID: "rx" + testenv.Unique(), Seats: []string{"X1"}, ExpireAt: now.Add(time.Hour)}
+			t.Logf("place: %v", svc.Place(ctx, p, s.Insert(db, rows)))
+			require.True(t, cancelled, "the buyer cancelled the committed order")
+			var live int
+			require.NoError(t, db.QueryRow(rebindQ(d, "SELECT COUNT(*) FROM fill_seat WHERE order_no = ?"), p.OrderNo).Scan(&live))
+			assert.Zero(t, live, "I2: no claim of the cancelled order")
+		})
+	}
+}

@@ -141,7 +141,13 @@ func (s *Store) finishEnded(ctx context.Context, db *sql.DB, p cancel.Placement,
 	tx, berr := db.BeginTx(fctx, nil)
 	if berr == nil {
 		defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
-		berr = s.hostPlacedOrder(fctx, tx, p, v)
+		// Locked, and still pending: a cancel that committed meanwhile
+		// freed claims that did not exist yet, so none are written after it.
+		var one int
+		berr = queryRow(fctx, tx, s.q.hostOrderLock.sql, s.args(s.q.hostOrderLock, v), &one)
+		if errors.Is(berr, sql.ErrNoRows) {
+			berr = fmt.Errorf("%w: not pending as the placement's any more", errHostRows)
+		}
 		if berr == nil {
 			berr = s.insertClaims(fctx, tx, false, p, v)
 		}
