@@ -633,25 +633,21 @@ func (r *resolved) build() queries {
 	}
 	q.insertOrder = b.w(")").done(d)
 	if !r.defaultSchema {
-		b = (&sb{}).w("SELECT COUNT(*) FROM ", r.o, " WHERE ")
-		r.eq(b, r.no, aNo)
-		r.conds(b, "", r.where)
-		b.w(" AND ", r.status, " = ", r.pending.sql)
-		r.exactLit(b, r.status, r.pending)
-		b.w(" AND ")
-		r.eq(b, r.user, aUser)
-		b.w(" AND ")
-		r.eq(b, r.show, aShow)
-		q.hostOrder = b.done(d)
-		b = (&sb{}).w("SELECT 1 FROM ", r.o, " WHERE ")
-		r.eq(b, r.no, aNo)
-		r.conds(b, "", r.where)
-		b.w(" AND ", r.status, " = ", r.pending.sql)
-		r.exactLit(b, r.status, r.pending)
-		b.w(" AND ")
-		r.eq(b, r.user, aUser)
-		b.w(" AND ")
-		r.eq(b, r.show, aShow)
+		// The order pending, of the user and show, as the owner's
+		// compare-and-set compares them.
+		placed := func(b *sb) *sb {
+			r.eq(b, r.no, aNo)
+			r.conds(b, "", r.where)
+			b.w(" AND ", r.status, " = ", r.pending.sql)
+			r.exactLit(b, r.status, r.pending)
+			b.w(" AND ")
+			r.eq(b, r.user, aUser)
+			b.w(" AND ")
+			r.eq(b, r.show, aShow)
+			return b
+		}
+		q.hostOrder = placed((&sb{}).w("SELECT COUNT(*) FROM ", r.o, " WHERE ")).done(d)
+		b = placed((&sb{}).w("SELECT 1 FROM ", r.o, " WHERE "))
 		if d != SQLite {
 			b.w(" FOR UPDATE") // SQLite's writers are one at a time already
 		}

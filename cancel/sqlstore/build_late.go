@@ -96,20 +96,7 @@ func (r *resolved) statusIn(b *sb, ls []lit) {
 // later deadline than the current (aTargetMS), a shortening only to an
 // earlier one.
 func (r *resolved) moveDeadline(later bool) stmt {
-	b := &sb{}
-	b.w("UPDATE ", r.o, " SET ", r.deadline.Column, " = ")
-	fromArg(r.d, r.deadline.Type, b, aDeadline)
-	if r.updated != "" {
-		b.w(", ", r.updated, " = ", nowAs(r.d, r.updatedType, 0))
-	}
-	if r.version != "" {
-		b.w(", ", r.version, " = ", r.version, " + 1")
-	}
-	b.w(" WHERE ")
-	r.eq(b, r.no, aNo)
-	r.conds(b, "", r.where)
-	b.w(" AND ", r.status, " = ", r.pending.sql)
-	r.exactLit(b, r.status, r.pending)
+	b := r.setDeadline()
 	b.w(" AND ", r.expireMS(""), " = ").p(aPrevMS).w(" AND ", r.expireMS(""), " > ", nowMS[r.d], " AND ", r.expireMS(""))
 	if later {
 		b.w(" < ").p(aTargetMS)
@@ -124,6 +111,15 @@ func (r *resolved) moveDeadline(later bool) stmt {
 // any deadline is earlier, so it sets one, on a pending order whose
 // deadline is still NULL.
 func (r *resolved) shortenNull() stmt {
+	b := r.setDeadline()
+	b.w(" AND ", r.deadline.Column, " IS NULL")
+	return b.done(r.d)
+}
+
+// setDeadline is the head of a deadline change's compare-and-set: the
+// deadline column set to aDeadline (updated-at and version with it), on
+// the pending order of that number in the store's scope.
+func (r *resolved) setDeadline() *sb {
 	b := &sb{}
 	b.w("UPDATE ", r.o, " SET ", r.deadline.Column, " = ")
 	fromArg(r.d, r.deadline.Type, b, aDeadline)
@@ -138,8 +134,7 @@ func (r *resolved) shortenNull() stmt {
 	r.conds(b, "", r.where)
 	b.w(" AND ", r.status, " = ", r.pending.sql)
 	r.exactLit(b, r.status, r.pending)
-	b.w(" AND ", r.deadline.Column, " IS NULL")
-	return b.done(r.d)
+	return b
 }
 
 // warnSide is the warning's compare-and-set on a host's table: the side
