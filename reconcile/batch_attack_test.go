@@ -390,21 +390,10 @@ func TestBatchPageWithAStuckRow(t *testing.T) {
 
 // TestBatchTwoReconcilersRace: two hosts' reconcilers run their rounds at
 // once over the same 300 due orders (the design's "safe on several hosts at
-// once"), then one more round each. Outcomes: every order cancelled, every
-// seat freed, every counter at zero (I2, I8); and the reports together
-// cancel each order once: their Expired sum to 300, neither reports a
-// negative or more than it listed.
-//
-// A round passes by orders the other host's batch holds (SKIP LOCKED); that
-// host cancels them. On a loaded machine both racing rounds once passed by
-// the same run of orders (CI, MariaDB: 23 and then 32 of 300, and a lone
-// reconciler's next round 66 of its own workers'): a batch's locking read
-// that range-scanned the status index held, for an instant, rows of other
-// batches, which skipped them, and they waited a round. MariaDB's batch
-// now locks its listed rows alone (build_batch.go, batchLock): 100 runs
-// under load, every order expired in the racing rounds. The next rounds
-// stay, as the expired pass's promise for an order it passes by is the
-// next round (I3).
+// once"). Outcomes: every order cancelled, every seat freed, every counter
+// at zero (I2, I8); and the two reports together cancel each order once:
+// their Expired sum to 300, neither reports a negative or more than it
+// listed, nothing is skipped.
 func TestBatchTwoReconcilersRace(t *testing.T) {
 	for _, d := range atkDialects {
 		t.Run(string(d), func(t *testing.T) {
@@ -418,31 +407,22 @@ func TestBatchTwoReconcilersRace(t *testing.T) {
 			}
 			var reps [2]reconcile.Report
 			var errs [2]error
-			var recs [2]*reconcile.Reconciler
 			var wg sync.WaitGroup
 			for k := range reps {
 				svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats})
 				require.NoError(t, err)
-				recs[k], err = reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: svc, Batch: 100, Workers: 3})
+				r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: svc, Batch: 100, Workers: 3})
 				require.NoError(t, err)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					reps[k], errs[k] = recs[k].Round(ctx)
+					reps[k], errs[k] = r.Round(ctx)
 				}()
 			}
 			wg.Wait()
 			require.NoError(t, errors.Join(errs[:]...))
 			t.Logf("reports %+v", reps)
-			expired := reps[0].Expired + reps[1].Expired
-			for k, r := range recs {
-				next, err := r.Round(ctx)
-				require.NoError(t, err)
-				t.Logf("next round of host %d: %+v", k, next)
-				expired += next.Expired
-				assert.Zero(t, next.LostRaces, "host %d: nobody else decides an order after the race", k)
-			}
-			assert.Equal(t, orders, expired, "each order expired once, by one of the two")
+			assert.Equal(t, orders, reps[0].Expired+reps[1].Expired, "each order expired once, by one of the two")
 			for k, rep := range reps {
 				assert.GreaterOrEqual(t, rep.LostRaces, 0, "host %d", k)
 				assert.LessOrEqual(t, rep.Expired+rep.LostRaces, orders, "host %d counts more orders than there are", k)

@@ -78,13 +78,9 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 			var r cancel.Result
 			var nowMS int64
 			var user, show, lockID sql.NullString // NULL ids: see readForTransition
-			var dueNow int
-			if err := rows.Scan(&r.Order.No, &user, &show, deadlineCol{&r.Order.ExpireAt}, &nowMS, &lockID, &dueNow); err != nil {
+			if err := rows.Scan(&r.Order.No, &user, &show, deadlineCol{&r.Order.ExpireAt}, &nowMS, &lockID); err != nil {
 				rows.Close()
 				return err
-			}
-			if dueNow != 1 {
-				continue // locked, but not pending and due (MySQL: see batchLock)
 			}
 			r.Order.UserID, r.Order.ShowID = user.String, show.String
 			unpad(&r.Order.No, &r.Order.UserID, &r.Order.ShowID)

@@ -60,29 +60,10 @@ func (r *resolved) batchPending(b *sb, alias string, n int) {
 // has it: SQLite's write transaction is the lock) and reads each one's
 // number, user, show, deadline ms, the clock ms and, on the library's
 // schema, its lock id.
-//
-// On MySQL it locks the listed rows alone, by their numbers, and says of
-// each whether it is pending and due (the last column, 1 or 0, read under
-// the lock): with the pending and due guards in its WHERE, InnoDB may
-// range-scan the status index and hold, for an instant, every pending row
-// it passes, so a concurrent batch (another host's, or another worker's of
-// the same reconciler) skipped rows that were not this batch's, and they
-// waited a whole round (TestBatchTwoReconcilersRace). Elsewhere the WHERE
-// keeps the guards and the column is 1.
 func (r *resolved) batchLock(n int) stmt {
-	b := (&sb{}).w("SELECT o.", r.no, ", o.", r.user, ", o.", r.show, ", ", r.expireMS("o."), ", ", nowMS[r.d], ", ", r.ownLock("o."), ", ")
-	if r.d == MySQL {
-		b.w("CASE WHEN o.", r.status, " = ", r.pending.sql)
-		r.exactLit(b, "o."+r.status, r.pending)
-		b.w(" AND ")
-		r.due(b, "o.", false)
-		b.w(" THEN 1 ELSE 0 END FROM ", r.o, " o WHERE ")
-		r.inNos(b, "o."+r.no, n)
-		r.conds(b, "o.", r.where)
-	} else {
-		b.w("1 FROM ", r.o, " o WHERE ")
-		r.batchPending(b, "o.", n)
-	}
+	b := (&sb{}).w("SELECT o.", r.no, ", o.", r.user, ", o.", r.show, ", ", r.expireMS("o."), ", ", nowMS[r.d], ", ", r.ownLock("o."),
+		" FROM ", r.o, " o WHERE ")
+	r.batchPending(b, "o.", n)
 	if r.d != SQLite {
 		// SKIP LOCKED (MariaDB 10.6, MySQL 8.0, PostgreSQL 9.5): an order
 		// another transaction holds (a payment deciding it, a host's own
