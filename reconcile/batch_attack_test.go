@@ -390,10 +390,22 @@ func TestBatchPageWithAStuckRow(t *testing.T) {
 
 // TestBatchTwoReconcilersRace: two hosts' reconcilers run their rounds at
 // once over the same 300 due orders (the design's "safe on several hosts at
-// once"). Outcomes: every order cancelled, every seat freed, every counter
-// at zero (I2, I8); and the two reports together cancel each order once:
-// their Expired sum to 300, neither reports a negative or more than it
-// listed, nothing is skipped.
+// once"), then one more round each. Outcomes: every order cancelled, every
+// seat freed, every counter at zero (I2, I8); and the reports together
+// cancel each order once: their Expired sum to 300, neither reports a
+// negative or more than it listed.
+//
+// A round passes by orders another batch holds (SKIP LOCKED), and the
+// expired pass's promise for such an order is the next round (I3), which
+// this test runs. On a loaded machine both racing rounds have passed by the
+// same run of orders (CI, MariaDB: 23, then 32 of 300; a lone reconciler's
+// next round found 66 its own workers had passed by): a batch's locking
+// read that range-scans the status index holds, for an instant, rows of
+// other batches, which skip them. Locking the listed rows alone removed
+// that (100 loaded runs, every order in the racing rounds), but then held
+// listed orders the batch does not cancel (a paid one's repeated callback)
+// for as long as the batch: reverted, an open hole (the openholes test
+// TestReviewBatchLockHoldsOrdersItDoesNotCancel).
 func TestBatchTwoReconcilersRace(t *testing.T) {
 	for _, d := range atkDialects {
 		t.Run(string(d), func(t *testing.T) {
@@ -407,22 +419,31 @@ func TestBatchTwoReconcilersRace(t *testing.T) {
 			}
 			var reps [2]reconcile.Report
 			var errs [2]error
+			var recs [2]*reconcile.Reconciler
 			var wg sync.WaitGroup
 			for k := range reps {
 				svc, err := cancel.New(cancel.Config{Store: e.store, Seats: e.seats})
 				require.NoError(t, err)
-				r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: svc, Batch: 100, Workers: 3})
+				recs[k], err = reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: svc, Batch: 100, Workers: 3})
 				require.NoError(t, err)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					reps[k], errs[k] = r.Round(ctx)
+					reps[k], errs[k] = recs[k].Round(ctx)
 				}()
 			}
 			wg.Wait()
 			require.NoError(t, errors.Join(errs[:]...))
 			t.Logf("reports %+v", reps)
-			assert.Equal(t, orders, reps[0].Expired+reps[1].Expired, "each order expired once, by one of the two")
+			expired := reps[0].Expired + reps[1].Expired
+			for k, r := range recs {
+				next, err := r.Round(ctx)
+				require.NoError(t, err)
+				t.Logf("next round of host %d: %+v", k, next)
+				expired += next.Expired
+				assert.Zero(t, next.LostRaces, "host %d: nobody else decides an order after the race", k)
+			}
+			assert.Equal(t, orders, expired, "each order expired once, by one of the two")
 			for k, rep := range reps {
 				assert.GreaterOrEqual(t, rep.LostRaces, 0, "host %d", k)
 				assert.LessOrEqual(t, rep.Expired+rep.LostRaces, orders, "host %d counts more orders than there are", k)
