@@ -1,5 +1,3 @@
-//go:build openholes
-
 package reconcile_test
 
 import (
@@ -17,11 +15,10 @@ import (
 	"github.com/seatflow/orderexpiry/internal/testenv"
 )
 
-// An open hole, kept as a failing test behind a build tag (go test -tags
-// openholes -run TestReviewBatchLockHoldsOrdersItDoesNotCancel ./reconcile/):
-// on MariaDB it fails on main (the not-due order: the batch's locking read
-// holds it through the status index) and failed worse on 14c7135 (the paid
-// one too), which locked the listed rows alone and was reverted.
+// Kept open behind a build tag until the batch's MariaDB lock was split in
+// a plain pick and a lock by number (batchPick, batchLock): it failed on
+// main (the not-due order, held through the status index) and worse on
+// 14c7135 (the paid one too), which locked the listed rows alone.
 //
 // TestReviewBatchLockHoldsOrdersItDoesNotCancel (review of 14c7135, I12):
 // a batch lists a due order whose hook is stuck (waits on a coupon row an

@@ -18,7 +18,8 @@ import (
 // clock are locked (SELECT … FOR UPDATE; SQLite's write transaction), set
 // cancelled by one UPDATE … WHERE order IN (…), their live claims read and
 // freed by one statement each; four statements whatever the batch's size,
-// on every dialect and schema. An order another transaction holds (a
+// on every dialect and schema (five on MySQL, which reads the pending and
+// due ones before it locks them: see batchLock). An order another transaction holds (a
 // payment deciding it, the host's own row lock while it calls its payment
 // provider) is skipped (SKIP LOCKED), left to its holder and a later
 // round: one held row never holds the batch back (I12). A serialization
@@ -38,9 +39,9 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 	}
 	size := batchSize(len(nos))
 	hook := hooked{hook: s.hook.Load(), to: expiry.StatusCancelled}
-	var sts [4]stmt
-	var prep [4]*sql.Stmt
-	for i, build := range [...]func(*resolved, int) stmt{(*resolved).batchLock, (*resolved).batchCAS, (*resolved).batchSeats, (*resolved).batchRelease} {
+	var sts [5]stmt
+	var prep [5]*sql.Stmt
+	for i, build := range [...]func(*resolved, int) stmt{(*resolved).batchLock, (*resolved).batchCAS, (*resolved).batchSeats, (*resolved).batchRelease, (*resolved).batchPick} {
 		if sts[i] = build(s.m, size); sts[i].sql == "" {
 			continue
 		}
@@ -65,22 +66,34 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 	err := s.retryTx(ctx, opts, func(tx *sql.Tx) error {
 		out = nil
 		v := vals{reason: string(reason), status: s.m.cancelStatus(reason)}
-		rows, err := tx.StmtContext(ctx, prep[0]).QueryContext(ctx, s.batchArgs(sts[0], v, nos, size)...)
-		if err != nil {
-			return err
-		}
 		want := make(map[string]bool, len(nos))
 		for _, no := range nos {
 			want[no] = true
+		}
+		lockNos := nos
+		if prep[4] != nil {
+			picked, err := s.batchPicked(ctx, tx.StmtContext(ctx, prep[4]), s.batchArgs(sts[4], v, nos, size), want)
+			if err != nil || len(picked) == 0 {
+				return err
+			}
+			lockNos = picked
+		}
+		rows, err := tx.StmtContext(ctx, prep[0]).QueryContext(ctx, s.batchArgs(sts[0], v, lockNos, size)...)
+		if err != nil {
+			return err
 		}
 		byNo := map[string]int{}
 		for rows.Next() {
 			var r cancel.Result
 			var nowMS int64
+			var dueNow int
 			var user, show, lockID sql.NullString // NULL ids: see readForTransition
-			if err := rows.Scan(&r.Order.No, &user, &show, deadlineCol{&r.Order.ExpireAt}, &nowMS, &lockID); err != nil {
+			if err := rows.Scan(&r.Order.No, &user, &show, deadlineCol{&r.Order.ExpireAt}, &nowMS, &lockID, &dueNow); err != nil {
 				rows.Close()
 				return err
+			}
+			if dueNow != 1 {
+				continue // paid or extended since batchPick (MySQL: see batchLock)
 			}
 			r.Order.UserID, r.Order.ShowID = user.String, show.String
 			unpad(&r.Order.No, &r.Order.UserID, &r.Order.ShowID)
@@ -214,6 +227,30 @@ func batchSize(n int) int {
 
 // batchArgs binds v to st, whose IN lists are size long: the k-th order
 // number placeholder gets nos[k mod size], the last of nos past its end.
+// batchPicked runs batchPick and returns the listed numbers it found
+// pending and due, each once, as the caller spelled it (want).
+func (s *Store) batchPicked(ctx context.Context, st *sql.Stmt, args []any, want map[string]bool) ([]string, error) {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	seen := map[string]bool{}
+	for rows.Next() {
+		var no string
+		if err := rows.Scan(&no); err != nil {
+			return nil, err
+		}
+		unpad(&no)
+		if want[no] && !seen[no] { // a case variant a folding collation matched (I10)
+			seen[no] = true
+			out = append(out, no)
+		}
+	}
+	return out, rows.Err()
+}
+
 func (s *Store) batchArgs(st stmt, v vals, nos []string, size int) []any {
 	out := s.args(st, v)
 	k := 0
