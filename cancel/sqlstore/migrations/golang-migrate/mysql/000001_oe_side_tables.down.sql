@@ -1,0 +1,5 @@
+-- orderexpiry's oe_payment_discrepancy and oe_order_side for mysql: generated from cancel/sqlstore/schema/mysql.sql
+-- by go test ./cancel/sqlstore -run TestMigrationFiles -update-migrations; do not edit.
+
+DROP TABLE IF EXISTS oe_order_side;
+DROP TABLE IF EXISTS oe_payment_discrepancy;
