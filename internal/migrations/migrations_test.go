@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -174,16 +175,8 @@ func tables(t *testing.T, db *sql.DB, d sqlstore.Dialect) []string {
 		out = append(out, schemaName.ReplaceAllString(s, ""))
 	}
 	require.NoError(t, rows.Err())
-	return sorted(out)
-}
-
-func sorted(s []string) []string {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s
+	slices.Sort(out)
+	return out
 }
 
 // migrated is what Store.Migrate makes of an empty database: the schema the
@@ -332,4 +325,3 @@ func TestFilesForAMapping(t *testing.T) {
 		}
 	}
 }
-
