@@ -88,8 +88,10 @@
 //     not cancelled before that payment's own deadline (never past the
 //     maximum hold); where the host wires its provider, the provider is
 //     asked before a cancel, and the session of every cancelled order whose
-//     payment had started is closed exactly once in the end. (Not built yet:
-//     issue 39.)
+//     payment had started is closed exactly once in the end. (Built so
+//     far: a mapping's Paying statuses, payable and never expired while the
+//     host keeps the order in one; the payment's own deadline, the provider
+//     query and the close are not built yet: issue 39.)
 //   - I19: Statuses the host owns: a status outside the mapping means "not
 //     the library's" (StatusHost): its message is final, the passes skip
 //     and count it, and it never holds another order back. The library

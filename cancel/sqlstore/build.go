@@ -363,14 +363,20 @@ func (r *resolved) set(b *sb, extra string, s slot) {
 
 // cas writes the compare-and-set UPDATE of a transition. extra/extraSlot is
 // the reason or payment column ("" if unmapped); owner adds the user guard,
-// due the deadline guard.
-func (r *resolved) cas(b *sb, extra string, extraSlot slot, owner, due bool) {
+// due the deadline guard; pay takes an order in one of the mapping's Paying
+// statuses too (the buyer is paying: payable, never cancelled by the
+// library).
+func (r *resolved) cas(b *sb, extra string, extraSlot slot, owner, due, pay bool) {
 	b.w("UPDATE ", r.o)
 	r.set(b, extra, extraSlot)
 	b.w(" WHERE ")
 	r.eq(b, r.no, aNo)
-	b.w(" AND ", r.status, " = ", r.pending.sql)
-	r.exactLit(b, r.status, r.pending)
+	if pay && len(r.paying) > 0 {
+		r.statusIn(b, append([]lit{r.pending}, r.paying...))
+	} else {
+		b.w(" AND ", r.status, " = ", r.pending.sql)
+		r.exactLit(b, r.status, r.pending)
+	}
 	r.conds(b, "", r.where)
 	if owner {
 		b.w(" AND ")
@@ -438,7 +444,7 @@ func (r *resolved) sell() stmt {
 func (r *resolved) oneWithClaims(extra string, extraSlot slot, owner, due, pay bool) stmt {
 	b := &sb{}
 	b.w("WITH cas AS (")
-	r.cas(b, extra, extraSlot, owner, due)
+	r.cas(b, extra, extraSlot, owner, due, pay)
 	b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ")
 	r.lock(b, "")
 	b.w(" AS lk)")
@@ -521,16 +527,16 @@ func (r *resolved) build() queries {
 	r.conds(b, "", r.where)
 	q.order = b.done(d)
 
-	tr := func(extra string, s slot, owner, due bool) stmt {
+	tr := func(extra string, s slot, owner, due, pay bool) stmt {
 		b := &sb{}
-		r.cas(b, extra, s, owner, due)
+		r.cas(b, extra, s, owner, due, pay)
 		return b.done(d)
 	}
-	q.cancel = tr(r.reason, aReason, false, false)
-	q.cancelOwner = tr(r.reason, aReason, true, false)
-	q.cancelDue = tr(r.reason, aReason, false, true)
-	q.pay = tr(r.payment, aPayment, false, false)
-	q.payOwner = tr(r.payment, aPayment, true, false)
+	q.cancel = tr(r.reason, aReason, false, false, false)
+	q.cancelOwner = tr(r.reason, aReason, true, false, false)
+	q.cancelDue = tr(r.reason, aReason, false, true, false)
+	q.pay = tr(r.payment, aPayment, false, false, true)
+	q.payOwner = tr(r.payment, aPayment, true, false, true)
 
 	// One round trip for the order and its seats (NULL seat: none).
 	b = (&sb{}).w("SELECT o.", r.user, ", o.", r.show, ", ", r.expireMS("o."), ", ", nowMS[d], ", ")
@@ -820,7 +826,7 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 	if !r.claims {
 		b := &sb{}
 		b.w("WITH cas AS (")
-		r.cas(b, extra, s, owner, due)
+		r.cas(b, extra, s, owner, due, pay)
 		b.w(" RETURNING ", r.user, " AS u, ", r.show, " AS sh, ", r.expireMS(""), " AS ex, ", nowMS[r.d], " AS nw, ")
 		r.sideSeats(b)
 		b.w(" AS st, ")

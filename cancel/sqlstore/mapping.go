@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
 )
 
 // Mapping says where the library's notions live in the host's own tables:
@@ -173,6 +174,14 @@ type Statuses struct {
 	// timeout, closed …). A cancel writes the first, unless CancelledBy
 	// names its reason.
 	Cancelled []any
+	// Paying are the values the host's own code writes while the buyer is
+	// paying (on the provider's page, a payment step): the order is
+	// payable, and not the library's to expire. A payment for it is taken
+	// as for a pending order (the first Paid value, its seats sold); a
+	// timeout, the reconciler and a user's cancel leave it alone, as a
+	// status the host owns (expiry.StatusHost, I19), until the host writes
+	// one of the mapping's other values. Optional.
+	Paying []any
 	// CancelledBy is the value a cancel writes for a reason
 	// (cancel.ReasonTimeout, cancel.ReasonUser, …); each value must be one
 	// of Cancelled.
@@ -428,8 +437,9 @@ type resolved struct {
 	pending   lit
 	paid      []lit
 	cancelled []lit
+	paying    []lit // Statuses.Paying: payable, read as the host's (3)
 	by        map[cancel.Reason]lit
-	statusOf  map[string]int // key → 0 pending, 1 paid, 2 cancelled
+	statusOf  map[string]int // key → 0 pending, 1 paid, 2 cancelled, 3 paying
 
 	claims                       bool
 	c, cShow, cSeat, cNo, cState string
@@ -688,6 +698,12 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 	}
 	for _, v := range st.Cancelled {
 		r.cancelled = append(r.cancelled, status("cancelled status", v, 2))
+	}
+	for _, v := range st.Paying {
+		// Kind 3 is expiry.StatusHost: every read and pass treats the
+		// order as the host's; only a payment's compare-and-set takes it
+		// (payable).
+		r.paying = append(r.paying, status("paying status", v, int(expiry.StatusHost)))
 	}
 	r.by = map[cancel.Reason]lit{}
 	for reason, v := range st.CancelledBy {
