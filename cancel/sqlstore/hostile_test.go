@@ -321,6 +321,14 @@ func TestMappingRefusesHostileNames(t *testing.T) {
 		{"float status", func(m *sqlstore.Mapping) { m.Orders.Statuses.Pending = 0.5 }},
 		{"mixed status kinds", func(m *sqlstore.Mapping) { m.Orders.Statuses.Paid = []any{"PAID"} }},
 		{"status twice", func(m *sqlstore.Mapping) { m.Orders.Statuses.Cancelled = []any{0} }},
+		{"paying is pending", func(m *sqlstore.Mapping) { m.Orders.Statuses.Paying = []any{0} }},
+		{"paying is paid", func(m *sqlstore.Mapping) { m.Orders.Statuses.Paying = []any{1} }},
+		{"paying of another kind", func(m *sqlstore.Mapping) { m.Orders.Statuses.Paying = []any{"PAYING"} }},
+		{"quote in a paying status", func(m *sqlstore.Mapping) { m.Orders.Statuses.Paying = []any{"x' OR '1"} }},
+		{"reason's status paying", func(m *sqlstore.Mapping) {
+			m.Orders.Statuses.Paying = []any{5}
+			m.Orders.Statuses.CancelledBy = map[cancel.Reason]any{cancel.ReasonTimeout: 5}
+		}},
 		{"reason's status not cancelled", func(m *sqlstore.Mapping) {
 			m.Orders.Statuses.CancelledBy = map[cancel.Reason]any{cancel.ReasonTimeout: 1}
 		}},
@@ -348,6 +356,20 @@ func TestMappingRefusesHostileNames(t *testing.T) {
 	}
 	_, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.DefaultMapping(), sqlstore.DefaultMapping())
 	assert.Error(t, err, "one mapping")
+}
+
+// TestMappingWithoutStatusSaysWhatToMap: some shops keep the checkout
+// hold in a table of its own whose rows are deleted when they expire, with
+// no status column. It cannot be the orders table (a status is what says
+// paid or cancelled), and New says what to map instead.
+func TestMappingWithoutStatusSaysWhatToMap(t *testing.T) {
+	m := sqlstore.DefaultMapping()
+	m.Orders.Status = ""
+	_, err := sqlstore.New(openSQLite(t), sqlstore.SQLite, m)
+	require.Error(t, err)
+	for _, want := range []string{"Orders.Status is empty", "hold table", "as Claims", "without a Mapping"} {
+		assert.Contains(t, err.Error(), want)
+	}
 }
 
 // TestSessionTimeZone: a connection whose session time zone is not UTC

@@ -499,7 +499,14 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 	r.no = id("order number column", o.OrderNo, false)
 	r.user = id("user column", o.UserID, false)
 	r.show = id("show column", o.ShowID, false)
-	r.status = id("status column", o.Status, false)
+	if o.Status == "" {
+		errs = append(errs, errors.New("sqlstore: mapping: Orders.Status is empty: the orders table needs a status column, whose values say pending, paid or cancelled. "+
+			"A hold table without one (its rows deleted when the hold expires) is not the orders table: map the table of the orders the holds belong to, "+
+			"and the hold table as Claims (without a State column, a cancel deletes the order's rows); a shop with no orders table of its own keeps its orders "+
+			"in the library's schema (New without a Mapping)"))
+	} else {
+		r.status = id("status column", o.Status, false)
+	}
 	timeCol := func(what string, t Time) Time {
 		if t.Column == "" {
 			return Time{}
