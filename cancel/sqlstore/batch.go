@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -63,7 +64,44 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		// at any isolation level.
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	err := s.retryTx(ctx, opts, func(tx *sql.Tx) error {
+	var err error
+	for repicks := 0; ; repicks++ {
+		err = s.cancelDue(ctx, opts, nos, reason, size, sts, prep, hook, repicks < maxRepicks, &out)
+		if !errors.Is(err, errRepick) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
+	}
+	for i := range out {
+		slices.Sort(out[i].Seats)
+	}
+	return out, nil
+}
+
+// maxRepicks bounds CancelDue's fresh starts after an order changed
+// between its pick and its lock (errRepick); the last attempt goes on
+// with that order held, and left out.
+const maxRepicks = 3
+
+// errRepick rolls a MySQL batch back before its compare-and-set: an order
+// batchPick found pending and due changed before batchLock locked it (a
+// payment, an extension, the host's own write). InnoDB keeps the lock of
+// every row a locking read examined, its WHERE rejected or not, until the
+// transaction ends, so going on would hold that order, which the batch
+// does not cancel, for as long as the batch and its hooks run (I12,
+// TestReview5PaidBetweenPickAndLockHeldForTheBatch). A rollback lets go
+// of it at once, and the next pick leaves it out.
+var errRepick = errors.New("sqlstore: an order changed between the batch's pick and its lock")
+
+// cancelDue is one attempt of CancelDue (with its own retries of a
+// deadlock), its results in *out. repick says an order that changed since
+// the pick ends the attempt with errRepick.
+func (s *Store) cancelDue(ctx context.Context, opts *sql.TxOptions, nos []string, reason cancel.Reason, size int, sts [5]stmt, prep [5]*sql.Stmt, hook hooked, repick bool, outp *[]cancel.Result) error {
+	var out []cancel.Result
+	defer func() { *outp = out }()
+	return s.retryTx(ctx, opts, func(tx *sql.Tx) error {
 		out = nil
 		v := vals{reason: string(reason), status: s.m.cancelStatus(reason)}
 		want := make(map[string]bool, len(nos))
@@ -92,8 +130,12 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 				rows.Close()
 				return err
 			}
-			if dueNow != 1 {
-				continue // paid or extended since batchPick (MySQL: see batchLock)
+			if dueNow != 1 { // paid or extended since batchPick (MySQL: see batchLock)
+				if repick {
+					rows.Close()
+					return errRepick
+				}
+				continue
 			}
 			r.Order.UserID, r.Order.ShowID = user.String, show.String
 			unpad(&r.Order.No, &r.Order.UserID, &r.Order.ShowID)
@@ -172,13 +214,6 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		}
 		return s.batchHooks(ctx, hook, tx, out, v)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
-	}
-	for i := range out {
-		slices.Sort(out[i].Seats)
-	}
-	return out, nil
 }
 
 // batchHooks runs the store's hook, if any, for each order of the batch in

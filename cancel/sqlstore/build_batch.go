@@ -81,9 +81,12 @@ func (r *resolved) batchPick(n int) stmt {
 // a round: TestBatchTwoReconcilersRace), and a listed order not due for
 // the whole batch (TestReviewBatchLockHoldsOrdersItDoesNotCancel). Locking
 // all listed orders by number instead held the ones paid or extended since
-// the listing for the batch's duration; now only an order that changes
-// between the pick and the lock is held, and left out. Elsewhere the WHERE
-// keeps the guards and the flag is 1.
+// the listing for the batch's duration. InnoDB keeps the lock of every row
+// a locking read examines, its WHERE rejected or not (a point lookup, or the
+// row that ends a range, at READ COMMITTED too), so an order that changes
+// between the pick and the lock is locked all the same: CancelDue then
+// rolls back before its compare-and-set and picks again (errRepick).
+// Elsewhere the WHERE keeps the guards and the flag is 1.
 func (r *resolved) batchLock(n int) stmt {
 	b := (&sb{}).w("SELECT o.", r.no, ", o.", r.user, ", o.", r.show, ", ", r.expireMS("o."), ", ", nowMS[r.d], ", ", r.ownLock("o."), ", ")
 	if r.d == MySQL {
