@@ -61,10 +61,12 @@ func (s *Service) refusedBefore(ctx context.Context, p Payment) (Result, error) 
 		return Result{}, fmt.Errorf("cancel: pay %s: %w", p.OrderNo, ErrNotOwner)
 	}
 	res := Result{Order: o}
-	if o.Status != expiry.StatusPending {
-		// PayPending cannot pay an order that is not pending (it never
-		// goes back): its answer says who paid, as for any discrepancy. A
-		// pending one is never handed to it: it would be honoured.
+	if o.Status == expiry.StatusPaid || o.Status == expiry.StatusCancelled {
+		// PayPending cannot pay a paid or cancelled order (it never goes
+		// back): its answer says who paid, as for any discrepancy. A
+		// pending one is never handed to it, nor one in a status of the
+		// host's (a sqlstore mapping's Paying values are payable): it
+		// would be honoured.
 		r, err := s.store.PayPending(ctx, p)
 		if (err == nil || errors.Is(err, ErrDiscrepancy)) && r.Order.No != "" {
 			res = r
