@@ -37,6 +37,27 @@ func runSeatLocks(t *testing.T, newSeats func(t *testing.T) SeatStore) {
 		assert.Equal(t, 2, held(t, s, a.ShowID, "u1"))
 		assert.Equal(t, 0, held(t, s, a.ShowID, "u2"))
 	})
+	// A hold without seats locks nothing: no lock id (an id would name a
+	// lock that holds no seat, and "" is what a caller stores for none), no
+	// count against the limit, no show listed for the lock scan.
+	t.Run("LockWithoutSeats", func(t *testing.T) {
+		s := newSeats(t)
+		for _, limit := range []int{0, 1} {
+			lockID, err := s.Lock(ctx, hold("u1"), limit)
+			require.NoError(t, err, "limit %d", limit)
+			assert.Empty(t, lockID, "limit %d: no lock, no id", limit)
+		}
+		h := hold("u1")
+		_, err := s.Lock(ctx, h, 0)
+		require.NoError(t, err)
+		assert.Zero(t, held(t, s, h.ShowID, "u1"), "I8")
+		show, err := s.Show(ctx, h.ShowID)
+		require.NoError(t, err)
+		assert.Empty(t, show)
+		shows, err := s.ListedShows(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, shows, "nothing for the lock scan to walk")
+	})
 	t.Run("Limit", func(t *testing.T) {
 		s := newSeats(t)
 		a := hold("u1", "1", "2")
