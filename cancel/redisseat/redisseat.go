@@ -410,8 +410,35 @@ func (s *Seats) Release(ctx context.Context, h cancel.Hold) (int, error) {
 // h.UserID, or free, become sold to it; it returns how many. A seat locked
 // by the same order number for another user is left alone, like another
 // order's.
+//
+// The show is listed for the sold pass (ScanSold) in the same round trip:
+// a seat sold while free (its lock lost with the server's data, which took
+// the listing with it) is found by the sold pass like any other sale.
 func (s *Seats) Sell(ctx context.Context, h cancel.Hold) (int, error) {
-	return s.run(ctx, "sell", sellScript, h, []any{h.OrderNo, h.UserID, h.LockID})
+	if err := validateHold(h); err != nil {
+		return 0, err
+	}
+	if len(h.Seats) == 0 {
+		return 0, nil
+	}
+	keys, argv := s.keys(h.ShowID), args([]any{h.OrderNo, h.UserID, h.LockID}, h.Seats)
+	pipe := s.rdb.Pipeline()
+	listed := pipe.SAdd(ctx, s.soldShowsKey(), h.ShowID)
+	run := sellScript.EvalSha(ctx, pipe, keys, argv...)
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	n, err := run.Int()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		n, err = sellScript.Run(ctx, s.rdb, keys, argv...).Int() // loads it
+	}
+	if err = s.seen(err); err != nil {
+		return 0, fmt.Errorf("redisseat: sell %s: %w", h.OrderNo, err)
+	}
+	if lerr := s.seen(listed.Err()); lerr != nil && n > 0 {
+		if lerr = s.seen(s.rdb.SAdd(ctx, s.soldShowsKey(), h.ShowID).Err()); lerr != nil {
+			return n, fmt.Errorf("redisseat: sell %s: sold %d, listing the show for the sold pass: %w", h.OrderNo, n, lerr)
+		}
+	}
+	return n, nil
 }
 
 func (s *Seats) run(ctx context.Context, op string, script *redis.Script, h cancel.Hold, head []any) (int, error) {
