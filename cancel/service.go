@@ -336,7 +336,8 @@ func (s *Service) UserCancel(ctx context.Context, orderNo, userID string) (Resul
 // very payment id with it, a payment under review: then it is the host's,
 // answered without an error and never refunded), or an order that is
 // not in the store (the host deleted it, or it was never placed in this
-// scope), is a discrepancy: nothing changes, it is recorded once per payment id (by
+// scope; the repeated callback of the payment that paid an order the host
+// deleted since is answered as paid, without an error), is a discrepancy: nothing changes, it is recorded once per payment id (by
 // the order store) and handed to the refund hook, and the error wraps
 // ErrDiscrepancy (a repeated callback gets it too). A store's failed Hook
 // is an error wrapping ErrHook (checked first: never a discrepancy, even

@@ -64,7 +64,12 @@ type OrderStore interface {
 	// conventions as CancelPending; on an order that is paid already,
 	// Result.PaymentID is the payment that paid it. A payment id decided
 	// before (refunded, or the payment of another order) pays nothing: an
-	// error wrapping ErrDiscrepancy, nothing changed.
+	// error wrapping ErrDiscrepancy, nothing changed. An order not in the
+	// store is expiry.ErrNotFound, unless p's id is recorded as honoured
+	// for this very order (the host deleted the order after p paid it):
+	// then the answer is the paid order's (Changed false, Status paid,
+	// Result.PaymentID p's, the user the record names), and a repeated
+	// callback is answered, never refunded (I14).
 	PayPending(ctx context.Context, p Payment) (Result, error)
 	// ReinstateCancelled is the store side of the late-payment policy
 	// (Config.AcceptLatePayments), in one transaction: compare-and-set an

@@ -88,6 +88,11 @@ type StoreHarness struct {
 	// (its table) before it returns. Nil: the suite checks the rollback by
 	// the order and its claims only (an in-memory store has no transaction).
 	HookOutbox func(t *testing.T) (write func(ctx context.Context, tx cancel.Querier, r cancel.Result) error, rows func(ctx context.Context) ([]string, error))
+	// Delete deletes order no's rows as the host's own code does (a closed
+	// order archived, or removed by its buyer): the order and its claims,
+	// never the library's records of payments. Nil: the cases of a deleted
+	// order are skipped.
+	Delete func(ctx context.Context, orderNo string) error
 }
 
 var seq atomic.Uint64

@@ -63,6 +63,56 @@ func runPayments(t *testing.T, setup setupFunc, place placeFunc) {
 		assert.Equal(t, second.PaymentID, res.PaymentID)
 	})
 
+	// I14: the host deletes a paid order (archived, or removed by its
+	// buyer); the provider repeats the payment's callback afterwards. It
+	// is the payment that paid the order, answered as for a paid order
+	// still there (nothing changes, no error), never a missing order the
+	// service would refund. Another payment id, or a deleted order that
+	// was cancelled, is missing as before.
+	t.Run("PaidOrderDeleted", func(t *testing.T) {
+		h, now := setup(t)
+		if h.Delete == nil {
+			t.Skip("the harness cannot delete an order")
+		}
+		p := place(t, h, "u1", now.Add(time.Hour))
+		first := pay(p.OrderNo, "u1")
+		res, err := h.Store.PayPending(ctx, first)
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		c := place(t, h, "u2", now.Add(time.Hour))
+		res, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: c.OrderNo, Reason: cancel.ReasonUser, UserID: "u2"})
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		require.NoError(t, h.Delete(ctx, p.OrderNo))
+		require.NoError(t, h.Delete(ctx, c.OrderNo))
+		_, err = h.Store.Order(ctx, p.OrderNo)
+		require.ErrorIs(t, err, expiry.ErrNotFound, "the host deleted it")
+
+		for _, tc := range []struct {
+			name string
+			p    cancel.Payment
+		}{
+			{"the same callback again", first},
+			{"the same payment, no user", cancel.Payment{OrderNo: p.OrderNo, PaymentID: first.PaymentID}},
+		} {
+			res, err := h.Store.PayPending(ctx, tc.p)
+			require.NoError(t, err, tc.name)
+			assert.False(t, res.Changed, tc.name)
+			assert.Empty(t, res.Seats, tc.name)
+			assert.Equal(t, expiry.StatusPaid, res.Order.Status, tc.name)
+			assert.Equal(t, first.PaymentID, res.PaymentID, "%s: the payment that paid the order", tc.name)
+			assert.Equal(t, "u1", res.Order.UserID, tc.name)
+		}
+		_, err = h.Store.PayPending(ctx, cancel.Payment{OrderNo: p.OrderNo, UserID: "u2", PaymentID: first.PaymentID})
+		assert.ErrorIs(t, err, cancel.ErrNotOwner, "u2 is not u1")
+		_, err = h.Store.PayPending(ctx, pay(p.OrderNo, ""))
+		assert.ErrorIs(t, err, expiry.ErrNotFound, "another payment finds no order")
+		_, err = h.Store.PayPending(ctx, cancel.Payment{OrderNo: c.OrderNo, PaymentID: first.PaymentID})
+		assert.ErrorIs(t, err, expiry.ErrNotFound, "the payment paid another order, not this one")
+		_, err = h.Store.PayPending(ctx, pay(c.OrderNo, ""))
+		assert.ErrorIs(t, err, expiry.ErrNotFound, "a payment of a deleted cancelled order finds no order")
+	})
+
 	// I9: a discrepancy is recorded once per payment id,
 	// however often (and however concurrently) it is reported.
 	t.Run("DiscrepancyRecordedOnce", func(t *testing.T) {

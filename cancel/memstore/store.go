@@ -240,7 +240,22 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	if err := s.fail("PayPending"); err != nil {
 		return cancel.Result{}, err
 	}
-	return s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "", p.PaymentID)
+	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "", p.PaymentID)
+	if errors.Is(err, expiry.ErrNotFound) {
+		// The order is gone (the host deleted it): when this payment's
+		// decision says it paid this very order, it is the payment that
+		// paid it, as sqlstore's decision row answers.
+		s.mu.Lock()
+		d, ok := s.disc[p.PaymentID]
+		s.mu.Unlock()
+		if ok && d.settled && d.d.Status == expiry.StatusPending && d.d.OrderNo == p.OrderNo {
+			if p.UserID != "" && p.UserID != d.d.UserID {
+				return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", p.OrderNo, cancel.ErrNotOwner)
+			}
+			return cancel.Result{Order: expiry.Order{No: p.OrderNo, UserID: d.d.UserID, Status: expiry.StatusPaid}, PaymentID: p.PaymentID}, nil
+		}
+	}
+	return res, err
 }
 
 // RecordDiscrepancy implements cancel.OrderStore: once per payment id,

@@ -19,7 +19,10 @@ import (
 func TestStoreConformance(t *testing.T) {
 	canceltest.RunStore(t, func(t *testing.T) canceltest.StoreHarness {
 		s := memstore.NewStore(nil)
-		return canceltest.StoreHarness{Store: s, Place: s.Place, Now: s.Now}
+		return canceltest.StoreHarness{Store: s, Place: s.Place, Now: s.Now, Delete: func(_ context.Context, no string) error {
+			s.DeleteOrder(no)
+			return nil
+		}}
 	})
 }
 

@@ -173,7 +173,7 @@ type queries struct {
 	// The Statuses query is statusesPre, the placeholders, statusesPost.
 	statusesPre, statusesPost                                                                   string
 	recordDiscrepancy, dueDiscrepancies, claimDiscrepancy, settleDiscrepancy, discrepancyExists string
-	decidePayment                                                                               string
+	decidePayment, honouredGone                                                                 string
 	insertSide                                                                                  stmt // a host's table: the side row of Place
 	// A host's table whose rows the host inserts (HostWrites): the
 	// read-back of what its rows placed, with the owner's compare-and-set's

@@ -161,6 +161,10 @@ type WindowSetting struct {
 	Where []Condition
 }
 
+// errNoStatus is New's answer to a mapping without a status column, which
+// a shop's hold table (no status, rows deleted when the hold expires) is.
+var errNoStatus = errors.New(`sqlstore: mapping: Orders.Status is empty: the orders table needs a status column, whose values say pending, paid or cancelled. A hold table without one (its rows deleted when the hold expires) is not the orders table: map the table of the orders the holds belong to, and the hold table as Claims (without a State column, a cancel deletes the order's rows); a shop with no orders table of its own keeps its orders in the library's schema (New without a Mapping)`)
+
 // Statuses are the values the host's status column takes. All are integers
 // (int, int64, …) or all strings (1-32 bytes of A-Z a-z 0-9 _ . -), each
 // used once.
@@ -500,10 +504,7 @@ func resolve(d Dialect, m Mapping) (*resolved, error) {
 	r.user = id("user column", o.UserID, false)
 	r.show = id("show column", o.ShowID, false)
 	if o.Status == "" {
-		errs = append(errs, errors.New("sqlstore: mapping: Orders.Status is empty: the orders table needs a status column, whose values say pending, paid or cancelled. "+
-			"A hold table without one (its rows deleted when the hold expires) is not the orders table: map the table of the orders the holds belong to, "+
-			"and the hold table as Claims (without a State column, a cancel deletes the order's rows); a shop with no orders table of its own keeps its orders "+
-			"in the library's schema (New without a Mapping)"))
+		errs = append(errs, errNoStatus)
 	} else {
 		r.status = id("status column", o.Status, false)
 	}

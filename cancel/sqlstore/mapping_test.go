@@ -280,6 +280,13 @@ func hostHarness(t *testing.T, db *sql.DB, d sqlstore.Dialect, hs hostSchema) ca
 		WriteResolution: time.Second,
 		NoWriteTime:     hs.mapping.Orders.UpdatedAt.Column == "",
 		NoClaims:        hs.mapping.Claims == nil,
+		Delete: func(ctx context.Context, no string) error {
+			o := hs.mapping.Orders
+			if c := hs.mapping.Claims; c != nil {
+				return hostDelete(ctx, db, d, o.Table, o.OrderNo, c.Table, c.OrderNo, no)
+			}
+			return hostDelete(ctx, db, d, o.Table, o.OrderNo, "", "", no)
+		},
 	}
 }
 

@@ -43,7 +43,29 @@ func harness(t *testing.T, db *sql.DB, d sqlstore.Dialect) canceltest.StoreHarne
 		HookOutbox: func(t *testing.T) (func(context.Context, cancel.Querier, cancel.Result) error, func(context.Context) ([]string, error)) {
 			return outbox(t, db, d)
 		},
+		Delete: func(ctx context.Context, no string) error {
+			return hostDelete(ctx, db, d, "oe_order", "order_no", "oe_order_seat", "order_no", no)
+		},
 	}
+}
+
+// hostDelete is a host's own delete of order no: its claims (claims ""
+// for none), then its row.
+func hostDelete(ctx context.Context, db *sql.DB, d sqlstore.Dialect, orders, no, claims, claimNo, orderNo string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if claims != "" {
+		if _, err := tx.ExecContext(ctx, bindQ(d, "DELETE FROM "+claims+" WHERE "+claimNo+" = ?"), orderNo); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, bindQ(d, "DELETE FROM "+orders+" WHERE "+no+" = ?"), orderNo); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // outbox is the hook suite's outbox table: a row per transition, written

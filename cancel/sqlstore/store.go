@@ -233,6 +233,9 @@ func New(db *sql.DB, d Dialect, mapping ...Mapping) (*Store, error) {
 	// honoured (status 0, settled), so that one primary key decides every
 	// payment id once, on time, late or refused (see late.go).
 	q.decidePayment = bind("INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) VALUES (?, ?, ?, ?, 0, NOW_MS, NOW_MS, NOW_MS)")
+	// The decision row of a payment that paid an order the host has since
+	// deleted (see PayPending).
+	q.honouredGone = bind("SELECT user_id FROM oe_payment_discrepancy WHERE payment_id = ? AND scope = ? AND order_no = ? AND status = 0")
 	st := &Store{db: db, dialect: d, m: r, q: q, stmts: map[string]*sql.Stmt{}}
 	if plain {
 		st.maria.Store(2) // never MariaDB's statements

@@ -37,7 +37,8 @@ func (s *Store) CancelPending(ctx context.Context, req cancel.Request) (cancel.R
 // already, Result.PaymentID is the payment that paid it (empty for an order
 // paid before payment ids were kept, or without a mapped payment column),
 // so the caller tells a repeated callback (the same id) from a second
-// payment (another one).
+// payment (another one). For an order the host has deleted, the payment's
+// decision row answers (see paidGone).
 func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result, error) {
 	if err := p.Validate(); err != nil {
 		return cancel.Result{}, fmt.Errorf("sqlstore: pay: %w", err)
@@ -48,6 +49,11 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	}
 	v, ok := s.user(vals{no: p.OrderNo, payment: p.PaymentID, status: s.m.paid[0].arg}, p.UserID)
 	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, one, v, ok, s.q.sellSeats)
+	if errors.Is(err, expiry.ErrNotFound) {
+		if r, ok, herr := s.paidGone(ctx, p); herr != nil || ok {
+			return r, herr
+		}
+	}
 	if err != nil && isDuplicate(err) && !errors.Is(err, cancel.ErrHook) {
 		// The decision row's primary key: the id was decided before.
 		return cancel.Result{}, fmt.Errorf("sqlstore: pay %s: payment %s decided before: %w", p.OrderNo, p.PaymentID, cancel.ErrDiscrepancy)
@@ -59,6 +65,26 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 		s.recordHonoured(ctx, p, res.Order.UserID)
 	}
 	return res, err
+}
+
+// paidGone answers a payment for an order the store does not have: when
+// the payment's decision row says it paid this very order (the host then
+// deleted the paid order: archived it, or a buyer removed it), it is the
+// payment that paid it (ok), as for a paid order still there; a repeated
+// callback is answered, never refunded (I14).
+func (s *Store) paidGone(ctx context.Context, p cancel.Payment) (cancel.Result, bool, error) {
+	var user string
+	err := s.db.QueryRowContext(ctx, s.q.honouredGone, p.PaymentID, s.m.scope, p.OrderNo).Scan(&user)
+	if errors.Is(err, sql.ErrNoRows) {
+		return cancel.Result{}, false, nil
+	}
+	if err != nil {
+		return cancel.Result{}, false, fmt.Errorf("sqlstore: pay %s: read the payment's decision: %w", p.OrderNo, err)
+	}
+	if p.UserID != "" && p.UserID != user {
+		return cancel.Result{}, false, fmt.Errorf("sqlstore: order %s: %w", p.OrderNo, cancel.ErrNotOwner)
+	}
+	return cancel.Result{Order: expiry.Order{No: p.OrderNo, UserID: user, Status: expiry.StatusPaid}, PaymentID: p.PaymentID}, true, nil
 }
 
 // recordHonoured writes the decision row of a payment the store finds has

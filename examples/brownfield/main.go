@@ -189,6 +189,15 @@ func Run(ctx context.Context, db *sql.DB, d sqlstore.Dialect, rdb redis.Universa
 			return rep, fmt.Errorf("order %s paid by %q", o.No, r.PayNo.String)
 		}
 	}
+	// The service archives a paid order (its rows deleted); the provider
+	// repeats the order's callback afterwards: it is answered as paid,
+	// never refunded, as the library kept the payment's decision.
+	if err := s.Archive(ctx, orders[1].No); err != nil {
+		return rep, err
+	}
+	if _, err := s.Pay(ctx, orders[1].No, "pay-1"); err != nil {
+		return rep, fmt.Errorf("the repeated callback of the archived order %s: %w", orders[1].No, err)
+	}
 	s.mu.Lock()
 	rep.Refunds = len(s.refunds)
 	s.mu.Unlock()

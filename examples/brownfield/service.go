@@ -176,6 +176,22 @@ func (s *Service) Pay(ctx context.Context, orderNo, paymentID string) (cancel.Re
 	return s.svc.Pay(ctx, cancel.Payment{OrderNo: orderNo, PaymentID: paymentID})
 }
 
+// Archive is the service's own clean-up of a closed order: its rows are
+// deleted (moved to an archive elsewhere).
+func (s *Service) Archive(ctx context.Context, no string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, q := range []string{"DELETE FROM order_seat WHERE order_no = ?", "DELETE FROM order_info WHERE order_no = ? AND status <> 0"} {
+		if _, err := tx.ExecContext(ctx, s.rebind(q), no); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
 // Cancel is the user's cancel.
 func (s *Service) Cancel(ctx context.Context, orderNo, userID string) (cancel.Result, error) {
 	return s.svc.UserCancel(ctx, orderNo, userID)

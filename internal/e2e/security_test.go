@@ -520,8 +520,6 @@ func TestSQLStoreBuildsNoSQLFromCallerData(t *testing.T) {
 		`o.Table + "?" + strings.Join(parts, "&")`:                                               "the store's Scope: a name for seat-store keys, never SQL",
 		`"(" + asMS(r.d, r.created.Type, alias+r.created.Column, 0) + " + " + r.windowSQL + ")"`: "expireMS: asMS of the quoted creation column plus the window setting's subquery (windowSQL)",
 		`c.name + " = " + c.v.sql`:                                                               "checkWindow: a Check message naming a condition, never SQL",
-		`p.ShowID + "/" + seat`:                                                                  "hostPlacedClaims: a key compared in Go, never SQL",
-		`show.String + "/" + seat.String`:                                                        "hostPlacedClaims: a key compared in Go, never SQL",
 	}
 	// The builder's arguments that are not string literals.
 	builderArgs := map[string]string{
