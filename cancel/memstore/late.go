@@ -70,7 +70,7 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 	// The id is decided: honoured (settled at once, never refunded).
 	nowMS := s.now().UnixMilli()
 	s.disc[p.PaymentID] = &discrepancy{d: cancel.Discrepancy{PaymentID: p.PaymentID, OrderNo: p.OrderNo, UserID: o.o.UserID},
-		recordedMS: nowMS, triedMS: nowMS, settled: true}
+		recordedMS: nowMS, triedMS: nowMS, settled: true, honoured: true}
 	for _, seat := range o.placed {
 		s.claims[[2]string{o.o.ShowID, seat}] = o.o.No
 	}

@@ -57,6 +57,7 @@ type discrepancy struct {
 	d                   cancel.Discrepancy
 	recordedMS, triedMS int64
 	settled             bool
+	honoured            bool // the payment paid (or reinstated) d.OrderNo: a decision, not a refund
 }
 
 // Store is an in-memory order store (cancel.OrderStore), with the same
@@ -248,7 +249,7 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 		s.mu.Lock()
 		d, ok := s.disc[p.PaymentID]
 		s.mu.Unlock()
-		if ok && d.settled && d.d.Status == expiry.StatusPending && d.d.OrderNo == p.OrderNo {
+		if ok && d.honoured && d.d.OrderNo == p.OrderNo {
 			if p.UserID != "" && p.UserID != d.d.UserID {
 				return cancel.Result{}, fmt.Errorf("memstore: order %s: %w", p.OrderNo, cancel.ErrNotOwner)
 			}
@@ -376,7 +377,7 @@ func (s *Store) transitionLocked(ctx context.Context, no, userID string, to expi
 	if paymentID != "" {
 		nowMS := s.now().UnixMilli()
 		s.disc[paymentID] = &discrepancy{d: cancel.Discrepancy{PaymentID: paymentID, OrderNo: no, UserID: o.o.UserID},
-			recordedMS: nowMS, triedMS: nowMS, settled: true}
+			recordedMS: nowMS, triedMS: nowMS, settled: true, honoured: true}
 	}
 	o.o.Status, o.reason, o.paymentID, o.written = to, reason, paymentID, s.now()
 	cur.Status = to

@@ -27,7 +27,7 @@ func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bo
 	}
 	var recorded bool
 	err = s.retry(ctx, func(tx *sql.Tx) error {
-		r, err := tx.StmtContext(ctx, st).ExecContext(ctx, d.PaymentID, s.m.scope, d.OrderNo, d.UserID, uint8(d.Status))
+		r, err := tx.StmtContext(ctx, st).ExecContext(ctx, d.PaymentID, s.m.scope, d.OrderNo, d.UserID, statusCode(d.Status))
 		if err != nil {
 			return err
 		}
@@ -42,6 +42,30 @@ func (s *Store) RecordDiscrepancy(ctx context.Context, d cancel.Discrepancy) (bo
 		return false, fmt.Errorf("sqlstore: record discrepancy of payment %s: %w", d.PaymentID, err)
 	}
 	return recorded, nil
+}
+
+// refundedPending is the status column's code of a refund recorded for an
+// order read pending (SQL went back in time, or the host reopened it:
+// cancel's refusedBefore and payLate): never 0, which is a payment's
+// decision row alone (honoured), so that every read of "the payment that
+// paid" (paidGone, an order's payment without a payment column, Check's
+// and Migrate's fates) never takes a refund for it.
+const refundedPending = 4
+
+// statusCode is the status column's code of a discrepancy's Status.
+func statusCode(st expiry.Status) uint8 {
+	if st == expiry.StatusPending {
+		return refundedPending
+	}
+	return uint8(st)
+}
+
+// statusOfCode is statusCode's inverse.
+func statusOfCode(code uint8) expiry.Status {
+	if code == refundedPending {
+		return expiry.StatusPending
+	}
+	return expiry.Status(code)
 }
 
 // ClaimDiscrepancies implements cancel.OrderStore: up to limit
@@ -86,7 +110,7 @@ func (s *Store) ClaimDiscrepancies(ctx context.Context, lease time.Duration, lim
 			rows.Close()
 			return nil, fmt.Errorf("sqlstore: claim discrepancies: %w", err)
 		}
-		c.d.Status = expiry.Status(status)
+		c.d.Status = statusOfCode(status)
 		cands = append(cands, c)
 	}
 	err = rows.Err()

@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS oe_payment_discrepancy (
     scope          VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '', -- the store's (Store.Scope): its rows only are its
     order_no       VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     user_id        VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    status         SMALLINT    NOT NULL, -- the order's when the payment came: 1 paid (by another), 2 cancelled, 3 in a status the host owns, 0 it reinstated the order (honoured, settled at once)
+    status         SMALLINT    NOT NULL, -- 0 the payment paid or reinstated the order (honoured, settled at once), else the order's when it came, refunded: 1 paid by another, 2 cancelled, 3 in a status the host owns, 4 pending (SQL went back in time, or the host reopened it)
     recorded_at_ms BIGINT      NOT NULL,
     tried_at_ms    BIGINT      NOT NULL, -- the hook's last start: claimed again a lease later
     settled_at_ms  BIGINT      NULL,     -- the hook succeeded
