@@ -63,6 +63,11 @@ func TestTraceClean(t *testing.T) {
 	}{
 		{"none", expiry.Trace{}, expiry.Trace{}},
 		{"valid", expiry.Trace{Parent: validParent, State: "a=1,b=2"}, expiry.Trace{Parent: validParent, State: "a=1,b=2"}},
+		// The bounds are inclusive: a propagator's tracestate truncated to
+		// exactly 512 bytes, and a traceparent of exactly the bound, are
+		// carried whole.
+		{"parent at the bound is kept", expiry.Trace{Parent: strings.Repeat("0", expiry.MaxTraceParentLen), State: "a=1"}, expiry.Trace{Parent: strings.Repeat("0", expiry.MaxTraceParentLen), State: "a=1"}},
+		{"state at the bound is kept", expiry.Trace{Parent: validParent, State: strings.Repeat("a", expiry.MaxTraceStateLen)}, expiry.Trace{Parent: validParent, State: strings.Repeat("a", expiry.MaxTraceStateLen)}},
 		{"oversized parent drops both", expiry.Trace{Parent: strings.Repeat("0", expiry.MaxTraceParentLen+1), State: "a=1"}, expiry.Trace{}},
 		{"oversized state drops the state", expiry.Trace{Parent: validParent, State: strings.Repeat("a", expiry.MaxTraceStateLen+1)}, expiry.Trace{Parent: validParent}},
 		{"control bytes in the parent", expiry.Trace{Parent: validParent[:10] + "\x01" + validParent[11:]}, expiry.Trace{}},
