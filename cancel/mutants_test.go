@@ -1,0 +1,135 @@
+package cancel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// A payment id that paid another order, repeated by the provider for a
+// timed-out one, is answered the same with the late-payment policy on as
+// off: a discrepancy "recorded before" (the refund was decided already),
+// never refunded again, nothing reinstated. A host that logs or matches the
+// answer sees one answer for one fate.
+func TestLatePaymentOfADecidedIDIsRefusedAsRecorded(t *testing.T) {
+	for _, accept := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AcceptLatePayments=%v", accept), func(t *testing.T) {
+			ctx := context.Background()
+			e := newLateEnv(t, accept, 0)
+			e.placeAt(t, "o1", "u1", time.Hour, "a1")
+			_, err := e.svc.Pay(ctx, pay("o1", "u1", "pay-1"))
+			require.NoError(t, err)
+			e.placeAt(t, "o2", "u1", time.Minute, "a2")
+			e.clock.Advance(time.Minute)
+			cancelled, _, err := e.svc.Timeout(ctx, "o2")
+			require.NoError(t, err)
+			require.True(t, cancelled)
+
+			res, err := e.svc.Pay(ctx, pay("o2", "u1", "pay-1"))
+			require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+			assert.EqualError(t, err, "cancel: order o2: payment pay-1 (recorded before): orderexpiry: payment for a cancelled order")
+			assert.Equal(t, expiry.StatusCancelled, res.Order.Status)
+			assert.Empty(t, e.hooked(), "I9: pay-1 paid o1, nothing to refund")
+			assert.Zero(t, e.ev.Count(expiry.KindReinstated))
+			assert.Empty(t, e.seat(t, "a2").OrderNo, "o2's seat stays free")
+		})
+	}
+}
+
+// A late payment whose reinstatement failed for a reason the provider's
+// retry decides (a store outage, the host's hook) is answered with an error
+// naming the payment and the order, in that order, and wrapping the cause:
+// nothing refunded, nothing reinstated.
+func TestLatePaymentStoreFailureNamesPaymentAndOrder(t *testing.T) {
+	outage := errors.New("connection reset")
+	for _, tc := range []struct {
+		name   string
+		inject func(e *lateEnv)
+		want   string
+		is     []error
+	}{
+		{"store outage", func(e *lateEnv) {
+			e.store.Fail = func(op string) error {
+				if op == "ReinstateCancelled" {
+					return outage
+				}
+				return nil
+			}
+		}, "cancel: late payment pay-9 of order o1: connection reset", []error{outage}},
+		{"host hook fails", func(e *lateEnv) {
+			e.store.SetHook(func(context.Context, cancel.Querier, cancel.Result) error { return outage })
+		}, "cancel: late payment pay-9 of order o1: memstore: reinstate o1: " + cancel.ErrHook.Error() + ": connection reset", []error{cancel.ErrHook, outage}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newLateEnv(t, true, 0)
+			e.placeAt(t, "o1", "u1", time.Minute, "a1")
+			e.clock.Advance(time.Minute)
+			cancelled, _, err := e.svc.Timeout(ctx, "o1")
+			require.NoError(t, err)
+			require.True(t, cancelled)
+			tc.inject(e)
+
+			_, err = e.svc.Pay(ctx, pay("o1", "u1", "pay-9"))
+			for _, target := range tc.is {
+				require.ErrorIs(t, err, target)
+			}
+			assert.NotErrorIs(t, err, cancel.ErrDiscrepancy, "the retry decides: not refused")
+			assert.EqualError(t, err, tc.want)
+			assert.Empty(t, e.hooked(), "nothing refunded")
+			assert.Zero(t, e.ev.Count(expiry.KindReinstated))
+			assert.Empty(t, e.seat(t, "a1").OrderNo, "the claimed seat given back")
+		})
+	}
+}
+
+// Two callbacks of one late payment race: the first finds the seat still
+// held by another order and goes to refuse it, the second (after that
+// order let the seat go) reinstates the order. The first must then answer
+// the order as paid by its payment, without an error and without a refund:
+// the payment id's fate is honoured, never both (I14).
+func TestLatePaymentLoserOfARaceAnswersThePaidOrder(t *testing.T) {
+	ctx := context.Background()
+	e := newLateEnv(t, true, 0)
+	e.placeAt(t, "o1", "u1", time.Minute, "a1")
+	e.clock.Advance(time.Minute)
+	cancelled, _, err := e.svc.Timeout(ctx, "o1")
+	require.NoError(t, err)
+	require.True(t, cancelled)
+	e.placeAt(t, "o2", "u2", time.Hour, "a1")
+
+	// The store's Fail hook runs outside its lock, just before the first
+	// callback records the discrepancy: the race's other side runs there.
+	var raced atomic.Bool
+	var winner cancel.Result
+	var winnerErr error
+	e.store.Fail = func(op string) error {
+		if op == "RecordDiscrepancy" && raced.CompareAndSwap(false, true) {
+			_, err := e.svc.UserCancel(ctx, "o2", "u2")
+			require.NoError(t, err)
+			winner, winnerErr = e.svc.Pay(ctx, pay("o1", "u1", "late-1"))
+		}
+		return nil
+	}
+
+	res, err := e.svc.Pay(ctx, pay("o1", "u1", "late-1"))
+	require.True(t, raced.Load(), "the first callback went to refuse")
+	require.NoError(t, winnerErr)
+	require.True(t, winner.Changed, "the second callback reinstated o1")
+	require.NoError(t, err, "the loser answers the order its payment paid")
+	assert.Equal(t, expiry.StatusPaid, res.Order.Status)
+	assert.Equal(t, "late-1", res.PaymentID)
+	assert.Empty(t, e.hooked(), "I14: honoured, never refunded")
+	assert.Zero(t, e.ev.Count(expiry.KindDiscrepancy))
+	assert.Equal(t, cancel.SeatSold, e.seat(t, "a1").Status)
+	assert.Equal(t, "o1", e.seat(t, "a1").OrderNo)
+}
