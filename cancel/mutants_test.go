@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,4 +133,51 @@ func TestLatePaymentLoserOfARaceAnswersThePaidOrder(t *testing.T) {
 	assert.Zero(t, e.ev.Count(expiry.KindDiscrepancy))
 	assert.Equal(t, cancel.SeatSold, e.seat(t, "a1").Status)
 	assert.Equal(t, "o1", e.seat(t, "a1").OrderNo)
+}
+
+// After a batch's seat-store release panicked, each order is released
+// alone; one whose lone release then fails is counted (KindReleaseFailed,
+// with its seats) so that the operator's alert sees the seats left to the
+// reconciler, and its call still reports the cancel.
+func TestBatchLoneReleaseFailureIsCounted(t *testing.T) {
+	e := newA5(t, a5opts{})
+	e.place(t, "g0", "u0", "s0", -time.Minute)
+	for _, no := range []string{"boom", "bad", "ok"} {
+		e.place(t, no, "u1", "s1", -time.Minute)
+	}
+	redisDown := errors.New("redis: connection refused")
+	e.seats.setBeforeRelease(func(_ context.Context, h cancel.Hold) error {
+		switch h.OrderNo {
+		case "boom":
+			panic("seat store client bug")
+		case "bad":
+			return redisDown
+		}
+		return nil
+	})
+	ctx := context.Background()
+	g := e.hold(t, ctx, "g0")
+	var wg sync.WaitGroup
+	out := map[string]*a5call{}
+	for i, no := range []string{"boom", "bad", "ok"} {
+		c := &a5call{}
+		out[no] = c
+		wg.Add(1)
+		go func() { defer wg.Done(); *c, _ = e.recoveredTimeout(ctx, no) }()
+		g.queued(t, i+1)
+	}
+	g.wait(t)
+	wg.Wait()
+	require.EqualValues(t, 1, e.store.dueCalls.Load(), "boom, bad and ok went in one batch")
+
+	assert.True(t, out["bad"].cancelled, "the cancel is reported though its seats were not released")
+	assert.NoError(t, out["bad"].err)
+	failed := e.ev.Of(expiry.KindReleaseFailed)
+	require.Len(t, failed, 1, "bad's lone release failed; boom's panicked (logged); ok's succeeded")
+	assert.Equal(t, "bad", failed[0].OrderNo)
+	assert.Equal(t, 2, failed[0].Seats)
+	assert.ErrorIs(t, failed[0].Err, redisDown)
+	assert.Zero(t, e.seats.freedOf("bad"))
+	assert.Equal(t, 2, e.seats.freedOf("ok"))
+	lanesIdle(t, e.svc)
 }
