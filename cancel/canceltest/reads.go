@@ -121,11 +121,20 @@ func runReads(t *testing.T, setup setupFunc, place placeFunc) {
 		h, now := setup(t)
 		a := place(t, h, "u1", now.Add(time.Hour))
 		b := place(t, h, "u1", now.Add(time.Hour))
+		c := place(t, h, "u2", now.Add(time.Hour))
 		_, err := h.Store.PayPending(ctx, pay(b.OrderNo, ""))
 		require.NoError(t, err)
-		st, err := h.Store.Statuses(ctx, []string{a.OrderNo, b.OrderNo, "missing"})
+		_, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: c.OrderNo, Reason: cancel.ReasonUser})
 		require.NoError(t, err)
-		assert.Equal(t, map[string]expiry.Status{a.OrderNo: expiry.StatusPending, b.OrderNo: expiry.StatusPaid}, statusesOf(st))
+		st, err := h.Store.Statuses(ctx, []string{a.OrderNo, b.OrderNo, c.OrderNo, "missing"})
+		require.NoError(t, err)
+		assert.Equal(t, map[string]expiry.Status{a.OrderNo: expiry.StatusPending, b.OrderNo: expiry.StatusPaid, c.OrderNo: expiry.StatusCancelled}, statusesOf(st))
+		// The show and the seats each order was placed with, decided or
+		// not: the reconciler's lock pass judges an order's locks by them.
+		for _, p := range []cancel.Placement{a, b, c} {
+			assert.Equal(t, p.ShowID, st[p.OrderNo].ShowID, "order %s", p.OrderNo)
+			assert.ElementsMatch(t, p.Seats, st[p.OrderNo].Seats, "order %s: its placed seats", p.OrderNo)
+		}
 		many := make([]string, 1200) // more than one IN list
 		for i := range many {
 			many[i] = id("m")
