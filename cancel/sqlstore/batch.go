@@ -83,7 +83,7 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 // maxRepicks bounds CancelDue's fresh starts after an order changed
 // between its pick and its lock (errRepick); the last attempt goes on
 // with that order held, and left out.
-const maxRepicks = 3
+const maxRepicks = 10
 
 // errRepick rolls a MySQL batch back before its compare-and-set: an order
 // batchPick found pending and due changed before batchLock locked it (a

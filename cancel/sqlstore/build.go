@@ -371,11 +371,10 @@ func (r *resolved) cas(b *sb, extra string, extraSlot slot, owner, due, pay bool
 	r.set(b, extra, extraSlot)
 	b.w(" WHERE ")
 	r.eq(b, r.no, aNo)
-	if pay && len(r.paying) > 0 {
-		r.statusIn(b, append([]lit{r.pending}, r.paying...))
+	if pay {
+		r.statusIn(b, "", append([]lit{r.pending}, r.paying...))
 	} else {
-		b.w(" AND ", r.status, " = ", r.pending.sql)
-		r.exactLit(b, r.status, r.pending)
+		r.statusIn(b, "", []lit{r.pending})
 	}
 	r.conds(b, "", r.where)
 	if owner {
@@ -644,8 +643,7 @@ func (r *resolved) build() queries {
 		placed := func(b *sb) *sb {
 			r.eq(b, r.no, aNo)
 			r.conds(b, "", r.where)
-			b.w(" AND ", r.status, " = ", r.pending.sql)
-			r.exactLit(b, r.status, r.pending)
+			r.statusIn(b, "", []lit{r.pending})
 			b.w(" AND ")
 			r.eq(b, r.user, aUser)
 			b.w(" AND ")

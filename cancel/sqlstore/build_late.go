@@ -36,7 +36,7 @@ func (r *resolved) reinstateCAS() stmt {
 	r.eq(b, r.no, aNo)
 	r.conds(b, "", r.where)
 	if !byStatus {
-		r.statusIn(b, r.cancelled)
+		r.statusIn(b, "", r.cancelled)
 		b.w(" AND ", r.reason, " IN ('timeout', 'reconcile')")
 		return b.done(r.d)
 	}
@@ -52,14 +52,24 @@ func (r *resolved) reinstateCAS() stmt {
 			ls = append(ls, r.cancelled[0])
 		}
 	}
-	r.statusIn(b, ls)
+	r.statusIn(b, "", ls)
 	return b.done(r.d)
 }
 
-// statusIn writes " AND status IN (ls…)", and on MySQL over a host's
+// statusIn writes " AND status IN (ls…)" for a statement that finds its
+// row by the order number (alias "" or "o."), and on MySQL over a host's
 // column the same compared as bytes: a status differing only by case or
 // trailing space is not the mapping's (I10, as exactLit).
-func (r *resolved) statusIn(b *sb, ls []lit) {
+//
+// On MySQL the status is compared as an expression (status + 0, or
+// CONCAT(status) for strings), which no index range can use, so InnoDB
+// reaches the row by the number's index alone. Compared plainly, MariaDB's
+// planner takes the status index when few orders are pending (the two
+// ranges estimate one row each) and range-scans it, locking, or waiting on,
+// every pending row it passes: a payment then waited on another order's
+// row that a stuck batch, or the host, held (I12,
+// TestReview6PaymentWaitsOnAStuckBatch).
+func (r *resolved) statusIn(b *sb, alias string, ls []lit) {
 	list := func() {
 		for i, l := range ls {
 			if i > 0 {
@@ -69,15 +79,22 @@ func (r *resolved) statusIn(b *sb, ls []lit) {
 		}
 		b.w(")")
 	}
-	b.w(" AND ", r.status, " IN (")
-	list()
-	exact := r.exactIDs
+	str := true
 	for _, l := range ls {
-		exact = exact && l.str
+		str = str && l.str
 	}
-	if exact {
+	switch {
+	case r.d != MySQL:
+		b.w(" AND ", alias, r.status, " IN (")
+	case str:
+		b.w(" AND CONCAT(", alias, r.status, ") IN (")
+	default:
+		b.w(" AND ", alias, r.status, " + 0 IN (")
+	}
+	list()
+	if r.exactIDs && str {
 		b.w(" AND ")
-		binCol(b, r.d, r.status)
+		binCol(b, r.d, alias+r.status)
 		b.w(" IN (")
 		for i, l := range ls {
 			if i > 0 {
@@ -132,8 +149,7 @@ func (r *resolved) setDeadline() *sb {
 	b.w(" WHERE ")
 	r.eq(b, r.no, aNo)
 	r.conds(b, "", r.where)
-	b.w(" AND ", r.status, " = ", r.pending.sql)
-	r.exactLit(b, r.status, r.pending)
+	r.statusIn(b, "", []lit{r.pending})
 	return b
 }
 
@@ -146,8 +162,7 @@ func (r *resolved) warnSide() stmt {
 		w(" AND warned_at_ms IS NULL AND EXISTS (SELECT 1 FROM ", r.o, " o WHERE ")
 	r.eq(b, "o."+r.no, aNo)
 	r.conds(b, "o.", r.where)
-	b.w(" AND o.", r.status, " = ", r.pending.sql)
-	r.exactLit(b, "o."+r.status, r.pending)
+	r.statusIn(b, "o.", []lit{r.pending})
 	b.w(" AND ", r.expireMS("o."), " > ", nowMS[r.d], " AND ", r.expireMS("o."), " <= ", nowMS[r.d], " + ").p(aLead).w(")")
 	return b.done(r.d)
 }

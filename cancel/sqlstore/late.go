@@ -116,7 +116,7 @@ func (s *Store) ReinstateCancelled(ctx context.Context, p cancel.Payment, claim 
 // reinstate runs ReinstateCancelled's attempts: tx when set (a host's
 // table), else the library's schema's.
 func (s *Store) reinstate(ctx context.Context, p cancel.Payment, claim func(ctx context.Context, h cancel.Hold, limit int) (string, error), tx func(ctx context.Context) (cancel.Result, bool, bool, error)) (cancel.Result, error) {
-	cas := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 2 AND cancel_reason IN ('timeout', 'reconcile')"
+	cas := "UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 2 AND cancel_reason IN ('timeout', 'reconcile')"
 	args := []any{p.PaymentID, p.OrderNo}
 	if p.UserID != "" {
 		cas += " AND user_id = ?"
@@ -382,16 +382,18 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 		return s.setDeadlineMapped(ctx, c)
 	}
 	// The new deadline is now+In; for an extension with a maximum hold, no
-	// later than the placement (created_at_ms) plus it.
-	q := "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < NOW_MS + ?"
+	// later than the placement (created_at_ms) plus it. The status is
+	// compared as an expression (status + 0) in every statement here that
+	// finds its row by number: see statusIn.
+	q := "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < NOW_MS + ?"
 	capped := c.MaxHold > 0 && !c.Shorten
 	switch {
 	case c.Shorten:
-		q = "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS + ?"
+		q = "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS + ?"
 	case capped && s.dialect == SQLite: // SQLite's scalar MIN of several arguments
-		q = "UPDATE oe_order SET expire_at_ms = MIN(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < MIN(NOW_MS + ?, created_at_ms + ?)"
+		q = "UPDATE oe_order SET expire_at_ms = MIN(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < MIN(NOW_MS + ?, created_at_ms + ?)"
 	case capped:
-		q = "UPDATE oe_order SET expire_at_ms = LEAST(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < LEAST(NOW_MS + ?, created_at_ms + ?)"
+		q = "UPDATE oe_order SET expire_at_ms = LEAST(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < LEAST(NOW_MS + ?, created_at_ms + ?)"
 	}
 	st, err := s.prepared(ctx, s.lateSQL(q))
 	if err != nil {
@@ -532,7 +534,7 @@ func (s *Store) MarkWarned(ctx context.Context, orderNo string, lead time.Durati
 	if !s.m.defaultSchema {
 		return s.markWarnedMapped(ctx, orderNo, lead)
 	}
-	st, err := s.prepared(ctx, s.lateSQL("UPDATE oe_order SET warned_at_ms = NOW_MS WHERE order_no = ? AND status = 0 AND warned_at_ms IS NULL AND expire_at_ms > NOW_MS AND expire_at_ms <= NOW_MS + ?"))
+	st, err := s.prepared(ctx, s.lateSQL("UPDATE oe_order SET warned_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND warned_at_ms IS NULL AND expire_at_ms > NOW_MS AND expire_at_ms <= NOW_MS + ?"))
 	if err != nil {
 		return expiry.WarnResult{}, fmt.Errorf("sqlstore: warn %s: %w", orderNo, err)
 	}

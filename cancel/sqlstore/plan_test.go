@@ -405,3 +405,53 @@ func TestExpiredMiddlePageIsARange(t *testing.T) {
 		assert.LessOrEqual(t, n, 2*limit, "a middle page reads about one page of rows")
 	})
 }
+
+// TestMySQLTransitionsFindTheRowByNumber (I12): with few pending orders,
+// MariaDB's planner estimated one row for the status index's range as for
+// the primary key's and took the status index for a transition's UPDATE,
+// range-scanning the pending orders and waiting on any of them another
+// transaction held (a batch stuck in a hook, the host's row lock): a
+// payment then waited on another order (TestReview6PaymentWaitsOnAStuckBatch).
+// Every transition that finds its order by number reaches it by the
+// primary key, whatever the table holds.
+func TestMySQLTransitionsFindTheRowByNumber(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.MySQL(t)
+	s := migrated(t, db, MySQL)
+	for i, st := range []int{0, 1, 1, 2, 1} { // one pending order: the status range estimates one row, as the key
+		_, err := db.ExecContext(ctx, "INSERT INTO oe_order (order_no, user_id, show_id, status, expire_at_ms, created_at_ms, updated_at_ms) VALUES (?, 'u1', 's1', ?, ?, 0, 0)",
+			fmt.Sprintf("o%d", i), st, int64(1)+int64(i)*1e12)
+		require.NoError(t, err)
+	}
+	_, err := db.ExecContext(ctx, "ANALYZE TABLE oe_order")
+	require.NoError(t, err)
+	v := vals{no: "o2", user: "u1", reason: "timeout", payment: "pay-1", status: 2}
+	for _, tc := range []struct {
+		name string
+		st   stmt
+	}{
+		{"cancel", s.q.cancel},
+		{"cancel by owner", s.q.cancelOwner},
+		{"cancel due", s.q.cancelDue},
+		{"pay", s.q.pay},
+		{"pay by owner", s.q.payOwner},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := explainMySQL(t, db, tc.st.sql, s.args(tc.st, v)...)
+			require.Len(t, plan, 1, "%v", plan)
+			assert.Equal(t, "PRIMARY", plan[0]["key"], "%s reaches its order by number: %v", tc.name, plan)
+		})
+	}
+	for _, q := range []string{
+		"UPDATE oe_order SET status = 1, payment_id = ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 2 AND cancel_reason IN ('timeout', 'reconcile')",
+		"UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS + ?",
+	} {
+		args := []any{"pay-1", "o2"} // a deadline far ahead, so that no condition is false on its face
+		if strings.Contains(q, "expire_at_ms = ?") {
+			args = []any{1, "o0", int64(4102444800000), 1}
+		}
+		plan := explainMySQL(t, db, s.lateSQL(q), args...)
+		require.Len(t, plan, 1, "%v", plan)
+		assert.Equal(t, "PRIMARY", plan[0]["key"], "%s: %v", q, plan)
+	}
+}
