@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
 )
 
@@ -180,4 +181,35 @@ func TestBatchLoneReleaseFailureIsCounted(t *testing.T) {
 	assert.Zero(t, e.seats.freedOf("bad"))
 	assert.Equal(t, 2, e.seats.freedOf("ok"))
 	lanesIdle(t, e.svc)
+}
+
+// A placement without seats is refused before anything is locked or
+// inserted: an order holding no seat would sell nothing when paid and have
+// nothing to give back when cancelled, and a seat store answers a hold
+// without seats with no lock id.
+func TestPlacementWithoutSeatsIsRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, seats := range [][]string{nil, {}} {
+		p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "show1", Seats: seats, ExpireAt: time.Now().Add(time.Hour)}
+		err := p.Validate()
+		require.ErrorIs(t, err, expiry.ErrInvalidID)
+		assert.EqualError(t, err, "orderexpiry: invalid id: order o1 has no seats")
+
+		store := memstore.NewStore(nil)
+		seatStore := memstore.NewSeats(nil)
+		svc, err := cancel.New(cancel.Config{Store: store, Seats: seatStore})
+		require.NoError(t, err)
+		inserted := false
+		err = svc.Place(ctx, p, func(ctx context.Context, p cancel.Placement) error {
+			inserted = true
+			return store.Place(ctx, p)
+		})
+		require.ErrorIs(t, err, expiry.ErrInvalidID)
+		assert.False(t, inserted, "nothing inserted")
+		_, err = store.Order(ctx, "o1")
+		assert.ErrorIs(t, err, expiry.ErrNotFound, "no order")
+		shows, err := seatStore.ListedShows(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, shows, "nothing locked")
+	}
 }
