@@ -15,6 +15,7 @@ import (
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
 	"github.com/seatflow/orderexpiry/expiry"
+	"github.com/seatflow/orderexpiry/expiry/expirytest"
 )
 
 // A payment id that paid another order, repeated by the provider for a
@@ -212,4 +213,33 @@ func TestPlacementWithoutSeatsIsRefused(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, shows, "nothing locked")
 	}
+}
+
+// A user's cancel whose seat release fails is still a cancel (no error),
+// and the failure is counted with the order and its seats
+// (expiry.KindReleaseFailed): what an operator's alert on lost releases
+// reads, and what the reconciler then frees.
+func TestUserCancelReleaseFailureIsCountedWithItsSeats(t *testing.T) {
+	ctx := context.Background()
+	store, seats, ev := memstore.NewStore(nil), memstore.NewSeats(nil), &expirytest.Recorder{}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Runtime: expiry.Runtime{Observer: ev}})
+	require.NoError(t, err)
+	p := cancel.Placement{OrderNo: "o1", UserID: "u1", ShowID: "show1", Seats: []string{"a1", "a2"}, ExpireAt: time.Now().Add(time.Hour)}
+	require.NoError(t, svc.Place(ctx, p, store.Place))
+	outage := errors.New("seat store unreachable")
+	seats.Fail = func(op string) error {
+		if op == "Release" {
+			return outage
+		}
+		return nil
+	}
+	res, err := svc.UserCancel(ctx, "o1", "u1")
+	require.NoError(t, err, "the order is cancelled whatever the seat store did")
+	assert.True(t, res.Changed)
+	assert.Zero(t, res.Released)
+	got := ev.Of(expiry.KindReleaseFailed)
+	require.Len(t, got, 1)
+	assert.Equal(t, "o1", got[0].OrderNo)
+	assert.Equal(t, 2, got[0].Seats, "the seats left locked")
+	assert.ErrorIs(t, got[0].Err, outage)
 }
