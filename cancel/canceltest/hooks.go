@@ -175,6 +175,37 @@ func RunHooks(t *testing.T, newHarness func(t *testing.T) StoreHarness) {
 		}
 	})
 
+	// A late payment's reinstatement is a transition too: the hook sees
+	// the order paid by that payment, with the seats it claimed again.
+	t.Run("HookSeesReinstatement", func(t *testing.T) {
+		h, now := setup(t)
+		hs, ok := h.Store.(hookSetter)
+		if !ok {
+			t.Fatalf("the store %T has no SetHook(cancel.Hook)", h.Store)
+		}
+		late := place(t, h, "u4", now.Add(-time.Second), "d1", "d2")
+		res, err := h.Store.CancelPending(ctx, cancel.Request{OrderNo: late.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		var seen []cancel.Result
+		hs.SetHook(func(_ context.Context, _ cancel.Querier, r cancel.Result) error {
+			seen = append(seen, r)
+			return nil
+		})
+		lp := pay(late.OrderNo, "u4")
+		back, err := h.Store.ReinstateCancelled(ctx, lp, func(context.Context, cancel.Hold, int) (string, error) { return "1700000000000.1", nil })
+		if errors.Is(err, cancel.ErrUnsupported) {
+			t.Skip("the store cannot reinstate")
+		}
+		require.NoError(t, err)
+		require.True(t, back.Changed)
+		require.Len(t, seen, 1, "one hook call for the reinstatement")
+		assert.Equal(t, late.OrderNo, seen[0].Order.No)
+		assert.Equal(t, expiry.StatusPaid, seen[0].Order.Status)
+		assert.ElementsMatch(t, []string{"d1", "d2"}, seen[0].Seats, "the reinstated order's seats")
+		assert.Equal(t, lp.PaymentID, seen[0].PaymentID)
+	})
+
 	// A failing hook rolls the whole transition back; the next attempt,
 	// with the hook succeeding, makes it.
 	t.Run("FailingHookRollsBack", func(t *testing.T) {
