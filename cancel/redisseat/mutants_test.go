@@ -62,6 +62,9 @@ func TestLockRefusesAReplyWithoutALockID(t *testing.T) {
 		{"not digits", []any{int64(1), int64(0), "12.x"}},
 		{"a separator in it", []any{int64(1), int64(0), "12|3"}},
 		{"not a string", []any{int64(1), int64(0), int64(12)}},
+		{"too short", []any{int64(1)}},
+		{"a lock without its id", []any{int64(1), int64(0)}},
+		{"an unknown code", []any{int64(7), int64(0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mr := miniredis.RunT(t)
