@@ -94,7 +94,9 @@ func (r *resolved) statusIn(b *sb, alias string, ls []lit) {
 	list()
 	if r.exactIDs && str {
 		b.w(" AND ")
-		binCol(b, r.d, alias+r.status)
+		// The column as bytes on every dialect (binCol leaves MySQL's
+		// column as it is, for an index to use): no index range here.
+		binVal(b, r.d, func() { b.w(alias, r.status) })
 		b.w(" IN (")
 		for i, l := range ls {
 			if i > 0 {
