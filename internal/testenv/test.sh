@@ -26,6 +26,23 @@ T0=$SECONDS
 
 say() { printf '[test.sh %4ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
 
+# disk_room: RocketMQ's broker refuses every write once its disk is 90% full (its
+# diskSpaceWarningLevelRatio, which it caps at 90), and the Go build cache of a machine that ran
+# many test commands grows toward that (45 GB of a 252 GB disk on 2026-12-05, when a soak failed
+# sending to the broker at 91%). Above 80% used, the cache entries unused for a day (the go
+# command marks an entry used at most hourly) and stale go-build folders of killed builds go.
+disk_room() {
+	local used
+	used=$(df --output=pcent "${TMPDIR:-/tmp}" | tail -1 | tr -dc 0-9)
+	if ((used < 80)); then
+		say "disk: ${used}% used"
+		return 0
+	fi
+	find "$(go env GOCACHE)" -type f -mmin +1440 -delete 2>/dev/null || true
+	find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'go-build*' -mmin +60 -exec rm -rf {} + 2>/dev/null || true
+	say "disk: ${used}% used; $(df --output=pcent "${TMPDIR:-/tmp}" | tail -1 | tr -dc 0-9)% after trimming the Go build cache (entries unused for a day) and stale go-build folders"
+}
+
 # ---- extra_checks -----------------------------------------------------------------------------
 # Runs after the run without servers passed, beside the soak, with the OE_* variables exported
 # (no server needed). Add fuzz runs here, kept short so the whole command stays quick, for example:
@@ -168,6 +185,7 @@ prebuild_log="$LOG_DIR/orderexpiry-prebuild.log"
 (for mod in "${modules[@]}"; do nice -n 19 go -C "$mod" test -race -exec true ./... || true; done) >"$prebuild_log" 2>&1 &
 prebuild_pid=$!
 nested_pids+=("$prebuild_pid")
+disk_room
 say "starting services (the race tests compile meanwhile)"
 bash "$SERVICES" start
 # The servers are up: whatever is not compiled yet, the tests compile.
