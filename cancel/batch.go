@@ -58,6 +58,11 @@ func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reaso
 		if err := ValidateBatch(chunk, reason); err != nil {
 			return out, fmt.Errorf("cancel: expire due: %w", err)
 		}
+		if s.provider != nil {
+			if chunk = s.askAll(ctx, chunk); len(chunk) == 0 {
+				continue
+			}
+		}
 		res, err := s.store.CancelDue(ctx, chunk, reason)
 		if err != nil {
 			return out, fmt.Errorf("cancel: expire due: %w", err)

@@ -68,6 +68,10 @@
 //     DivergedSoldToAnother, DivergedRefundRepeated, DivergedRefundedPayment:
 //     the reasons of expiry.KindDiverged events, which an operator's alert
 //     matches on;
+//   - PaymentProvider, PaymentAnswer, PaymentState (PaymentNotPaid,
+//     PaymentPaid, PaymentOpen), ProviderTimeoutDefault,
+//     ProviderRetryDefault: the host's payment provider, asked before a
+//     timeout cancels (Config.Provider), what it answers, and its defaults;
 //   - the four interfaces above.
 package cancel
 

@@ -49,6 +49,12 @@ type DeadlineChange struct {
 	// (Config.MaxHold). An order whose deadline is there already is not
 	// extended (Changed false).
 	MaxHold time.Duration
+	// Due lets an extension move the deadline of an order that is due
+	// already (never a shortening: an error): the Service's timeout
+	// waiting for the payment provider's answer (Config.Provider) re-arms
+	// the order this way, MaxHold capping how long it can wait. Every
+	// other guard holds: pending only, and only later.
+	Due bool
 }
 
 // DeadlineResult is what a deadline change did.

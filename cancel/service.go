@@ -26,6 +26,9 @@ type Service struct {
 	onWarning     func(context.Context, expiry.Order) error
 	sched         *expiry.Scheduler
 	maxHold       time.Duration
+	// provider, when set, is asked before a timeout's cancel (provider.go).
+	provider                       PaymentProvider
+	providerTimeout, providerRetry time.Duration
 	// batcher groups concurrent Timeout calls into batches, as a database
 	// groups commits (timeouts.go).
 	batcher *groupCommit
@@ -103,6 +106,26 @@ type Config struct {
 	// by the store's clock: Extend never moves a deadline past placement +
 	// MaxHold (invariant I17). 0: MaxHoldDefault.
 	MaxHold time.Duration
+	// Provider, when set, is asked before a timeout (Timeout, ExpireDue:
+	// the expiry messages and the reconciler) cancels a due order
+	// (invariant I18): PaymentPaid pays the order with the provider's
+	// payment id as its callback would (its seats sold, no refund);
+	// PaymentNotPaid lets the cancel go on; PaymentOpen, an error or no
+	// answer within ProviderTimeout moves the order's deadline
+	// ProviderRetry later (the message re-arms to it, the reconciler finds
+	// it due again then), never past its placement plus MaxHold: there the
+	// cancel goes on whatever the provider says, and a payment that still
+	// arrives is refunded. A store that cannot move deadlines (a mapped
+	// window) cannot wait: its orders are cancelled on any answer but
+	// PaymentPaid. Users' cancels and ExpireNow never ask. Nil: no
+	// provider is asked, a payment after the cancel is refunded.
+	Provider PaymentProvider
+	// ProviderTimeout bounds each QueryPayment call; 0:
+	// ProviderTimeoutDefault.
+	ProviderTimeout time.Duration
+	// ProviderRetry is how long an order the provider could not settle
+	// waits before it is asked again; 0: ProviderRetryDefault.
+	ProviderRetry time.Duration
 }
 
 // New returns a Service, or an error naming the field that is missing or
@@ -119,6 +142,12 @@ func New(c Config) (*Service, error) {
 		return nil, fmt.Errorf("cancel: Config.DiscrepancyLease is negative (%v)", c.DiscrepancyLease)
 	case c.MaxHold < 0:
 		return nil, fmt.Errorf("cancel: Config.MaxHold is negative (%v)", c.MaxHold)
+	case c.ProviderTimeout < 0:
+		return nil, fmt.Errorf("cancel: Config.ProviderTimeout is negative (%v)", c.ProviderTimeout)
+	case c.ProviderRetry < 0:
+		return nil, fmt.Errorf("cancel: Config.ProviderRetry is negative (%v)", c.ProviderRetry)
+	case c.ProviderRetry > 0 && c.ProviderRetry < time.Millisecond:
+		return nil, fmt.Errorf("cancel: Config.ProviderRetry is below a millisecond (%v): stores keep deadlines in milliseconds", c.ProviderRetry)
 	}
 	if err := CheckScope(c.Store, c.Seats); err != nil {
 		return nil, fmt.Errorf("cancel: Config.Store and Config.Seats: %w", err)
@@ -134,6 +163,13 @@ func New(c Config) (*Service, error) {
 		s.lease = DiscrepancyLeaseDefault
 	}
 	s.maxHold = c.MaxHold
+	s.provider, s.providerTimeout, s.providerRetry = c.Provider, c.ProviderTimeout, c.ProviderRetry
+	if s.providerTimeout == 0 {
+		s.providerTimeout = ProviderTimeoutDefault
+	}
+	if s.providerRetry == 0 {
+		s.providerRetry = ProviderRetryDefault
+	}
 	s.batcher = &groupCommit{store: c.Store}
 	if s.maxHold == 0 {
 		s.maxHold = MaxHoldDefault
@@ -297,6 +333,12 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, expiry.Order, error) {
 	if err := validate(orderNo, ""); err != nil {
 		return false, expiry.Order{}, err
+	}
+	if s.provider != nil {
+		v, res, err := s.askProvider(ctx, orderNo)
+		if v == verdictDone || err != nil {
+			return false, res.Order, err
+		}
 	}
 	res, err := s.batcher.timeout(ctx, s, orderNo)
 	return res.Changed, res.Order, err

@@ -88,10 +88,15 @@
 //     not cancelled before that payment's own deadline (never past the
 //     maximum hold); where the host wires its provider, the provider is
 //     asked before a cancel, and the session of every cancelled order whose
-//     payment had started is closed exactly once in the end. (Built so
+//     payment had started is closed exactly once in the end. Built so
 //     far: a mapping's Paying statuses, payable and never expired while the
-//     host keeps the order in one; the payment's own deadline, the provider
-//     query and the close are not built yet: issue 39.)
+//     host keeps the order in one; Extend for the payment's own deadline;
+//     the provider query (cancel.Config.Provider): before a timeout or the
+//     reconciler cancels a due order the provider is asked, a paid answer
+//     pays the order with the provider's payment id (no refund), an open
+//     payment or no answer re-arms it (cancel.DeadlineChange.Due), and at
+//     placement plus the maximum hold it is cancelled whatever the answer.
+//     The provider session's close after a cancel is not built yet.
 //   - I19: Statuses the host owns: a status outside the mapping means "not
 //     the library's" (StatusHost): its message is final, the passes skip
 //     and count it, and it never holds another order back. The library
@@ -195,7 +200,7 @@
 //     KindCancelled, KindPaid, KindDiscrepancy, KindRefunded, KindHookFailed,
 //     KindReleaseFailed, KindSellFailed, KindRepaired, KindSkipped,
 //     KindBadMessage, KindReinstated, KindWarned, KindDeadlineChanged,
-//     KindDiverged): what an Observer receives, one Kind per event a host
+//     KindDiverged, KindProviderAnswered): what an Observer receives, one Kind per event a host
 //     counts or alerts on;
 //   - ObserverFunc, NopObserver, MultiObserver: an Observer from a function,
 //     none, or several at once;

@@ -92,9 +92,15 @@ const (
 	// second time) and "refunded_payment" (a payment SQL would have
 	// honoured although the seat store recorded it refunded: refused).
 	KindDiverged
+	// KindProviderAnswered: the payment provider was asked about a due
+	// order before its cancel (cancel.Config.Provider): Reason its answer
+	// ("not_paid", "paid", "open", or "unknown" for an error or no answer
+	// in time, Err set), OrderNo which. "open" and "unknown" re-arm the
+	// order (a KindDeadlineChanged follows) until its maximum hold.
+	KindProviderAnswered
 )
 
-var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped", "sent", "reinstated", "warned", "deadline_changed", "refunded", "diverged"}
+var kindNames = [...]string{"", "handled", "rearmed", "send_failed", "cancelled", "release_failed", "paid", "discrepancy", "bad_message", "repaired", "sell_failed", "hook_failed", "skipped", "sent", "reinstated", "warned", "deadline_changed", "refunded", "diverged", "provider_answered"}
 
 // String returns the kind's snake_case name, suitable as a metric label.
 func (k Kind) String() string {

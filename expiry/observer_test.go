@@ -46,7 +46,7 @@ func TestMultiObserver(t *testing.T) {
 func TestKindNames(t *testing.T) {
 	for k, want := range map[expiry.Kind]string{expiry.KindSkipped: "skipped", expiry.KindReinstated: "reinstated",
 		expiry.KindWarned: "warned", expiry.KindDeadlineChanged: "deadline_changed", expiry.KindRefunded: "refunded", expiry.KindDiverged: "diverged",
-		expiry.KindDiverged + 1: "unknown", 0: "unknown"} {
+		expiry.KindProviderAnswered: "provider_answered", expiry.KindProviderAnswered + 1: "unknown", 0: "unknown"} {
 		assert.Equal(t, want, k.String())
 	}
 }

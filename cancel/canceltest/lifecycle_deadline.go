@@ -95,6 +95,53 @@ func runDeadlines(t *testing.T, setup setupFunc, place placeFunc) {
 		assert.True(t, shorter.Changed, "the cap never stops a shortening")
 	})
 
+	// Due: the timeout waiting for the payment provider moves a due
+	// order's deadline later (cancel.Config.Provider), pending only, never
+	// past the maximum hold, never a shortening.
+	t.Run("ExtendDue", func(t *testing.T) {
+		h, now := setup(t)
+		d := deadlines(t, h)
+		due := place(t, h, "u1", now.Add(-time.Second))
+		const hold = 30 * time.Minute
+		res, err := d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: due.OrderNo, In: time.Minute, MaxHold: hold, Due: true})
+		require.NoError(t, err)
+		require.True(t, res.Changed, "a due order waits for its provider")
+		assert.Greater(t, res.Order.Remaining(), time.Duration(0), "not due any more")
+		assert.WithinDuration(t, res.Order.ReadAt.Add(time.Minute), res.Order.ExpireAt, time.Second, "now+1m by the store's clock")
+		c, err := h.Store.CancelPending(ctx, cancel.Request{OrderNo: due.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+		require.NoError(t, err)
+		assert.False(t, c.Changed, "the timeout's due guard follows the moved deadline")
+		again, err := d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: due.OrderNo, In: time.Second, MaxHold: hold, Due: true})
+		require.NoError(t, err)
+		assert.False(t, again.Changed, "never earlier")
+
+		// At the cap: a due order placed longer ago than the maximum hold
+		// stays due, so the timeout's cancel goes on.
+		old := place(t, h, "u1", now.Add(-time.Second))
+		placed, err := h.Now(ctx) // old's placement is not later
+		require.NoError(t, err)
+		capped, err := d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: old.OrderNo, In: time.Hour, MaxHold: time.Millisecond, Due: true})
+		require.NoError(t, err)
+		assert.False(t, capped.Order.ExpireAt.After(placed.Add(time.Millisecond)), "I17: never past the placement plus the maximum hold")
+		require.Eventually(t, func() bool { // the store's clock passes the cap
+			n, err := h.Now(ctx)
+			return err == nil && n.After(capped.Order.ExpireAt)
+		}, 5*time.Second, 5*time.Millisecond)
+		c, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: old.OrderNo, Reason: cancel.ReasonTimeout, OnlyIfDue: true})
+		require.NoError(t, err)
+		assert.True(t, c.Changed, "due at its cap: the timeout cancels it")
+
+		paid := place(t, h, "u1", now.Add(-time.Second))
+		_, err = h.Store.PayPending(ctx, pay(paid.OrderNo, ""))
+		require.NoError(t, err)
+		res, err = d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: paid.OrderNo, In: time.Hour, MaxHold: hold, Due: true})
+		require.NoError(t, err)
+		assert.False(t, res.Changed, "pending only")
+		assert.Equal(t, expiry.StatusPaid, res.Order.Status)
+		_, err = d.SetDeadline(ctx, cancel.DeadlineChange{OrderNo: due.OrderNo, In: time.Hour, Shorten: true, Due: true})
+		assert.ErrorIs(t, err, expiry.ErrInvalidID, "Due is for an extension")
+	})
+
 	t.Run("Shorten", func(t *testing.T) {
 		h, now := setup(t)
 		d := deadlines(t, h)

@@ -89,6 +89,9 @@ func (s *Store) SetDeadline(_ context.Context, c cancel.DeadlineChange) (cancel.
 	if c.In < 0 {
 		return cancel.DeadlineResult{}, fmt.Errorf("memstore: deadline of %s: %w: negative duration %v", c.OrderNo, expiry.ErrInvalidID, c.In)
 	}
+	if c.Due && c.Shorten {
+		return cancel.DeadlineResult{}, fmt.Errorf("memstore: deadline of %s: %w: Due is for an extension only", c.OrderNo, expiry.ErrInvalidID)
+	}
 	if err := s.fail("SetDeadline"); err != nil {
 		return cancel.DeadlineResult{}, err
 	}
@@ -117,7 +120,9 @@ func (s *Store) SetDeadline(_ context.Context, c cancel.DeadlineChange) (cancel.
 	if c.Shorten {
 		match = match && o.o.ExpireAt.After(to)
 	} else {
-		match = match && o.o.ExpireAt.After(now) && o.o.ExpireAt.Before(to)
+		// Due lifts the not-yet-due guard, never the one of a NULL
+		// deadline (the zero time: never due, nothing to wait for).
+		match = match && (c.Due && !o.o.ExpireAt.IsZero() || o.o.ExpireAt.After(now)) && o.o.ExpireAt.Before(to)
 	}
 	if !match {
 		return cancel.DeadlineResult{Order: cur}, nil

@@ -190,8 +190,9 @@ type queries struct {
 	// warning's compare-and-set on the side row.
 	reinstate, insertSold, warnSide stmt
 	// A host's table with a deadline column: a deadline moved later
-	// (extend) or earlier (shorten), by compare-and-set.
-	extend, shorten, shortenNull stmt
+	// (extend; extendDue of an order due already, for the timeout waiting
+	// on the payment provider) or earlier (shorten), by compare-and-set.
+	extend, extendDue, shorten, shortenNull stmt
 }
 
 // asText is column col as a read gives it to Go: on PostgreSQL cast to
@@ -673,6 +674,7 @@ func (r *resolved) build() queries {
 		q.warnSide = r.warnSide()
 		if r.deadline.Column != "" {
 			q.extend, q.shorten, q.shortenNull = r.moveDeadline(true), r.moveDeadline(false), r.shortenNull()
+			q.extendDue = r.extendDue()
 		}
 		if r.claims {
 			b = (&sb{}).w("INSERT INTO ", r.c, " (", r.cShow, ", ", r.cSeat, ", ", r.cNo)

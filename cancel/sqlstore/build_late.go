@@ -125,6 +125,16 @@ func (r *resolved) moveDeadline(later bool) stmt {
 	return b.done(r.d)
 }
 
+// extendDue is an extension's compare-and-set without the not-yet-due
+// guard: the timeout re-arms a due order while the payment provider cannot
+// say whether its buyer paid (cancel.DeadlineChange.Due). The deadline read
+// must still be there (a NULL never equals it) and the new one later.
+func (r *resolved) extendDue() stmt {
+	b := r.setDeadline()
+	b.w(" AND ", r.expireMS(""), " = ").p(aPrevMS).w(" AND ", r.expireMS(""), " < ").p(aTargetMS)
+	return b.done(r.d)
+}
+
 // shortenNull is a shortening's compare-and-set on a host's table for an
 // order with no deadline (NULL: an operator's hand-made order, never due):
 // any deadline is earlier, so it sets one, on a pending order whose

@@ -378,6 +378,9 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 	if c.MaxHold < 0 || c.MaxHold > maxDeadlineIn {
 		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: maximum hold %v outside 0..%v", c.OrderNo, c.MaxHold, maxDeadlineIn)
 	}
+	if c.Due && c.Shorten {
+		return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w: Due is for an extension only", c.OrderNo, expiry.ErrInvalidID)
+	}
 	if !s.m.defaultSchema {
 		return s.setDeadlineMapped(ctx, c)
 	}
@@ -390,6 +393,15 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 	switch {
 	case c.Shorten:
 		q = "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS + ?"
+	// Due (the timeout waiting for the payment provider) drops the
+	// not-yet-due guard alone: a NULL deadline never compares equal to
+	// the value read, so it is never given one here.
+	case c.Due && capped && s.dialect == SQLite:
+		q = "UPDATE oe_order SET expire_at_ms = MIN(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms < MIN(NOW_MS + ?, created_at_ms + ?)"
+	case c.Due && capped:
+		q = "UPDATE oe_order SET expire_at_ms = LEAST(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms < LEAST(NOW_MS + ?, created_at_ms + ?)"
+	case c.Due:
+		q = "UPDATE oe_order SET expire_at_ms = NOW_MS + ?, updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms < NOW_MS + ?"
 	case capped && s.dialect == SQLite: // SQLite's scalar MIN of several arguments
 		q = "UPDATE oe_order SET expire_at_ms = MIN(NOW_MS + ?, created_at_ms + ?), updated_at_ms = NOW_MS WHERE order_no = ? AND status + 0 = 0 AND expire_at_ms = ? AND expire_at_ms > NOW_MS AND expire_at_ms < MIN(NOW_MS + ?, created_at_ms + ?)"
 	case capped:
@@ -451,6 +463,8 @@ func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) 
 			return s.q.shortenNull // no deadline (NULL): any is earlier
 		case c.Shorten:
 			return s.q.shorten
+		case c.Due:
+			return s.q.extendDue
 		}
 		return s.q.extend
 	}

@@ -209,6 +209,8 @@ func (o *Observer) Observe(_ context.Context, e expiry.Event) {
 		o.deadlines.Inc()
 	case expiry.KindDiverged:
 		detail = e.Reason // what SQL going back in time left: alert on any
+	case expiry.KindProviderAnswered:
+		detail = e.Reason // four answers: paid, not_paid, open, unknown
 	}
 	o.events.WithLabelValues(kind, detail).Inc()
 	switch e.Kind {

@@ -1,0 +1,211 @@
+package cancel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// This file is the payment provider's side of an expiry (invariant I18):
+// before a timeout or the reconciler cancels a due order, the Service asks
+// the provider whether its buyer paid, so that a payment whose callback is
+// late or lost is honoured instead of refunded, and an order whose buyer is
+// still on the provider's page waits for it, never past Config.MaxHold.
+
+// PaymentProvider is the host's payment provider, as the Service's timeout
+// asks it (Config.Provider).
+//
+// QueryPayment reports what the provider knows of the payment of o (a
+// pending order whose deadline has passed by the store's clock): a trade
+// query by the merchant's order number, a checkout session looked up by the
+// session the host opened for it. It is called for every order a timeout or
+// the reconciler is about to cancel, so an adapter answers PaymentNotPaid
+// at once for an order whose buyer never started paying (the host knows: it
+// opened the sessions). It is called concurrently, for many orders at once,
+// each call bounded by Config.ProviderTimeout; it changes nothing at the
+// provider. An error means "unknown": the order waits and is asked again
+// (see Config.Provider).
+type PaymentProvider interface {
+	QueryPayment(ctx context.Context, o expiry.Order) (PaymentAnswer, error)
+}
+
+// PaymentState is what the provider says of an order's payment.
+type PaymentState uint8
+
+// The payment states a PaymentProvider answers.
+const (
+	// PaymentNotPaid: no payment was started, or it failed, expired or
+	// was closed: the order may be cancelled (a payment that still
+	// arrives after the cancel is refunded, as always).
+	PaymentNotPaid PaymentState = iota + 1
+	// PaymentPaid: the provider took the payment PaymentAnswer.PaymentID:
+	// the order is paid with it, exactly as if its callback had arrived
+	// (Service.Pay), and its later callback changes nothing.
+	PaymentPaid
+	// PaymentOpen: the buyer is paying (the session is open, the payment
+	// is processing): the order waits (Config.ProviderRetry) and is asked
+	// again, never past Config.MaxHold from its placement.
+	PaymentOpen
+)
+
+// String names the state as logs and events show it.
+func (s PaymentState) String() string {
+	switch s {
+	case PaymentNotPaid:
+		return "not_paid"
+	case PaymentPaid:
+		return "paid"
+	case PaymentOpen:
+		return "open"
+	}
+	return fmt.Sprintf("PaymentState(%d)", uint8(s))
+}
+
+// PaymentAnswer is a PaymentProvider's answer.
+type PaymentAnswer struct {
+	State PaymentState
+	// PaymentID is the payment that paid the order (PaymentPaid only): the
+	// id its callback carries, so that the callback and the query decide
+	// one payment once (I9, I14).
+	PaymentID string
+}
+
+// Defaults of the provider's Config fields.
+const (
+	// ProviderTimeoutDefault bounds one PaymentProvider.QueryPayment call.
+	ProviderTimeoutDefault = 5 * time.Second
+	// ProviderRetryDefault is how long a due order waits for its provider
+	// to answer again (an open payment, an error, no answer in time).
+	ProviderRetryDefault = 30 * time.Second
+	// providerWorkers is how many orders of one ExpireDue are asked at
+	// once: one slow provider call holds one worker, not the batch.
+	providerWorkers = 16
+)
+
+// errProviderAnswer reports a PaymentProvider answer the Service cannot use
+// (an unknown state, a paid answer without a valid payment id): the order
+// is treated as one the provider could not answer for.
+var errProviderAnswer = errors.New("orderexpiry: unusable payment provider answer")
+
+// verdict is what asking the provider decided for one order.
+type verdict uint8
+
+const (
+	verdictCancel verdict = iota // not paid (or waited long enough): the timeout's cancel goes on
+	verdictDone                  // paid by the provider's answer, waiting again, or no longer the timeout's
+)
+
+// askProvider asks the provider about orderNo if it is a pending order that
+// is due, and acts on the answer: pays it (PaymentPaid), re-arms it
+// (PaymentOpen, an error, an unusable answer; at the maximum hold the
+// cancel goes on), or lets the cancel go on (PaymentNotPaid). With
+// verdictDone, res is the order's answer to the caller of Timeout.
+func (s *Service) askProvider(ctx context.Context, orderNo string) (verdict, Result, error) {
+	o, err := s.store.Order(ctx, orderNo)
+	if err != nil {
+		if errors.Is(err, expiry.ErrNotFound) {
+			return verdictCancel, Result{}, nil // the cancel answers it, as without a provider
+		}
+		return verdictDone, Result{}, err
+	}
+	if o.Status != expiry.StatusPending || o.ExpireAt.IsZero() || o.Remaining() > 0 {
+		// Not the timeout's to cancel now: the store's cancel would change
+		// nothing either, and its answer is this read's.
+		return verdictDone, Result{Order: o}, nil
+	}
+	qctx, done := context.WithTimeout(ctx, s.providerTimeout)
+	ans, qerr := s.provider.QueryPayment(qctx, o)
+	done()
+	if qerr == nil {
+		qerr = ans.check()
+	}
+	switch {
+	case qerr == nil && ans.State == PaymentNotPaid:
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: ans.State.String()})
+		return verdictCancel, Result{}, nil
+	case qerr == nil && ans.State == PaymentPaid:
+		res, err := s.Pay(ctx, Payment{OrderNo: orderNo, UserID: o.UserID, PaymentID: ans.PaymentID})
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: ans.State.String(), Err: err})
+		switch {
+		case err == nil:
+			return verdictDone, res, nil
+		case errors.Is(err, ErrDiscrepancy):
+			// The provider's payment id was decided before (refunded,
+			// or another order's): Pay refunded it; the order is still
+			// unpaid and the timeout's.
+			return verdictCancel, Result{}, nil
+		}
+		return verdictDone, res, fmt.Errorf("cancel: timeout of %s: the provider's payment %s: %w", orderNo, ans.PaymentID, err)
+	}
+	reason := "open"
+	if qerr != nil {
+		reason = "unknown"
+		s.log.WarnContext(ctx, "the payment provider could not say whether a due order was paid; it waits", "order", orderNo, "err", qerr)
+	}
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: reason, Err: qerr})
+	d, err := s.store.SetDeadline(ctx, DeadlineChange{OrderNo: orderNo, In: s.providerRetry, MaxHold: s.maxHold, Due: true})
+	switch {
+	case errors.Is(err, ErrUnsupported):
+		// The store keeps no deadline to move (a mapped window): it
+		// cannot wait durably, so the cancel goes on; a payment that
+		// still arrives is refunded.
+		return verdictCancel, Result{}, nil
+	case err != nil:
+		return verdictDone, Result{}, fmt.Errorf("cancel: timeout of %s: waiting for the payment provider: %w", orderNo, err)
+	case d.Changed && d.Order.Remaining() > 0:
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: orderNo, Reason: "provider_" + reason, Delay: d.Order.ExpireAt.Sub(d.Previous)})
+		return verdictDone, Result{Order: d.Order}, nil
+	}
+	// Not moved, or moved to a cap in the past: at placement + MaxHold
+	// (I17: the cancel goes on whatever the provider says, a refund is the
+	// net), or no longer pending (the cancel answers that).
+	return verdictCancel, Result{}, nil
+}
+
+// check reports an answer the Service cannot act on.
+func (a PaymentAnswer) check() error {
+	switch a.State {
+	case PaymentNotPaid, PaymentOpen:
+		return nil
+	case PaymentPaid:
+		if err := expiry.ValidateID("payment id", a.PaymentID); err != nil {
+			return fmt.Errorf("%w: paid without a valid payment id: %w", errProviderAnswer, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: state %v", errProviderAnswer, a.State)
+}
+
+// askAll is askProvider for a batch (ExpireDue), providerWorkers orders at
+// a time: it returns the numbers whose cancel goes on. An order whose ask
+// failed is left out (its error logged): it is the next round's.
+func (s *Service) askAll(ctx context.Context, orderNos []string) []string {
+	verdicts := make([]verdict, len(orderNos))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, providerWorkers)
+	for i, no := range orderNos {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			v, _, err := s.askProvider(ctx, no)
+			if err != nil {
+				s.log.WarnContext(ctx, "asking the payment provider before an expiry failed; the order is left for the next round", "order", no, "err", err)
+				v = verdictDone
+			}
+			verdicts[i] = v
+		}()
+	}
+	wg.Wait()
+	var out []string
+	for i, no := range orderNos {
+		if verdicts[i] == verdictCancel {
+			out = append(out, no)
+		}
+	}
+	return out
+}

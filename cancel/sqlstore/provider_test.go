@@ -1,0 +1,247 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seatflow/orderexpiry/cancel"
+	"github.com/seatflow/orderexpiry/cancel/sqlstore"
+	"github.com/seatflow/orderexpiry/expiry"
+)
+
+// fakeProvider is a payment provider whose answer per order a test sets:
+// an answer, an error, or no answer at all (it blocks until its context
+// ends, a provider that hangs).
+type fakeProvider struct {
+	mu    sync.Mutex
+	ans   map[string]cancel.PaymentAnswer
+	err   map[string]error
+	hang  map[string]bool
+	calls map[string]int
+}
+
+func newFakeProvider() *fakeProvider {
+	return &fakeProvider{ans: map[string]cancel.PaymentAnswer{}, err: map[string]error{}, hang: map[string]bool{}, calls: map[string]int{}}
+}
+
+func (f *fakeProvider) QueryPayment(ctx context.Context, o expiry.Order) (cancel.PaymentAnswer, error) {
+	f.mu.Lock()
+	f.calls[o.No]++
+	a, err, hang := f.ans[o.No], f.err[o.No], f.hang[o.No]
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return cancel.PaymentAnswer{}, ctx.Err()
+	}
+	if err != nil {
+		return cancel.PaymentAnswer{}, err
+	}
+	if a.State == 0 {
+		return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
+	}
+	return a, nil
+}
+
+func (f *fakeProvider) set(no string, a cancel.PaymentAnswer) {
+	f.mu.Lock()
+	f.ans[no] = a
+	f.mu.Unlock()
+}
+
+// provWorld is the r6 world (SQL, Redis seats, a refund book) with a
+// provider wired: answers within 300 ms, re-arms 200 ms later, holds an
+// order at most 1.5 s from its placement.
+type provWorld struct {
+	*r6World
+	prov *fakeProvider
+}
+
+const (
+	provTimeout = 300 * time.Millisecond
+	provRetry   = 200 * time.Millisecond
+	provHold    = 1500 * time.Millisecond
+)
+
+func newProvWorld(t *testing.T, d sqlstore.Dialect, db *sql.DB) *provWorld {
+	prov := newFakeProvider()
+	w := newR6(t, d, db, func(c *cancel.Config) {
+		c.Provider, c.ProviderTimeout, c.ProviderRetry, c.MaxHold = prov, provTimeout, provRetry, provHold
+	})
+	return &provWorld{r6World: w, prov: prov}
+}
+
+// placeDue places an order whose deadline has passed: the timeout's, by
+// the store's clock. It returns the store's clock read before the insert:
+// the order's placement is not earlier.
+func (w *provWorld) placeDue(t *testing.T, no, seat string) (cancel.Placement, time.Time) {
+	ctx := context.Background()
+	now, err := w.s.Now(ctx)
+	require.NoError(t, err)
+	p := cancel.Placement{OrderNo: no + w.u, UserID: "u-" + no, ShowID: "ev" + w.u, Seats: []string{seat}, ExpireAt: now.Add(-time.Second)}
+	require.NoError(t, w.svc.Place(ctx, p, w.s.Insert(w.db, nil)))
+	return p, now
+}
+
+func (w *provWorld) order(t *testing.T, no string) expiry.Order {
+	o, err := w.s.Order(context.Background(), no)
+	require.NoError(t, err)
+	return o
+}
+
+// TestProviderIsAskedBeforeATimeout (I18, I9, I14, I17, I12): with
+// cancel.Config.Provider, a timeout asks before it cancels. Judged by who
+// holds the seat, who paid, who was refunded, and when an order the
+// provider could not settle was cancelled: a paid answer pays the order
+// with the provider's payment id (seat sold, its callback then changes
+// nothing, nothing refunded); not paid cancels (seat free); an open
+// payment, an error, an unusable answer or no answer keep the order
+// pending and not due, never cancelled before its placement plus MaxHold,
+// and cancelled once there; a provider that hangs on one order does not
+// hold another order's timeout back.
+func TestProviderIsAskedBeforeATimeout(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+
+		t.Run("paid", func(t *testing.T) {
+			w := newProvWorld(t, d, db)
+			p, _ := w.placeDue(t, "P", "p1")
+			pid := "pay-p" + w.u
+			w.prov.set(p.OrderNo, cancel.PaymentAnswer{State: cancel.PaymentPaid, PaymentID: pid})
+			cancelled, o, err := w.svc.Timeout(ctx, p.OrderNo)
+			require.NoError(t, err)
+			assert.False(t, cancelled)
+			assert.Equal(t, expiry.StatusPaid, o.Status, "the answer's order: paid")
+			assert.Equal(t, expiry.StatusPaid, w.order(t, p.OrderNo).Status)
+			assert.Equal(t, "sold:"+p.OrderNo, holder(t, w.rs.Seats, p.ShowID, "p1"), "the buyer holds the seat they paid")
+			// The callback arrives late: the same payment, nothing new.
+			r, err := w.svc.Pay(ctx, cancel.Payment{OrderNo: p.OrderNo, PaymentID: pid})
+			require.NoError(t, err)
+			assert.False(t, r.Changed)
+			assert.Zero(t, w.book.count(pid), "a paid order's payment is never refunded")
+		})
+
+		t.Run("not paid", func(t *testing.T) {
+			w := newProvWorld(t, d, db)
+			n, _ := w.placeDue(t, "N", "n1")
+			cancelled, _, err := w.svc.Timeout(ctx, n.OrderNo)
+			require.NoError(t, err)
+			assert.True(t, cancelled)
+			assert.Equal(t, expiry.StatusCancelled, w.order(t, n.OrderNo).Status)
+			assert.Empty(t, holder(t, w.rs.Seats, n.ShowID, "n1"), "its seat is free")
+			assert.Equal(t, 1, w.prov.calls[n.OrderNo])
+		})
+
+		unsettled := map[string]func(w *provWorld, no string){
+			"open": func(w *provWorld, no string) { w.prov.set(no, cancel.PaymentAnswer{State: cancel.PaymentOpen}) },
+			"error": func(w *provWorld, no string) {
+				w.prov.mu.Lock()
+				w.prov.err[no] = errors.New("provider: 502")
+				w.prov.mu.Unlock()
+			},
+			"paid without an id": func(w *provWorld, no string) { w.prov.set(no, cancel.PaymentAnswer{State: cancel.PaymentPaid}) },
+			"unknown state":      func(w *provWorld, no string) { w.prov.set(no, cancel.PaymentAnswer{State: 9}) },
+			"hangs": func(w *provWorld, no string) {
+				w.prov.mu.Lock()
+				w.prov.hang[no] = true
+				w.prov.mu.Unlock()
+			},
+		}
+		for name, answer := range unsettled {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel() // each waits out the maximum hold
+				w := newProvWorld(t, d, db)
+				o, before := w.placeDue(t, "O", "o1")
+				answer(w, o.OrderNo)
+				rounds := 0
+				for {
+					cancelled, got, err := w.svc.Timeout(ctx, o.OrderNo)
+					require.NoError(t, err)
+					if cancelled {
+						// I17: only at the maximum hold, whatever the provider said.
+						assert.False(t, got.ReadAt.Before(before.Add(provHold).Add(-time.Millisecond)),
+							"cancelled at %v, before its placement (>= %v) plus the maximum hold", got.ReadAt, before)
+						break
+					}
+					rounds++
+					require.Less(t, rounds, 100, "never cancelled")
+					assert.Equal(t, expiry.StatusPending, got.Status)
+					require.Greater(t, got.Remaining(), time.Duration(0), "re-armed: not due, the message waits")
+					assert.Equal(t, "locked:"+o.OrderNo, holder(t, w.rs.Seats, o.ShowID, "o1"), "the paying buyer keeps the seat")
+					time.Sleep(got.Remaining() + 5*time.Millisecond)
+				}
+				assert.GreaterOrEqual(t, rounds, 2, "waited ProviderRetry at a time, more than once")
+				assert.Empty(t, holder(t, w.rs.Seats, o.ShowID, "o1"), "freed at the maximum hold")
+			})
+		}
+
+		t.Run("a hanging provider holds no other order back", func(t *testing.T) {
+			w := newProvWorld(t, d, db)
+			slow, _ := w.placeDue(t, "S", "s1")
+			fast, _ := w.placeDue(t, "F", "f1")
+			w.prov.mu.Lock()
+			w.prov.hang[slow.OrderNo] = true
+			w.prov.mu.Unlock()
+			slowDone := make(chan time.Time, 1)
+			go func() {
+				_, _, err := w.svc.Timeout(ctx, slow.OrderNo)
+				assert.NoError(t, err)
+				slowDone <- time.Now()
+			}()
+			require.Eventually(t, func() bool { w.prov.mu.Lock(); defer w.prov.mu.Unlock(); return w.prov.calls[slow.OrderNo] == 1 }, 5*time.Second, time.Millisecond)
+			cancelled, _, err := w.svc.Timeout(ctx, fast.OrderNo)
+			require.NoError(t, err)
+			fastAt := time.Now()
+			assert.True(t, cancelled)
+			slowAt := <-slowDone
+			assert.True(t, fastAt.Before(slowAt), "the other order's timeout finished while the provider hung")
+			assert.Equal(t, expiry.StatusPending, w.order(t, slow.OrderNo).Status)
+		})
+
+		t.Run("a refunded payment id pays nothing", func(t *testing.T) {
+			w := newProvWorld(t, d, db)
+			x := w.place(t, "X", "ux", "x1")
+			_, err := w.svc.UserCancel(ctx, x.OrderNo, "ux")
+			require.NoError(t, err)
+			pid := "pay-x" + w.u
+			_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: x.OrderNo, PaymentID: pid})
+			require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+			require.Equal(t, 1, w.book.count(pid))
+			// A confused provider names that payment for another order.
+			r, _ := w.placeDue(t, "R", "r1")
+			w.prov.set(r.OrderNo, cancel.PaymentAnswer{State: cancel.PaymentPaid, PaymentID: pid})
+			cancelled, _, err := w.svc.Timeout(ctx, r.OrderNo)
+			require.NoError(t, err)
+			assert.True(t, cancelled, "no payment of its own: cancelled")
+			assert.Equal(t, 1, w.book.count(pid), "refunded once, not twice")
+			assert.Empty(t, holder(t, w.rs.Seats, r.ShowID, "r1"))
+		})
+
+		t.Run("the reconciler's batch asks too", func(t *testing.T) {
+			w := newProvWorld(t, d, db)
+			p, _ := w.placeDue(t, "BP", "bp1")
+			n, _ := w.placeDue(t, "BN", "bn1")
+			o, _ := w.placeDue(t, "BO", "bo1")
+			pid := "pay-bp" + w.u
+			w.prov.set(p.OrderNo, cancel.PaymentAnswer{State: cancel.PaymentPaid, PaymentID: pid})
+			w.prov.set(o.OrderNo, cancel.PaymentAnswer{State: cancel.PaymentOpen})
+			res, err := w.svc.ExpireDue(ctx, []string{p.OrderNo, n.OrderNo, o.OrderNo}, cancel.ReasonReconcile)
+			require.NoError(t, err)
+			require.Len(t, res, 1)
+			assert.Equal(t, n.OrderNo, res[0].Order.No)
+			assert.Equal(t, "sold:"+p.OrderNo, holder(t, w.rs.Seats, p.ShowID, "bp1"))
+			assert.Empty(t, holder(t, w.rs.Seats, n.ShowID, "bn1"))
+			assert.Equal(t, "locked:"+o.OrderNo, holder(t, w.rs.Seats, o.ShowID, "bo1"))
+			got := w.order(t, o.OrderNo)
+			assert.Equal(t, expiry.StatusPending, got.Status)
+			assert.Greater(t, got.Remaining(), time.Duration(0))
+			assert.Zero(t, w.book.count(pid))
+		})
+	})
+}
