@@ -8,6 +8,7 @@ import (
 
 	"github.com/seatflow/orderexpiry/cancel"
 	"github.com/seatflow/orderexpiry/cancel/memstore"
+	"github.com/seatflow/orderexpiry/expiry"
 )
 
 // The pay side of the race: a payment that arrives after the timeout has
@@ -136,4 +137,56 @@ func ExampleService_Extend() {
 	// Output:
 	// extended: true true
 	// again, shorter: false
+}
+
+// lookup is a host's payment provider adapter: it asks the provider about
+// the session it opened for an order (a trade query by the merchant's order
+// number), and answers "not paid" at once for an order whose buyer never
+// started paying.
+type lookup map[string]cancel.PaymentAnswer
+
+func (l lookup) QueryPayment(_ context.Context, o expiry.Order) (cancel.PaymentAnswer, error) {
+	if a, ok := l[o.No]; ok {
+		return a, nil
+	}
+	return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
+}
+
+// Asking the provider before a timeout cancels: the buyer of A1 paid but
+// the callback is late, so A1 is paid by the provider's answer instead of
+// cancelled and refunded; B2's buyer is still on the provider's page, so B2
+// waits (its deadline moves ProviderRetry later, never past MaxHold); C3's
+// buyer never paid, so it is cancelled.
+func ExampleConfig_provider() {
+	ctx := context.Background()
+	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
+	provider := lookup{
+		"A1": {State: cancel.PaymentPaid, PaymentID: "pay-1"},
+		"B2": {State: cancel.PaymentOpen},
+	}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: seats, Provider: provider, ProviderRetry: time.Minute,
+		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
+			fmt.Println("refund", d.PaymentID)
+			return nil
+		}})
+	if err != nil {
+		panic(err)
+	}
+	for i, no := range []string{"A1", "B2", "C3"} {
+		p := cancel.Placement{OrderNo: no, UserID: "u1", ShowID: "s1", Seats: []string{fmt.Sprintf("r1c%d", i)}, ExpireAt: time.Now().Add(-time.Second)}
+		if err := svc.Place(ctx, p, store.Place); err != nil {
+			panic(err)
+		}
+	}
+	for _, no := range []string{"A1", "B2", "C3"} {
+		cancelled, o, err := svc.Timeout(ctx, no) // what an expiry message does
+		fmt.Println(no, "cancelled:", cancelled, "status:", o.Status, "waits:", o.Remaining() > 0, err)
+	}
+	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "A1", PaymentID: "pay-1"}) // the late callback
+	fmt.Println("callback:", err)
+	// Output:
+	// A1 cancelled: false status: paid waits: false <nil>
+	// B2 cancelled: false status: pending waits: true <nil>
+	// C3 cancelled: true status: cancelled waits: false <nil>
+	// callback: <nil>
 }
