@@ -152,11 +152,22 @@ func (l lookup) QueryPayment(_ context.Context, o expiry.Order) (cancel.PaymentA
 	return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
 }
 
+// ClosePayment closes the session of an order about to be cancelled; one
+// that completed meanwhile refuses, with its payment.
+func (l lookup) ClosePayment(ctx context.Context, o expiry.Order) (cancel.PaymentAnswer, error) {
+	if a := l[o.No]; a.State == cancel.PaymentPaid {
+		return a, nil
+	}
+	fmt.Println("session of", o.No, "closed")
+	return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
+}
+
 // Asking the provider before a timeout cancels: the buyer of A1 paid but
 // the callback is late, so A1 is paid by the provider's answer instead of
 // cancelled and refunded; B2's buyer is still on the provider's page, so B2
 // waits (its deadline moves ProviderRetry later, never past MaxHold); C3's
-// buyer never paid, so it is cancelled.
+// buyer did not pay, so its session is closed (the buyer can no longer pay
+// it) and it is cancelled.
 func ExampleConfig_provider() {
 	ctx := context.Background()
 	store, seats := memstore.NewStore(nil), memstore.NewSeats(nil)
@@ -187,6 +198,7 @@ func ExampleConfig_provider() {
 	// Output:
 	// A1 cancelled: false status: paid waits: false <nil>
 	// B2 cancelled: false status: pending waits: true <nil>
+	// session of C3 closed
 	// C3 cancelled: true status: cancelled waits: false <nil>
 	// callback: <nil>
 }

@@ -14,7 +14,9 @@ import (
 // before a timeout or the reconciler cancels a due order, the Service asks
 // the provider whether its buyer paid, so that a payment whose callback is
 // late or lost is honoured instead of refunded, and an order whose buyer is
-// still on the provider's page waits for it, never past Config.MaxHold.
+// still on the provider's page waits for it, never past Config.MaxHold;
+// then it closes the provider's session, so that the buyer cannot pay the
+// order once it is cancelled.
 
 // PaymentProvider is the host's payment provider, as the Service's timeout
 // asks it (Config.Provider).
@@ -29,8 +31,21 @@ import (
 // each call bounded by Config.ProviderTimeout; it changes nothing at the
 // provider. An error means "unknown": the order waits and is asked again
 // (see Config.Provider).
+//
+// ClosePayment closes the provider's session of o's payment (a Checkout
+// Session's expiry, a trade close), so that its buyer can no longer pay an
+// order about to be cancelled. The Service calls it after QueryPayment
+// answered PaymentNotPaid and before the cancel, which commits only after a
+// close answered PaymentNotPaid. It must be idempotent: closing a session
+// that is closed, expired or was never opened answers PaymentNotPaid. It
+// answers the state after the close: PaymentNotPaid (closed: the cancel
+// goes on), PaymentPaid with the payment id (the provider refused to close
+// because the payment completed meanwhile: the order is paid with it), or
+// PaymentOpen or an error (the order waits and is asked again, as for the
+// query). Bounded by Config.ProviderTimeout too.
 type PaymentProvider interface {
 	QueryPayment(ctx context.Context, o expiry.Order) (PaymentAnswer, error)
+	ClosePayment(ctx context.Context, o expiry.Order) (PaymentAnswer, error)
 }
 
 // PaymentState is what the provider says of an order's payment.
@@ -117,53 +132,91 @@ func (s *Service) askProvider(ctx context.Context, orderNo string) (verdict, Res
 		// nothing either, and its answer is this read's.
 		return verdictDone, Result{Order: o}, nil
 	}
-	qctx, done := context.WithTimeout(ctx, s.providerTimeout)
-	ans, qerr := s.provider.QueryPayment(qctx, o)
-	done()
-	if qerr == nil {
-		qerr = ans.check()
+	ans, qerr := s.callProvider(ctx, o, s.provider.QueryPayment)
+	step := "" // the event's Reason prefix: "" for the query, "close_" for the close
+	if qerr == nil && ans.State == PaymentNotPaid {
+		// Close the session before the cancel commits, so that the buyer
+		// cannot pay an order that is gone: a cancel then follows a
+		// successful close only, and a crash between the two asks and
+		// closes again (closing is idempotent). A provider that refuses
+		// because the payment completed meanwhile answers paid.
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: ans.State.String()})
+		step = "close_"
+		ans, qerr = s.callProvider(ctx, o, s.provider.ClosePayment)
 	}
 	switch {
 	case qerr == nil && ans.State == PaymentNotPaid:
-		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: ans.State.String()})
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: "closed"})
 		return verdictCancel, Result{}, nil
 	case qerr == nil && ans.State == PaymentPaid:
-		res, err := s.Pay(ctx, Payment{OrderNo: orderNo, UserID: o.UserID, PaymentID: ans.PaymentID})
-		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: ans.State.String(), Err: err})
-		switch {
-		case err == nil:
-			return verdictDone, res, nil
-		case errors.Is(err, ErrDiscrepancy):
-			// The provider's payment id was decided before (refunded,
-			// or another order's): Pay refunded it; the order is still
-			// unpaid and the timeout's.
-			return verdictCancel, Result{}, nil
-		}
-		return verdictDone, res, fmt.Errorf("cancel: timeout of %s: the provider's payment %s: %w", orderNo, ans.PaymentID, err)
+		return s.paidByProvider(ctx, o, ans, step)
 	}
-	reason := "open"
+	reason := step + "open"
 	if qerr != nil {
-		reason = "unknown"
-		s.log.WarnContext(ctx, "the payment provider could not say whether a due order was paid; it waits", "order", orderNo, "err", qerr)
+		reason = step + "unknown"
+		s.log.WarnContext(ctx, "the payment provider could not settle a due order's payment; it waits", "order", orderNo, "step", map[string]string{"": "query", "close_": "close"}[step], "err", qerr)
 	}
 	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: reason, Err: qerr})
 	d, err := s.store.SetDeadline(ctx, DeadlineChange{OrderNo: orderNo, In: s.providerRetry, MaxHold: s.maxHold, Due: true})
 	switch {
 	case errors.Is(err, ErrUnsupported):
 		// The store keeps no deadline to move (a mapped window): it
-		// cannot wait durably, so the cancel goes on; a payment that
-		// still arrives is refunded.
-		return verdictCancel, Result{}, nil
+		// cannot wait durably, so the cancel goes on as at the cap.
 	case err != nil:
 		return verdictDone, Result{}, fmt.Errorf("cancel: timeout of %s: waiting for the payment provider: %w", orderNo, err)
 	case d.Changed && d.Order.Remaining() > 0:
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: orderNo, Reason: "provider_" + reason, Delay: d.Order.ExpireAt.Sub(d.Previous)})
 		return verdictDone, Result{Order: d.Order}, nil
+	case d.Order.Status != expiry.StatusPending:
+		return verdictCancel, Result{}, nil // decided meanwhile: the cancel answers it
 	}
 	// Not moved, or moved to a cap in the past: at placement + MaxHold
-	// (I17: the cancel goes on whatever the provider says, a refund is the
-	// net), or no longer pending (the cancel answers that).
+	// (I17): the cancel goes on whatever the provider says, and a payment
+	// that still arrives is refunded. The session is closed first if the
+	// provider lets it (a paid answer still pays); if not, it stays open:
+	// said loudly, counted ("unclosed").
+	if step == "" {
+		ans, qerr = s.callProvider(ctx, o, s.provider.ClosePayment)
+		switch {
+		case qerr == nil && ans.State == PaymentNotPaid:
+			s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: "closed"})
+			return verdictCancel, Result{}, nil
+		case qerr == nil && ans.State == PaymentPaid:
+			return s.paidByProvider(ctx, o, ans, "close_")
+		}
+	}
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: "unclosed", Err: qerr})
+	s.log.ErrorContext(ctx, "a due order is cancelled at its maximum hold with its payment session not closed; a payment that still arrives is refunded", "order", orderNo, "err", qerr)
 	return verdictCancel, Result{}, nil
+}
+
+// paidByProvider pays o with the payment the provider answered (step: the
+// event's Reason prefix).
+func (s *Service) paidByProvider(ctx context.Context, o expiry.Order, ans PaymentAnswer, step string) (verdict, Result, error) {
+	res, err := s.Pay(ctx, Payment{OrderNo: o.No, UserID: o.UserID, PaymentID: ans.PaymentID})
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: step + ans.State.String(), Err: err})
+	switch {
+	case err == nil:
+		return verdictDone, res, nil
+	case errors.Is(err, ErrDiscrepancy):
+		// The provider's payment id was decided before (refunded, or
+		// another order's): Pay refunded it; the order is still unpaid
+		// and the timeout's.
+		return verdictCancel, Result{}, nil
+	}
+	return verdictDone, res, fmt.Errorf("cancel: timeout of %s: the provider's payment %s: %w", o.No, ans.PaymentID, err)
+}
+
+// callProvider is one provider call, bounded by Config.ProviderTimeout, its
+// answer checked.
+func (s *Service) callProvider(ctx context.Context, o expiry.Order, call func(context.Context, expiry.Order) (PaymentAnswer, error)) (PaymentAnswer, error) {
+	qctx, done := context.WithTimeout(ctx, s.providerTimeout)
+	defer done()
+	ans, err := call(qctx, o)
+	if err == nil {
+		err = ans.check()
+	}
+	return ans, err
 }
 
 // check reports an answer the Service cannot act on.

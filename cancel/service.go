@@ -110,15 +110,17 @@ type Config struct {
 	// the expiry messages and the reconciler) cancels a due order
 	// (invariant I18): PaymentPaid pays the order with the provider's
 	// payment id as its callback would (its seats sold, no refund);
-	// PaymentNotPaid lets the cancel go on; PaymentOpen, an error or no
+	// PaymentNotPaid closes the provider's session (ClosePayment) and the
+	// cancel commits once it is closed; PaymentOpen, an error or no
 	// answer within ProviderTimeout moves the order's deadline
 	// ProviderRetry later (the message re-arms to it, the reconciler finds
 	// it due again then), never past its placement plus MaxHold: there the
-	// cancel goes on whatever the provider says, and a payment that still
-	// arrives is refunded. A store that cannot move deadlines (a mapped
-	// window) cannot wait: its orders are cancelled on any answer but
-	// PaymentPaid. Users' cancels and ExpireNow never ask. Nil: no
-	// provider is asked, a payment after the cancel is refunded.
+	// cancel goes on whatever the provider says (the session closed first
+	// when the provider lets it), and a payment that still arrives is
+	// refunded. A store that cannot move deadlines (a mapped window)
+	// cannot wait: its orders are cancelled on any answer but a paid one.
+	// Users' cancels and ExpireNow never ask. Nil: no provider is asked,
+	// a payment after the cancel is refunded.
 	Provider PaymentProvider
 	// ProviderTimeout bounds each QueryPayment call; 0:
 	// ProviderTimeoutDefault.

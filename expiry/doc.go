@@ -95,8 +95,11 @@
 //     reconciler cancels a due order the provider is asked, a paid answer
 //     pays the order with the provider's payment id (no refund), an open
 //     payment or no answer re-arms it (cancel.DeadlineChange.Due), and at
-//     placement plus the maximum hold it is cancelled whatever the answer.
-//     The provider session's close after a cancel is not built yet.
+//     placement plus the maximum hold it is cancelled whatever the answer;
+//     a not-paid answer closes the provider's session before the cancel
+//     commits (PaymentProvider.ClosePayment), so the cancel follows a
+//     successful close, except at the maximum hold when the provider
+//     cannot close (counted as "unclosed").
 //   - I19: Statuses the host owns: a status outside the mapping means "not
 //     the library's" (StatusHost): its message is final, the passes skip
 //     and count it, and it never holds another order back. The library

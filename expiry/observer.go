@@ -93,10 +93,14 @@ const (
 	// honoured although the seat store recorded it refunded: refused).
 	KindDiverged
 	// KindProviderAnswered: the payment provider was asked about a due
-	// order before its cancel (cancel.Config.Provider): Reason its answer
-	// ("not_paid", "paid", "open", or "unknown" for an error or no answer
-	// in time, Err set), OrderNo which. "open" and "unknown" re-arm the
-	// order (a KindDeadlineChanged follows) until its maximum hold.
+	// order before its cancel (cancel.Config.Provider), OrderNo which;
+	// Reason its answer. To the query: "not_paid", "paid", "open", or
+	// "unknown" (an error or no answer in time, Err set). To the close
+	// that follows a "not_paid": "closed" (the cancel goes on),
+	// "close_paid", "close_open", "close_unknown". "open" and "unknown"
+	// re-arm the order (a KindDeadlineChanged follows) until its maximum
+	// hold; "unclosed": cancelled there with its session not closed (a
+	// payment that still arrives is refunded): alert on it.
 	KindProviderAnswered
 )
 

@@ -36,6 +36,11 @@ func (l latencyProvider) QueryPayment(ctx context.Context, _ expiry.Order) (canc
 	return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
 }
 
+// ClosePayment closes at once: no session was opened.
+func (latencyProvider) ClosePayment(context.Context, expiry.Order) (cancel.PaymentAnswer, error) {
+	return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
+}
+
 // BenchmarkTimeoutProvider is the expiry path (Service.Timeout of a due
 // order, one at a time, as one consumer goroutine runs it) without a
 // provider, with one that answers at once, and with one that answers in

@@ -18,17 +18,46 @@ import (
 
 // fakeProvider is a payment provider whose answer per order a test sets:
 // an answer, an error, or no answer at all (it blocks until its context
-// ends, a provider that hangs).
+// ends, a provider that hangs). Its close answers closeAns or closeErr
+// when set, else closes: a session that is not paid (nor open) is closed,
+// counted in closed; a paid one refuses with its payment.
 type fakeProvider struct {
-	mu    sync.Mutex
-	ans   map[string]cancel.PaymentAnswer
-	err   map[string]error
-	hang  map[string]bool
-	calls map[string]int
+	mu       sync.Mutex
+	ans      map[string]cancel.PaymentAnswer
+	err      map[string]error
+	hang     map[string]bool
+	calls    map[string]int
+	closeAns map[string]cancel.PaymentAnswer
+	closeErr map[string]error
+	closed   map[string]int
 }
 
 func newFakeProvider() *fakeProvider {
-	return &fakeProvider{ans: map[string]cancel.PaymentAnswer{}, err: map[string]error{}, hang: map[string]bool{}, calls: map[string]int{}}
+	return &fakeProvider{ans: map[string]cancel.PaymentAnswer{}, err: map[string]error{}, hang: map[string]bool{}, calls: map[string]int{},
+		closeAns: map[string]cancel.PaymentAnswer{}, closeErr: map[string]error{}, closed: map[string]int{}}
+}
+
+func (f *fakeProvider) ClosePayment(ctx context.Context, o expiry.Order) (cancel.PaymentAnswer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.closeErr[o.No]; err != nil {
+		return cancel.PaymentAnswer{}, err
+	}
+	if a, ok := f.closeAns[o.No]; ok {
+		return a, nil
+	}
+	if a := f.ans[o.No]; a.State == cancel.PaymentPaid {
+		return a, nil
+	}
+	f.closed[o.No]++
+	f.ans[o.No] = cancel.PaymentAnswer{State: cancel.PaymentNotPaid}
+	return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
+}
+
+func (f *fakeProvider) closes(no string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed[no]
 }
 
 func (f *fakeProvider) QueryPayment(ctx context.Context, o expiry.Order) (cancel.PaymentAnswer, error) {
@@ -136,10 +165,54 @@ func TestProviderIsAskedBeforeATimeout(t *testing.T) {
 			assert.Equal(t, expiry.StatusCancelled, w.order(t, n.OrderNo).Status)
 			assert.Empty(t, holder(t, w.rs.Seats, n.ShowID, "n1"), "its seat is free")
 			assert.Equal(t, 1, w.prov.calls[n.OrderNo])
+			assert.Equal(t, 1, w.prov.closes(n.OrderNo), "its session closed before the cancel")
+		})
+
+		t.Run("the close finds it paid", func(t *testing.T) {
+			w := newProvWorld(t, d, db)
+			c, _ := w.placeDue(t, "C", "c1")
+			pid := "pay-c" + w.u
+			w.prov.mu.Lock()
+			w.prov.closeAns[c.OrderNo] = cancel.PaymentAnswer{State: cancel.PaymentPaid, PaymentID: pid} // paid between the query and the close
+			w.prov.mu.Unlock()
+			cancelled, o, err := w.svc.Timeout(ctx, c.OrderNo)
+			require.NoError(t, err)
+			assert.False(t, cancelled)
+			assert.Equal(t, expiry.StatusPaid, o.Status)
+			assert.Equal(t, "sold:"+c.OrderNo, holder(t, w.rs.Seats, c.ShowID, "c1"))
+			_, err = w.svc.Pay(ctx, cancel.Payment{OrderNo: c.OrderNo, PaymentID: pid})
+			require.NoError(t, err)
+			assert.Zero(t, w.book.count(pid), "never refunded")
+		})
+
+		t.Run("the close fails, then succeeds", func(t *testing.T) {
+			w := newProvWorld(t, d, db)
+			c, _ := w.placeDue(t, "CF", "cf1")
+			w.prov.mu.Lock()
+			w.prov.closeErr[c.OrderNo] = errors.New("provider: 503")
+			w.prov.mu.Unlock()
+			cancelled, o, err := w.svc.Timeout(ctx, c.OrderNo)
+			require.NoError(t, err)
+			assert.False(t, cancelled, "no cancel without a closed session")
+			assert.Greater(t, o.Remaining(), time.Duration(0), "re-armed")
+			assert.Equal(t, "locked:"+c.OrderNo, holder(t, w.rs.Seats, c.ShowID, "cf1"))
+			w.prov.mu.Lock()
+			delete(w.prov.closeErr, c.OrderNo)
+			w.prov.mu.Unlock()
+			time.Sleep(o.Remaining() + 5*time.Millisecond)
+			cancelled, _, err = w.svc.Timeout(ctx, c.OrderNo)
+			require.NoError(t, err)
+			assert.True(t, cancelled)
+			assert.Equal(t, 1, w.prov.closes(c.OrderNo))
 		})
 
 		unsettled := map[string]func(w *provWorld, no string){
 			"open": func(w *provWorld, no string) { w.prov.set(no, cancel.PaymentAnswer{State: cancel.PaymentOpen}) },
+			"the close never succeeds": func(w *provWorld, no string) {
+				w.prov.mu.Lock()
+				w.prov.closeErr[no] = errors.New("provider: 503")
+				w.prov.mu.Unlock()
+			},
 			"error": func(w *provWorld, no string) {
 				w.prov.mu.Lock()
 				w.prov.err[no] = errors.New("provider: 502")
@@ -178,6 +251,9 @@ func TestProviderIsAskedBeforeATimeout(t *testing.T) {
 				}
 				assert.GreaterOrEqual(t, rounds, 2, "waited ProviderRetry at a time, more than once")
 				assert.Empty(t, holder(t, w.rs.Seats, o.ShowID, "o1"), "freed at the maximum hold")
+				if name != "the close never succeeds" && name != "paid without an id" { // those cannot close
+					assert.Equal(t, 1, w.prov.closes(o.OrderNo), "its session closed at the maximum hold, before the cancel")
+				}
 			})
 		}
 
@@ -237,6 +313,8 @@ func TestProviderIsAskedBeforeATimeout(t *testing.T) {
 			assert.Equal(t, n.OrderNo, res[0].Order.No)
 			assert.Equal(t, "sold:"+p.OrderNo, holder(t, w.rs.Seats, p.ShowID, "bp1"))
 			assert.Empty(t, holder(t, w.rs.Seats, n.ShowID, "bn1"))
+			assert.Equal(t, 1, w.prov.closes(n.OrderNo))
+			assert.Zero(t, w.prov.closes(o.OrderNo), "an open payment is not closed before its maximum hold")
 			assert.Equal(t, "locked:"+o.OrderNo, holder(t, w.rs.Seats, o.ShowID, "bo1"))
 			got := w.order(t, o.OrderNo)
 			assert.Equal(t, expiry.StatusPending, got.Status)
