@@ -27,10 +27,13 @@ import (
 // session the host opened for it. It is called for every order a timeout or
 // the reconciler is about to cancel, so an adapter answers PaymentNotPaid
 // at once for an order whose buyer never started paying (the host knows: it
-// opened the sessions). It is called concurrently, for many orders at once,
-// each call bounded by Config.ProviderTimeout; it changes nothing at the
-// provider. An error means "unknown": the order waits and is asked again
-// (see Config.Provider).
+// opened the sessions). It is called concurrently, for many orders at once
+// (every due order of a reconciler's batch), each call under a context
+// that ends after Config.ProviderTimeout: the adapter should honour it (an
+// HTTP request made with it does); one that does not is not waited for
+// past it (its answer is dropped, and its goroutine lives until it
+// returns). It changes nothing at the provider. An error means "unknown": the order
+// waits and is asked again (see Config.Provider).
 //
 // ClosePayment closes the provider's session of o's payment (a Checkout
 // Session's expiry, a trade close), so that its buyer can no longer pay an
@@ -96,9 +99,6 @@ const (
 	// ProviderRetryDefault is how long a due order waits for its provider
 	// to answer again (an open payment, an error, no answer in time).
 	ProviderRetryDefault = 30 * time.Second
-	// providerWorkers is how many orders of one ExpireDue are asked at
-	// once: one slow provider call holds one worker, not the batch.
-	providerWorkers = 16
 )
 
 // errProviderAnswer reports a PaymentProvider answer the Service cannot use
@@ -193,7 +193,10 @@ func (s *Service) askProvider(ctx context.Context, orderNo string) (verdict, Res
 // paidByProvider pays o with the payment the provider answered (step: the
 // event's Reason prefix).
 func (s *Service) paidByProvider(ctx context.Context, o expiry.Order, ans PaymentAnswer, step string) (verdict, Result, error) {
-	res, err := s.Pay(ctx, Payment{OrderNo: o.No, UserID: o.UserID, PaymentID: ans.PaymentID})
+	// No owner check: the provider answered for this order number, and a
+	// legacy row's user id the library would refuse (an old host's space)
+	// must not keep its payment from being taken.
+	res, err := s.Pay(ctx, Payment{OrderNo: o.No, PaymentID: ans.PaymentID})
 	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: step + ans.State.String(), Err: err})
 	switch {
 	case err == nil:
@@ -208,15 +211,31 @@ func (s *Service) paidByProvider(ctx context.Context, o expiry.Order, ans Paymen
 }
 
 // callProvider is one provider call, bounded by Config.ProviderTimeout, its
-// answer checked.
+// answer checked. An adapter that ignores its context (an HTTP client
+// without the request's context) is not waited for past the bound: the
+// call's goroutine ends when the adapter returns, and its late answer is
+// dropped (the order waits and is asked again, so nothing is lost).
 func (s *Service) callProvider(ctx context.Context, o expiry.Order, call func(context.Context, expiry.Order) (PaymentAnswer, error)) (PaymentAnswer, error) {
 	qctx, done := context.WithTimeout(ctx, s.providerTimeout)
 	defer done()
-	ans, err := call(qctx, o)
-	if err == nil {
-		err = ans.check()
+	type answer struct {
+		a   PaymentAnswer
+		err error
 	}
-	return ans, err
+	got := make(chan answer, 1) // buffered: an abandoned call still returns
+	go func() {
+		a, err := call(qctx, o)
+		got <- answer{a, err}
+	}()
+	select {
+	case r := <-got:
+		if r.err == nil {
+			r.err = r.a.check()
+		}
+		return r.a, r.err
+	case <-qctx.Done():
+		return PaymentAnswer{}, fmt.Errorf("cancel: the payment provider gave no answer for %s in %v: %w", o.No, s.providerTimeout, qctx.Err())
+	}
 }
 
 // check reports an answer the Service cannot act on.
@@ -233,18 +252,18 @@ func (a PaymentAnswer) check() error {
 	return fmt.Errorf("%w: state %v", errProviderAnswer, a.State)
 }
 
-// askAll is askProvider for a batch (ExpireDue), providerWorkers orders at
-// a time: it returns the numbers whose cancel goes on. An order whose ask
-// failed is left out (its error logged): it is the next round's.
+// askAll is askProvider for a batch (ExpireDue), every order at once, so
+// that the batch waits for its slowest ask only (one ProviderTimeout, two
+// with the close), not for one slow ask after another (I12): it returns
+// the numbers whose cancel goes on. An order whose ask failed is left out
+// (its error logged): it is the next round's.
 func (s *Service) askAll(ctx context.Context, orderNos []string) []string {
 	verdicts := make([]verdict, len(orderNos))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, providerWorkers)
 	for i, no := range orderNos {
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer wg.Done()
 			v, _, err := s.askProvider(ctx, no)
 			if err != nil {
 				s.log.WarnContext(ctx, "asking the payment provider before an expiry failed; the order is left for the next round", "order", no, "err", err)

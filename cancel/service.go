@@ -290,7 +290,10 @@ func (s *Service) scheduleIfCommitted(ctx context.Context, orderNo string, cause
 // cancelled it, the seat release. A release failure is logged and counted
 // (expiry.KindReleaseFailed) and left to the reconciler; it is not an error,
 // because the order is cancelled. A store's failed Hook is an error
-// wrapping ErrHook: nothing was cancelled, nothing is released.
+// wrapping ErrHook: nothing was cancelled, nothing is released. With
+// Config.Provider, a cancel with Request.OnlyIfDue (a timeout's, the
+// reconciler's one by one) asks the provider first, as Timeout does: it
+// may pay the order instead, or leave it waiting (Result.Changed false).
 func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if err := validate(req.OrderNo, req.UserID); err != nil {
 		return Result{}, err
@@ -298,6 +301,19 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if len(req.Reason) > MaxReasonLen || expiry.ValidateID("reason", string(req.Reason)) != nil {
 		return Result{}, fmt.Errorf("cancel: %w: reason %q (1-%d bytes of A-Z a-z 0-9 - _ .)", expiry.ErrInvalidID, req.Reason, MaxReasonLen)
 	}
+	if s.provider != nil && req.OnlyIfDue {
+		v, res, err := s.askProvider(ctx, req.OrderNo)
+		if v == verdictDone || err != nil {
+			res.Changed = false
+			return res, err
+		}
+	}
+	return s.cancelOne(ctx, req)
+}
+
+// cancelOne is Cancel without the provider: the store's compare-and-set,
+// then the seats.
+func (s *Service) cancelOne(ctx context.Context, req Request) (Result, error) {
 	res, err := s.store.CancelPending(ctx, req)
 	if err != nil || !res.Changed {
 		return res, err
@@ -348,7 +364,8 @@ func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, expiry.Ord
 
 // timeoutOne is Timeout by the one-order path.
 func (s *Service) timeoutOne(ctx context.Context, orderNo string) (Result, error) {
-	res, err := s.Cancel(ctx, Request{OrderNo: orderNo, Reason: ReasonTimeout, OnlyIfDue: true})
+	// Timeout asked the provider already: the cancel goes on without it.
+	res, err := s.cancelOne(ctx, Request{OrderNo: orderNo, Reason: ReasonTimeout, OnlyIfDue: true})
 	if errors.Is(err, ErrHook) {
 		// The Handler branches on expiry's sentinels: a hook's own error
 		// that wraps one (ErrNotFound of the host's lookup) must not turn

@@ -135,6 +135,7 @@ func (w *provWorld) order(t *testing.T, no string) expiry.Order {
 // and cancelled once there; a provider that hangs on one order does not
 // hold another order's timeout back.
 func TestProviderIsAskedBeforeATimeout(t *testing.T) {
+	t.Parallel() // mostly waiting out maximum holds
 	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
 		ctx := context.Background()
 
