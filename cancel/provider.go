@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,8 +95,10 @@ type PaymentAnswer struct {
 
 // Defaults of the provider's Config fields.
 const (
-	// ProviderTimeoutDefault bounds one PaymentProvider.QueryPayment call.
-	ProviderTimeoutDefault = 5 * time.Second
+	// ProviderTimeoutDefault bounds one PaymentProvider call. An ask is
+	// a query and a close at most, so two of them stay below the
+	// reconciler's bound of one batch (reconcile.OrderTimeoutDefault).
+	ProviderTimeoutDefault = 3 * time.Second
 	// ProviderRetryDefault is how long a due order waits for its provider
 	// to answer again (an open payment, an error, no answer in time).
 	ProviderRetryDefault = 30 * time.Second
@@ -169,6 +172,12 @@ func (s *Service) askProvider(ctx context.Context, orderNo string) (verdict, Res
 		return verdictDone, Result{Order: d.Order}, nil
 	case d.Order.Status != expiry.StatusPending:
 		return verdictCancel, Result{}, nil // decided meanwhile: the cancel answers it
+	case d.Order.Remaining() > 0:
+		// Not moved by this call, and not due: another ask of the same
+		// order (a timeout beside the reconciler, a wave) re-armed it
+		// first. It waits as that one decided; closing here would shut
+		// the session of a buyer who is still paying.
+		return verdictDone, Result{Order: d.Order}, nil
 	}
 	// Not moved, or moved to a cap in the past: at placement + MaxHold
 	// (I17): the cancel goes on whatever the provider says, and a payment
@@ -258,6 +267,9 @@ func (a PaymentAnswer) check() error {
 // the numbers whose cancel goes on. An order whose ask failed is left out
 // (its error logged): it is the next round's.
 func (s *Service) askAll(ctx context.Context, orderNos []string) []string {
+	// A number listed twice is asked once (CancelDue counts it once too):
+	// two asks of one order would race each other's re-arm.
+	orderNos = slices.Compact(slices.Sorted(slices.Values(orderNos)))
 	verdicts := make([]verdict, len(orderNos))
 	var wg sync.WaitGroup
 	for i, no := range orderNos {

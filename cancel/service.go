@@ -301,7 +301,7 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if len(req.Reason) > MaxReasonLen || expiry.ValidateID("reason", string(req.Reason)) != nil {
 		return Result{}, fmt.Errorf("cancel: %w: reason %q (1-%d bytes of A-Z a-z 0-9 - _ .)", expiry.ErrInvalidID, req.Reason, MaxReasonLen)
 	}
-	if s.provider != nil && req.OnlyIfDue {
+	if s.provider != nil && req.OnlyIfDue && req.UserID == "" { // a user's due cancel is refused by the store, untouched
 		v, res, err := s.askProvider(ctx, req.OrderNo)
 		if v == verdictDone || err != nil {
 			res.Changed = false

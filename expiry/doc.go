@@ -98,8 +98,10 @@
 //     placement plus the maximum hold it is cancelled whatever the answer;
 //     a not-paid answer closes the provider's session before the cancel
 //     commits (PaymentProvider.ClosePayment), so the cancel follows a
-//     successful close, except at the maximum hold when the provider
-//     cannot close (counted as "unclosed").
+//     successful close, except at the maximum hold (at once on a store
+//     that cannot move a deadline, a mapped window) when the provider
+//     cannot close (counted as "unclosed"). A user's cancel and an
+//     operator's expire-now do not close the session yet.
 //   - I19: Statuses the host owns: a status outside the mapping means "not
 //     the library's" (StatusHost): its message is final, the passes skip
 //     and count it, and it never holds another order back. The library

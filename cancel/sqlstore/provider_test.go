@@ -259,26 +259,37 @@ func TestProviderIsAskedBeforeATimeout(t *testing.T) {
 		}
 
 		t.Run("a hanging provider holds no other order back", func(t *testing.T) {
-			w := newProvWorld(t, d, db)
+			// Judged by order, not by a clock: the slow order's provider
+			// call hangs until the test lets it go, and the other order's
+			// timeout must be done before that.
+			prov := newFakeProvider()
+			w := &provWorld{r6World: newR6(t, d, db, func(c *cancel.Config) {
+				c.Provider, c.ProviderTimeout, c.ProviderRetry, c.MaxHold = prov, time.Minute, provRetry, provHold
+			}), prov: prov}
 			slow, _ := w.placeDue(t, "S", "s1")
 			fast, _ := w.placeDue(t, "F", "f1")
 			w.prov.mu.Lock()
 			w.prov.hang[slow.OrderNo] = true
 			w.prov.mu.Unlock()
-			slowDone := make(chan time.Time, 1)
+			sctx, letGo := context.WithCancel(ctx)
+			slowDone := make(chan struct{})
 			go func() {
-				_, _, err := w.svc.Timeout(ctx, slow.OrderNo)
-				assert.NoError(t, err)
-				slowDone <- time.Now()
+				defer close(slowDone)
+				_, _, err := w.svc.Timeout(sctx, slow.OrderNo)
+				assert.Error(t, err, "its provider never answered: the timeout gave up")
 			}()
 			require.Eventually(t, func() bool { w.prov.mu.Lock(); defer w.prov.mu.Unlock(); return w.prov.calls[slow.OrderNo] == 1 }, 5*time.Second, time.Millisecond)
 			cancelled, _, err := w.svc.Timeout(ctx, fast.OrderNo)
 			require.NoError(t, err)
-			fastAt := time.Now()
-			assert.True(t, cancelled)
-			slowAt := <-slowDone
-			assert.True(t, fastAt.Before(slowAt), "the other order's timeout finished while the provider hung")
-			assert.Equal(t, expiry.StatusPending, w.order(t, slow.OrderNo).Status)
+			assert.True(t, cancelled, "cancelled while the other order's provider call hangs")
+			select {
+			case <-slowDone:
+				t.Fatal("the hanging call returned before it was let go")
+			default:
+			}
+			letGo()
+			<-slowDone
+			assert.Equal(t, expiry.StatusPending, w.order(t, slow.OrderNo).Status, "never cancelled without an answer")
 		})
 
 		t.Run("a refunded payment id pays nothing", func(t *testing.T) {
