@@ -10,6 +10,7 @@
 //	go -C internal/mutate run . -pkg cancel                  # every mutant of one package
 //	go -C internal/mutate run . -pkg all -money -sample 30  # 30 money mutants of each package
 //	go -C internal/mutate run . -list -pkg reconcile        # the mutants, without running
+//	go -C internal/mutate run . -pkg cancel -money -file provider.go  # one file's
 //
 // The suites a package's mutants are judged by are its own tests and
 // those in other packages that drive it (targets below): a mutant of
@@ -72,6 +73,7 @@ func main() {
 		list    = flag.Bool("list", false, "list the mutants and exit")
 		timeout = flag.Duration("timeout", 10*time.Minute, "one mutant's test run")
 		out     = flag.String("out", "", "append each result as a line to this file")
+		file    = flag.String("file", "", "only the mutants of this file of the package (provider.go): a new file's mutants, before the daily draw meets them")
 	)
 	flag.Parse()
 	root, err := repoRoot()
@@ -116,6 +118,15 @@ func main() {
 			var keep []mutant
 			for _, m := range ms {
 				if m.Money {
+					keep = append(keep, m)
+				}
+			}
+			ms = keep
+		}
+		if *file != "" {
+			var keep []mutant
+			for _, m := range ms {
+				if filepath.Base(m.File) == *file {
 					keep = append(keep, m)
 				}
 			}
