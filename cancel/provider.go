@@ -167,7 +167,11 @@ func (s *Service) askProvider(ctx context.Context, orderNo string) (verdict, Res
 		// cannot wait durably, so the cancel goes on as at the cap.
 	case err != nil:
 		return verdictDone, Result{}, fmt.Errorf("cancel: timeout of %s: waiting for the payment provider: %w", orderNo, err)
-	case d.Changed && d.Order.Remaining() > 0:
+	case d.Changed:
+		// Moved by this call: it waits, even when the move took so long
+		// (a busy database) that the order is due again when read after
+		// it, or it was moved to a cap already past. Only a move the
+		// store refuses says the cap is reached: the next ask finds that.
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindDeadlineChanged, OrderNo: orderNo, Reason: "provider_" + reason, Delay: d.Order.ExpireAt.Sub(d.Previous)})
 		return verdictDone, Result{Order: d.Order}, nil
 	case d.Order.Status != expiry.StatusPending:
@@ -179,11 +183,11 @@ func (s *Service) askProvider(ctx context.Context, orderNo string) (verdict, Res
 		// the session of a buyer who is still paying.
 		return verdictDone, Result{Order: d.Order}, nil
 	}
-	// Not moved, or moved to a cap in the past: at placement + MaxHold
-	// (I17): the cancel goes on whatever the provider says, and a payment
-	// that still arrives is refunded. The session is closed first if the
-	// provider lets it (a paid answer still pays); if not, it stays open:
-	// said loudly, counted ("unclosed").
+	// Not moved, and due: at placement + MaxHold (I17). The cancel goes
+	// on whatever the provider says, and a payment that still arrives is
+	// refunded. The session is closed first if the provider lets it (a
+	// paid answer still pays); if not, it stays open: said loudly,
+	// counted ("unclosed").
 	if step == "" {
 		ans, qerr = s.callProvider(ctx, o, s.provider.ClosePayment)
 		switch {

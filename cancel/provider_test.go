@@ -193,8 +193,8 @@ func TestProviderAnswersDecideTheTimeout(t *testing.T) {
 		closeErr  error
 		cancelled bool
 		status    expiry.Status
-		waits     bool   // re-armed ProviderRetry later
-		closed    int    // successful closes
+		waits     bool // re-armed ProviderRetry later
+		closed    int  // successful closes
 		answers   []string
 		paidWith  string // the payment that paid it
 	}{
@@ -487,4 +487,47 @@ func TestProviderConfig(t *testing.T) {
 	assert.Equal(t, "not_paid", cancel.PaymentNotPaid.String())
 	assert.Equal(t, "open", cancel.PaymentOpen.String())
 	assert.Equal(t, "PaymentState(9)", fmt.Sprint(cancel.PaymentState(9)))
+}
+
+// slowMove is the in-memory order store whose deadline moves take longer
+// than ProviderRetry (a busy database): when the move returns, the store's
+// clock has passed the new deadline.
+type slowMove struct {
+	*memstore.Store
+	clk *stepClock
+}
+
+func (s slowMove) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
+	res, err := s.Store.SetDeadline(ctx, c)
+	if err != nil || !res.Changed {
+		return res, err
+	}
+	s.clk.add(c.In + time.Millisecond)
+	res.Order, err = s.Store.Order(ctx, c.OrderNo)
+	return res, err
+}
+
+// TestProviderSlowMoveIsNoCap: a re-arm that took so long that the order
+// is due again when read after it was still a re-arm, not the maximum
+// hold: the buyer's session is not closed and the order waits (the next
+// ask decides).
+func TestProviderSlowMoveIsNoCap(t *testing.T) {
+	ctx := context.Background()
+	clk := &stepClock{t: time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)}
+	store := memstore.NewStore(clk.now)
+	prov := newScripted(store)
+	ev := &expirytest.Recorder{}
+	svc, err := cancel.New(cancel.Config{Store: slowMove{store, clk}, Seats: memstore.NewSeats(clk.now), Runtime: expiry.Runtime{Observer: ev},
+		Provider: prov, ProviderRetry: envRetry, MaxHold: envHold})
+	require.NoError(t, err)
+	p := cancel.Placement{OrderNo: "A", UserID: "u", ShowID: "s", Seats: []string{"a"}, ExpireAt: clk.now().Add(-time.Second)}
+	require.NoError(t, svc.Place(ctx, p, store.Place))
+	prov.query["A"] = cancel.PaymentAnswer{State: cancel.PaymentOpen}
+	cancelled, o, err := svc.Timeout(ctx, "A")
+	require.NoError(t, err)
+	assert.False(t, cancelled)
+	assert.Equal(t, expiry.StatusPending, o.Status)
+	_, closes, _ := prov.counts("A")
+	assert.Zero(t, closes, "not at the maximum hold: the paying buyer's session stays open")
+	assert.Len(t, ev.Of(expiry.KindDeadlineChanged), 1)
 }
