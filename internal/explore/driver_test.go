@@ -222,6 +222,7 @@ func (w *world) settle(kinds []kind, kill bool) []string {
 		out = append(out, "the host lets go of "+k+"'s row")
 	}
 	w.mu.Unlock()
+	out = append(out, w.provSettle()...)
 	w.advance(settleAdvance)
 	out = append(out, "clock +"+settleAdvance.String())
 	for pass := 0; pass < 4; pass++ {

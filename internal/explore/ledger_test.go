@@ -212,7 +212,7 @@ func (f facts) clone() facts {
 	c := facts{refunds: cloneMap(f.refunds), refStep: cloneMap(f.refStep),
 		reason: cloneMap(f.reason), sent: cloneMap(f.sent), issued: cloneMap(f.issued), acked: cloneMap(f.acked),
 		deleted: cloneMap(f.deleted), held: cloneMap(f.held), back: f.back, whole: cloneMap(f.whole), roundFailed: cloneMap(f.roundFailed),
-		events: f.events}
+		events: f.events, prov: f.prov.clone()}
 	if len(f.hooked) > 0 {
 		c.hooked = make(map[string][]expiry.Status, len(f.hooked))
 		for k, v := range f.hooked {
@@ -335,6 +335,7 @@ func (s *observation) hash(h history) [16]byte {
 			b = b.end()
 		}
 	}
+	b = s.facts.prov.hash(b, s)
 	for _, p := range s.parked {
 		b = b.add("x", strconv.Itoa(p.kind)).bucket(p.age, cancel.PlaceTimeoutDefault).add(p.at, p.trace).end()
 	}
@@ -586,8 +587,10 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 	// I12: one stuck order never holds the others back. A reconcile round
 	// run from its start to its end in this step leaves no order of its
 	// tenant pending that was pending and due before it, and whose row
-	// the host did not hold. (With the transition hook installed a failed
-	// batch backs its orders off, by design: not judged there.)
+	// the host did not hold, unless it left it not due (a round that waits
+	// for the payment provider moves the deadline: I18). (With the
+	// transition hook installed a failed batch backs its orders off, by
+	// design: not judged there.)
 	if !cur.hooks {
 		for tn, at := range cur.facts.whole {
 			if at != step {
@@ -595,7 +598,7 @@ func judge(prev *observation, hist history, cur *observation, step int) ([]findi
 			}
 			for _, no := range orderNos[tn-1] {
 				k := fmt.Sprintf("t%d/%s", tn, no)
-				if p := prev.orders[k]; pending(p) && p.remaining <= 0 && !prev.facts.held[k] && !cur.facts.held[k] && pending(cur.orders[k]) {
+				if p := prev.orders[k]; pending(p) && p.remaining <= 0 && !prev.facts.held[k] && !cur.facts.held[k] && pending(cur.orders[k]) && cur.orders[k].remaining <= 0 {
 					add("I12", "a reconcile round left a due order pending whose row no one held", "order %s was due %v before the round, pending after it", k, -p.remaining)
 				}
 			}
@@ -752,6 +755,7 @@ func judgeSettled(w *world, cur *observation) []finding {
 			}
 		}
 	}
+	fs = append(fs, judgeProvider(w, cur)...)
 	for _, pm := range payments {
 		id, k := pm.key(), pm.orderKey()
 		if !cur.facts.issued[id] {

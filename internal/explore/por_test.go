@@ -126,6 +126,9 @@ func (w *world) footprint(kinds []kind, i int, log stepLog, clockMoved bool) foo
 			f.add(rd, orders+"*")
 		case "CancelPending", "SetDeadline", "MarkWarned", "Send":
 			f.add(wr, orders+first)
+			if name == "CancelPending" {
+				f.add(rd, provRes(tn, first)) // ledger (a) reads the session at the commit
+			}
 		case "Insert":
 			// A seat's claim is keyed by the seat: the insert reads
 			// every other order's claims.
@@ -134,7 +137,13 @@ func (w *world) footprint(kinds []kind, i int, log stepLog, clockMoved bool) foo
 		case "CancelDue":
 			for _, no := range strings.Split(first, ",") {
 				f.add(wr, orders+no)
+				f.add(rd, provRes(tn, no)) // ledger (a) reads the session at the commit
 			}
+		case "QueryPayment":
+			f.add(rd, provRes(tn, args), provDownRes)
+		case "ClosePayment":
+			f.add(wr, provRes(tn, args))
+			f.add(rd, provDownRes)
 		case "PayPending":
 			f.add(wr, orders+first, pays+second)
 		case "ReinstateCancelled":

@@ -139,7 +139,11 @@ func resolve(kinds []kind, specs []spec) ([]step, error) {
 // check runs seq in a fresh world, judging after every step and at settle
 // (stopped operations resumed). It fails when a step is not one the
 // explorer takes from the state before it.
-func (x *explorer) check(seq []step) ([]finding, error) {
+func (x *explorer) check(seq []step) ([]finding, error) { return x.checkWith(seq, nil) }
+
+// checkWith is check, calling after (when not nil) with the world in the
+// state the sequence reached, before the settle.
+func (x *explorer) checkWith(seq []step, after func(*world)) ([]finding, error) {
 	w := x.world()
 	defer w.finish(killAll)
 	prev, hist := w.observe(), history{}.clone()
@@ -158,6 +162,9 @@ func (x *explorer) check(seq []step) ([]finding, error) {
 		fs, hist = judge(prev, hist, obs, i+1)
 		all = append(all, fs...)
 		prev = obs
+	}
+	if after != nil {
+		after(w)
 	}
 	w.settle(x.kinds, false)
 	obs := w.observe()

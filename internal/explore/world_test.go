@@ -160,6 +160,9 @@ type world struct {
 	// letGo ends each hold of an order's row the host has (holdKind), by
 	// order key.
 	letGo map[string]func()
+	// provider is the payment provider the Services ask (wireProvider,
+	// provider_test.go); provNone in the scenarios without one.
+	provider provModel
 }
 
 // errHookDown is the world's transition hook failing.
@@ -246,7 +249,10 @@ type facts struct {
 	// last failed (cleared by one that did not): the reconcilers back such
 	// an order off, which no store shows, so the state hash keeps it.
 	roundFailed map[string]time.Time
-	findings    []finding
+	// prov is the payment provider's side (provider_test.go): empty
+	// unless the scenario wires one.
+	prov     provFacts
+	findings []finding
 }
 
 type discFact struct {
@@ -319,8 +325,10 @@ func newWorld(p *pool, shared bool, b backend, kinds []kind) (*world, error) {
 			if err != nil {
 				return nil, err
 			}
-			svc, err := cancel.New(withShortenSink(cancel.Config{Store: t.gstore, Seats: t.gseats, Runtime: rt,
-				OnDiscrepancy: w.refund(t), AcceptLatePayments: true}, sched, gatedSender{w, t}))
+			cfg := withShortenSink(cancel.Config{Store: t.gstore, Seats: t.gseats, Runtime: rt,
+				OnDiscrepancy: w.refund(t), AcceptLatePayments: true}, sched, gatedSender{w, t})
+			w.wireProvider(t, kinds, &cfg)
+			svc, err := cancel.New(cfg)
 			if err != nil {
 				return nil, fmt.Errorf("tenant %d instance %d: cancel.New: %w", t.n, i+1, err)
 			}
@@ -415,7 +423,7 @@ func newFacts() facts {
 	return facts{refunds: map[string]int{}, refStep: map[string]int{},
 		reason: map[string]cancel.Reason{}, sent: map[string]bool{}, disc: map[string]*discFact{}, issued: map[string]bool{}, acked: map[string]bool{},
 		hooked: map[string][]expiry.Status{}, deleted: map[string]bool{}, held: map[string]bool{}, whole: map[int]int{}, roundFailed: map[string]time.Time{},
-		calls: map[string][]hookCall{}}
+		calls: map[string][]hookCall{}, prov: newProvFacts()}
 }
 
 func (w *world) seatStores() []seatStore {
@@ -518,6 +526,7 @@ func (w *world) cancelled(t *tenant, no string, r cancel.Reason) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.facts.reason[key(t, no)] = r
+	w.provCancelled(t, no, r)
 }
 
 // refunded records a call of tenant t's refund hook for payment id, made
@@ -525,6 +534,7 @@ func (w *world) cancelled(t *tenant, no string, r cancel.Reason) {
 func (w *world) refunded(o *op, t *tenant, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.provRefunded(t, id)
 	id = payKey(t.n, id)
 	w.facts.refunds[id]++
 	if _, ok := w.facts.refStep[id]; !ok {
@@ -663,7 +673,11 @@ func placeKind(tn, inst int, no, user string, seats ...string) kind {
 					if w.clk.Now().Sub(start) >= cancel.PlaceTimeoutDefault {
 						return "", context.DeadlineExceeded
 					}
-					return "inserted", t.insert(ictx, p)
+					if err := t.insert(ictx, p); err != nil {
+						return "", err
+					}
+					w.provPlaced(t, no)
+					return "inserted", nil
 				})
 				if err != nil {
 					return err
@@ -794,9 +808,11 @@ type scenario struct {
 // enough to enumerate (it grows with the product of the kinds of step):
 // payments racing cancels, timeouts and reconcile rounds on two instances;
 // the deadline controls (expire-now, extend, shorten) among them; the
-// scope of two tenants on one seat store; the store's transition hook; and
+// scope of two tenants on one seat store; the store's transition hook;
 // the host as an actor (its deletes, its tenants' payment ids, its
-// database's clock stepping back, its row locks).
+// database's clock stepping back, its row locks); and payments in flight
+// (a payment provider the Services ask before a timeout cancels, and its
+// buyer: provider_test.go).
 var scenarios = []scenario{
 	{"payments", paymentRaces, false},
 	{"deadlines", deadlines, false},
@@ -806,6 +822,7 @@ var scenarios = []scenario{
 	{"payment ids", paymentIDs, true},
 	{"clock back", clockBack, false},
 	{"host holds", hostHolds, false},
+	{"payments in flight", paymentsInFlight, false},
 }
 
 // Service calls are spread over the two instances (a Service keeps no
