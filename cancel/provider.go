@@ -47,6 +47,13 @@ import (
 // because the payment completed meanwhile: the order is paid with it), or
 // PaymentOpen or an error (the order waits and is asked again, as for the
 // query). Bounded by Config.ProviderTimeout too.
+//
+// A close that answered PaymentNotPaid bars the order at the provider for
+// good: no session may be opened for it afterwards (the host's adapter
+// records the close under the order number and refuses to open another; a
+// provider keyed by the merchant's order number, whose closed trade cannot
+// be paid again, does so itself). The cancel commits after the close, and
+// a session opened between the two would outlive the order.
 type PaymentProvider interface {
 	QueryPayment(ctx context.Context, o expiry.Order) (PaymentAnswer, error)
 	ClosePayment(ctx context.Context, o expiry.Order) (PaymentAnswer, error)

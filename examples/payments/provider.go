@@ -19,8 +19,10 @@ import (
 )
 
 // paymentSessionDDL is the host's migration: one row per order whose buyer
-// went to pay, session_id NULL while the session is being opened. The same
-// statement runs on MySQL/MariaDB, PostgreSQL and SQLite.
+// went to pay, session_id NULL while the session is being opened, or
+// barredSession once the library closed the order's payment before any
+// session was opened. The same statement runs on MySQL/MariaDB, PostgreSQL
+// and SQLite.
 const paymentSessionDDL = `CREATE TABLE IF NOT EXISTS payment_session (
 	order_no   VARCHAR(64)  NOT NULL PRIMARY KEY,
 	session_id VARCHAR(255) NULL
@@ -46,6 +48,12 @@ func NewPayments(ctx context.Context, db *sql.DB, d sqlstore.Dialect, api *Check
 	}
 	return &Payments{db: db, dialect: d, api: api, pending: pending}, nil
 }
+
+// barredSession is the session_id of an order whose payment the library
+// closed before its buyer opened a session: ClosePayment's contract bars
+// the order for good, since the cancel commits after the close and a
+// session opened in between would outlive the order.
+const barredSession = "-barred-"
 
 // ErrNotPayable: the order is no longer pending, so no session is opened
 // (or the one just opened is expired again).
@@ -74,7 +82,10 @@ func (p *Payments) Open(ctx context.Context, orderNo string, amount int64, ttl t
 	}
 	if _, err := p.db.ExecContext(ctx, p.rebind(`INSERT INTO payment_session (order_no, session_id) VALUES (?, NULL)`), orderNo); err != nil {
 		id, found, rerr := p.sessionOf(ctx, orderNo)
-		if rerr != nil || !found || id == "" {
+		switch {
+		case rerr == nil && id == barredSession:
+			return Session{}, ErrNotPayable // closed by the library: about to be cancelled
+		case rerr != nil || !found || id == "":
 			return Session{}, fmt.Errorf("payments: record the session of %s: %w", orderNo, err)
 		}
 		return p.api.Retrieve(ctx, id)
@@ -110,9 +121,13 @@ func (p *Payments) sessionOf(ctx context.Context, orderNo string) (id string, fo
 	return sid.String, true, nil
 }
 
-// SessionOf is sessionOf for the demo's report.
+// SessionOf is sessionOf for the demo's report: "" for an order that never
+// had a session.
 func (p *Payments) SessionOf(ctx context.Context, orderNo string) (string, error) {
 	id, _, err := p.sessionOf(ctx, orderNo)
+	if id == barredSession {
+		id = ""
+	}
 	return id, err
 }
 
@@ -141,7 +156,7 @@ func (p *Payments) QueryPayment(ctx context.Context, o expiry.Order) (cancel.Pay
 	switch {
 	case err != nil:
 		return cancel.PaymentAnswer{}, err
-	case !found:
+	case !found, id == barredSession:
 		return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
 	case id == "":
 		return cancel.PaymentAnswer{State: cancel.PaymentOpen}, nil // being opened: wait
@@ -165,6 +180,15 @@ func (p *Payments) ClosePayment(ctx context.Context, o expiry.Order) (cancel.Pay
 	case err != nil:
 		return cancel.PaymentAnswer{}, err
 	case !found:
+		// No session yet: bar the order, so that Open refuses it from now
+		// on (the cancel commits after this close). A concurrent Open's
+		// row, inserted first, makes this insert fail: unknown, the order
+		// waits and is asked again.
+		if _, err := p.db.ExecContext(ctx, p.rebind(`INSERT INTO payment_session (order_no, session_id) VALUES (?, ?)`), o.No, barredSession); err != nil {
+			return cancel.PaymentAnswer{}, fmt.Errorf("payments: bar %s: %w", o.No, err)
+		}
+		return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
+	case id == barredSession:
 		return cancel.PaymentAnswer{State: cancel.PaymentNotPaid}, nil
 	case id == "":
 		return cancel.PaymentAnswer{State: cancel.PaymentOpen}, nil // cannot close what it cannot name yet

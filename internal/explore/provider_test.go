@@ -145,7 +145,8 @@ const (
 	// and bars nothing after it: the buyer may open a session (again)
 	// while the order is pending, also between the close and the
 	// cancel's commit. The library's cancel then commits with that
-	// session open, never closed (openholes_provider_test.go).
+	// session open, never closed (provider_close_test.go): what
+	// ClosePayment's contract rules out.
 	provPlain
 )
 
