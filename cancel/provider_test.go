@@ -302,21 +302,34 @@ func TestProviderIsNotAskedOutsideItsWindow(t *testing.T) {
 // cancelled; with a close that fails there too, it is cancelled anyway and
 // counted "unclosed".
 func TestProviderWaitsUntilMaxHold(t *testing.T) {
-	for _, closeFails := range []bool{false, true} {
-		t.Run(map[bool]string{false: "closed at the cap", true: "unclosed at the cap"}[closeFails], func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		closeErr error
+		close    *cancel.PaymentAnswer
+		last     string // the last answer counted
+		paid     bool   // the close found the payment complete
+	}{
+		{name: "closed at the cap", last: "closed"},
+		{name: "the close fails at the cap", closeErr: errors.New("provider: 503"), last: "unclosed"},
+		{name: "the close finds it processing at the cap", close: &cancel.PaymentAnswer{State: cancel.PaymentOpen}, last: "unclosed"},
+		{name: "the close finds it paid at the cap", close: &cancel.PaymentAnswer{State: cancel.PaymentPaid, PaymentID: "pay-cap"}, last: "close_paid", paid: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			e := newProvEnv(t)
 			placed := e.clk.now()
 			e.placeDue(t, "A")
 			e.prov.query["A"] = cancel.PaymentAnswer{State: cancel.PaymentOpen}
-			if closeFails {
-				e.prov.closeErr["A"] = errors.New("provider: 503")
+			e.prov.closeErr["A"] = tc.closeErr
+			if tc.close != nil {
+				e.prov.close["A"] = *tc.close
 			}
 			rounds := 0
 			for {
 				cancelled, o, err := e.svc.Timeout(ctx, "A")
 				require.NoError(t, err)
-				if cancelled {
+				if cancelled || o.Status == expiry.StatusPaid {
+					assert.Equal(t, !tc.paid, cancelled)
 					break
 				}
 				rounds++
@@ -325,18 +338,23 @@ func TestProviderWaitsUntilMaxHold(t *testing.T) {
 				assert.False(t, o.ExpireAt.After(placed.Add(envHold)), "I17: never past the placement plus MaxHold")
 				e.clk.add(o.Remaining()) // the re-armed message arrives
 			}
-			assert.Equal(t, placed.Add(envHold), e.clk.now(), "cancelled at the cap, not before")
+			assert.Equal(t, placed.Add(envHold), e.clk.now(), "decided at the cap, not before")
 			assert.Equal(t, int(envHold/envRetry), rounds, "waited ProviderRetry at a time")
 			_, closes, closed := e.prov.counts("A")
 			assert.Equal(t, 1, closes, "one close, at the cap")
-			if closeFails {
-				assert.Zero(t, closed)
-				assert.Equal(t, "unclosed", e.answers("A")[len(e.answers("A"))-1])
-			} else {
+			answers := e.answers("A")
+			assert.Equal(t, tc.last, answers[len(answers)-1])
+			switch {
+			case tc.paid:
+				assert.Equal(t, "sold:A", e.holder(t, "A"), "paid by the close's answer, its seat sold")
+				assert.Zero(t, e.refunded("pay-cap"))
+			case tc.last == "closed":
 				assert.Equal(t, 1, closed)
-				assert.Equal(t, "closed", e.answers("A")[len(e.answers("A"))-1])
+				assert.Empty(t, e.holder(t, "A"))
+			default:
+				assert.Zero(t, closed)
+				assert.Empty(t, e.holder(t, "A"), "cancelled at the cap whatever the provider says")
 			}
-			assert.Empty(t, e.holder(t, "A"))
 		})
 	}
 }
