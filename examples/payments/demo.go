@@ -345,7 +345,13 @@ func (d *demo) scenario(ctx context.Context) error {
 	d.start = time.Now()
 	recDone := make(chan error, 1)
 	go func() { recDone <- d.rec.Run(ctx, d.opts.ReconcileEvery) }()
-	defer func() { stop(); <-recDone; _ = d.sender.Close() }()
+	defer func() {
+		stop()
+		<-recDone
+		if err := d.sender.Close(); err != nil {
+			slog.Error("closing the sender", "err", err)
+		}
+	}()
 
 	for _, p := range d.plans {
 		before := time.Now()

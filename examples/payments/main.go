@@ -22,10 +22,10 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 
@@ -100,7 +100,5 @@ func mainErr(mysqlDSN, pgURL, redisAddr string, opts Options) error {
 // runPrefix is a random prefix for this run's order numbers and Redis
 // namespace, so runs on shared servers do not meet.
 func runPrefix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("r%x-", b)
+	return fmt.Sprintf("r%08x-", rand.Uint32())
 }

@@ -95,7 +95,11 @@ func (p *Payments) Open(ctx context.Context, orderNo string, amount int64, ttl t
 		return Session{}, err
 	}
 	if _, err := p.db.ExecContext(ctx, p.rebind(`UPDATE payment_session SET session_id = ? WHERE order_no = ?`), s.ID, orderNo); err != nil {
-		_, _ = p.api.Expire(context.WithoutCancel(ctx), s.ID) // the buyer never gets it; best effort
+		// The buyer never gets it: expire it, best effort (it expires at
+		// its expires_at anyway).
+		if _, xerr := p.api.Expire(context.WithoutCancel(ctx), s.ID); xerr != nil {
+			err = errors.Join(err, xerr)
+		}
 		return Session{}, fmt.Errorf("payments: record session %s of %s: %w", s.ID, orderNo, err)
 	}
 	if ok, err := p.pending(ctx, orderNo); err != nil || !ok {
