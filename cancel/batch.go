@@ -58,14 +58,20 @@ func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reaso
 		if err := ValidateBatch(chunk, reason); err != nil {
 			return out, fmt.Errorf("cancel: expire due: %w", err)
 		}
+		var unclosed map[string]error
 		if s.provider != nil {
-			if chunk = s.askAll(ctx, chunk); len(chunk) == 0 {
+			if chunk, unclosed = s.askAll(ctx, chunk); len(chunk) == 0 {
 				continue
 			}
 		}
 		res, err := s.store.CancelDue(ctx, chunk, reason)
 		if err != nil {
 			return out, fmt.Errorf("cancel: expire due: %w", err)
+		}
+		for _, r := range res {
+			if cerr, ok := unclosed[r.Order.No]; ok {
+				s.unclosed(ctx, r.Order.No, cerr)
+			}
 		}
 		for _, r := range res {
 			s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindCancelled, OrderNo: r.Order.No, Reason: string(reason), Seats: len(r.Seats),

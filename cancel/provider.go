@@ -120,15 +120,26 @@ var errProviderAnswer = errors.New("orderexpiry: unusable payment provider answe
 type verdict uint8
 
 const (
-	verdictCancel verdict = iota // not paid (or waited long enough): the timeout's cancel goes on
-	verdictDone                  // paid by the provider's answer, waiting again, or no longer the timeout's
+	verdictCancel   verdict = iota // not paid (or waited long enough): the timeout's cancel goes on
+	verdictDone                    // paid by the provider's answer, waiting again, or no longer the timeout's
+	verdictUnclosed                // at the maximum hold, the session not closed: the cancel goes on, and if it cancels, unclosed counts it
 )
+
+// unclosed counts and says a cancel at the maximum hold whose session the
+// provider could not close (once the cancel committed: an order paid
+// meanwhile is no alarm). closeErr is the close's.
+func (s *Service) unclosed(ctx context.Context, orderNo string, closeErr error) {
+	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: "unclosed", Err: closeErr})
+	s.log.ErrorContext(ctx, "a due order was cancelled at its maximum hold with its payment session not closed; a payment that still arrives is refunded", "order", orderNo, "err", closeErr)
+}
 
 // askProvider asks the provider about orderNo if it is a pending order that
 // is due, and acts on the answer: pays it (PaymentPaid), re-arms it
 // (PaymentOpen, an error, an unusable answer; at the maximum hold the
 // cancel goes on), or lets the cancel go on (PaymentNotPaid). With
-// verdictDone, res is the order's answer to the caller of Timeout.
+// verdictDone, res is the order's answer to the caller of Timeout. With
+// verdictUnclosed, the error is the failed close's, for s.unclosed once the
+// cancel committed; it is no error of the ask.
 func (s *Service) askProvider(ctx context.Context, orderNo string) (verdict, Result, error) {
 	o, err := s.store.Order(ctx, orderNo)
 	if err != nil {
@@ -205,9 +216,7 @@ func (s *Service) askProvider(ctx context.Context, orderNo string) (verdict, Res
 			return s.paidByProvider(ctx, o, ans, "close_")
 		}
 	}
-	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: "unclosed", Err: qerr})
-	s.log.ErrorContext(ctx, "a due order is cancelled at its maximum hold with its payment session not closed; a payment that still arrives is refunded", "order", orderNo, "err", qerr)
-	return verdictCancel, Result{}, nil
+	return verdictUnclosed, Result{}, qerr
 }
 
 // paidByProvider pays o with the payment the provider answered (step: the
@@ -275,32 +284,39 @@ func (a PaymentAnswer) check() error {
 // askAll is askProvider for a batch (ExpireDue), every order at once, so
 // that the batch waits for its slowest ask only (one ProviderTimeout, two
 // with the close), not for one slow ask after another (I12): it returns
-// the numbers whose cancel goes on. An order whose ask failed is left out
-// (its error logged): it is the next round's.
-func (s *Service) askAll(ctx context.Context, orderNos []string) []string {
+// the numbers whose cancel goes on, and those of them whose session could
+// not be closed (with the close's error). An order whose ask failed is
+// left out (its error logged): it is the next round's.
+func (s *Service) askAll(ctx context.Context, orderNos []string) ([]string, map[string]error) {
 	// A number listed twice is asked once (CancelDue counts it once too):
 	// two asks of one order would race each other's re-arm.
 	orderNos = slices.Compact(slices.Sorted(slices.Values(orderNos)))
 	verdicts := make([]verdict, len(orderNos))
+	errs := make([]error, len(orderNos))
 	var wg sync.WaitGroup
 	for i, no := range orderNos {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			v, _, err := s.askProvider(ctx, no)
-			if err != nil {
+			if err != nil && v != verdictUnclosed {
 				s.log.WarnContext(ctx, "asking the payment provider before an expiry failed; the order is left for the next round", "order", no, "err", err)
 				v = verdictDone
 			}
-			verdicts[i] = v
+			verdicts[i], errs[i] = v, err
 		}()
 	}
 	wg.Wait()
 	var out []string
+	unclosed := map[string]error{}
 	for i, no := range orderNos {
-		if verdicts[i] == verdictCancel {
+		switch verdicts[i] {
+		case verdictUnclosed:
+			unclosed[no] = errs[i]
+			fallthrough
+		case verdictCancel:
 			out = append(out, no)
 		}
 	}
-	return out
+	return out, unclosed
 }

@@ -303,7 +303,14 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	}
 	if s.provider != nil && req.OnlyIfDue && req.UserID == "" { // a user's due cancel is refused by the store, untouched
 		v, res, err := s.askProvider(ctx, req.OrderNo)
-		if v == verdictDone || err != nil {
+		switch {
+		case v == verdictUnclosed:
+			res, cerr := s.cancelOne(ctx, req)
+			if cerr == nil && res.Changed {
+				s.unclosed(ctx, req.OrderNo, err)
+			}
+			return res, cerr
+		case v == verdictDone || err != nil:
 			res.Changed = false
 			return res, err
 		}
@@ -348,15 +355,24 @@ func (s *Service) cancelOne(ctx context.Context, req Request) (Result, error) {
 // path. Either way each call answers for its own order alone; a batch's
 // store call (a store's hook too) and seat release run under one context,
 // which carries the values of the batch's first call.
-func (s *Service) Timeout(ctx context.Context, orderNo string) (bool, expiry.Order, error) {
+func (s *Service) Timeout(ctx context.Context, orderNo string) (cancelled bool, o expiry.Order, err error) {
 	if err := validate(orderNo, ""); err != nil {
 		return false, expiry.Order{}, err
 	}
+	var closeErr error
 	if s.provider != nil {
 		v, res, err := s.askProvider(ctx, orderNo)
-		if v == verdictDone || err != nil {
+		switch {
+		case v == verdictUnclosed:
+			closeErr = err
+		case v == verdictDone || err != nil:
 			return false, res.Order, err
 		}
+		defer func() {
+			if v == verdictUnclosed && cancelled {
+				s.unclosed(ctx, orderNo, closeErr)
+			}
+		}()
 	}
 	res, err := s.batcher.timeout(ctx, s, orderNo)
 	return res.Changed, res.Order, err

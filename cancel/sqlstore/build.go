@@ -193,6 +193,10 @@ type queries struct {
 	// (extend; extendDue of an order due already, for the timeout waiting
 	// on the payment provider) or earlier (shorten), by compare-and-set.
 	extend, extendDue, shorten, shortenNull stmt
+	// createdMS reads the host's created-at column of an order, in epoch
+	// milliseconds: the placement of an order without a side row, for the
+	// maximum hold ("" when the mapping has no such column).
+	createdMS stmt
 }
 
 // asText is column col as a read gives it to Go: on PostgreSQL cast to
@@ -675,6 +679,14 @@ func (r *resolved) build() queries {
 		if r.deadline.Column != "" {
 			q.extend, q.shorten, q.shortenNull = r.moveDeadline(true), r.moveDeadline(false), r.shortenNull()
 			q.extendDue = r.extendDue()
+			if r.created.Column != "" {
+				// An order the host inserted itself has no side row: its
+				// placement is then the host's own created-at column.
+				b = (&sb{}).w("SELECT ", asMS(d, r.created.Type, r.created.Column, 0), " FROM ", r.o, " WHERE ")
+				r.eq(b, r.no, aNo)
+				r.conds(b, "", r.where)
+				q.createdMS = b.done(d)
+			}
 		}
 		if r.claims {
 			b = (&sb{}).w("INSERT INTO ", r.c, " (", r.cShow, ", ", r.cSeat, ", ", r.cNo)

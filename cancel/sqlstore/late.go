@@ -474,7 +474,23 @@ func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) 
 		err := s.db.QueryRowContext(ctx, s.lateSQL("SELECT created_at_ms FROM oe_order_side WHERE scope = ? AND order_no = ?"), s.m.scope, c.OrderNo).Scan(&created)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			capMS = 0 // placed without Place: when it was placed is unknown, so never extended
+			// Inserted by the host, not through Place: its placement is
+			// the host's created-at column when the mapping names one,
+			// else unknown, and then it is never extended (and a timeout
+			// waiting for the payment provider cancels it at once).
+			capMS = 0
+			if s.q.createdMS.sql != "" {
+				var created sql.NullInt64
+				err := s.db.QueryRowContext(ctx, s.q.createdMS.sql, s.args(s.q.createdMS, vals{no: c.OrderNo})...).Scan(&created)
+				switch {
+				case errors.Is(err, sql.ErrNoRows):
+					return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: order %s: %w", c.OrderNo, expiry.ErrNotFound)
+				case err != nil:
+					return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
+				case created.Valid:
+					capMS = created.Int64 + c.MaxHold.Milliseconds()
+				}
+			}
 		case err != nil:
 			return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
 		default:
