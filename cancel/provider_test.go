@@ -549,3 +549,41 @@ func TestProviderSlowMoveIsNoCap(t *testing.T) {
 	assert.Zero(t, closes, "not at the maximum hold: the paying buyer's session stays open")
 	assert.Len(t, ev.Of(expiry.KindDeadlineChanged), 1)
 }
+
+// TestUnclosedCountedByEachPath: at the maximum hold with a close that
+// fails, the reconciler's batch (ExpireDue) and its one-by-one fallback
+// (Cancel with OnlyIfDue) cancel the order and count "unclosed" once each,
+// and an order whose batch left it alone is not counted.
+func TestUnclosedCountedByEachPath(t *testing.T) {
+	ctx := context.Background()
+	for _, path := range []string{"batch", "one by one"} {
+		t.Run(path, func(t *testing.T) {
+			e := newProvEnv(t)
+			e.placeDue(t, "A")
+			e.placeDue(t, "B")
+			for _, no := range []string{"A", "B"} {
+				e.prov.query[no] = cancel.PaymentAnswer{State: cancel.PaymentOpen}
+				e.prov.closeErr[no] = errors.New("provider: 503")
+			}
+			e.clk.add(envHold) // past their cap: the first ask moves A there
+			cancelled, _, err := e.svc.Timeout(ctx, "A")
+			require.NoError(t, err)
+			require.False(t, cancelled, "moved to its cap by this ask: the next one decides")
+			_, err = e.svc.Pay(ctx, cancel.Payment{OrderNo: "B", PaymentID: "pay-b"})
+			require.NoError(t, err) // B is paid before the round: no ask, no alarm
+			switch path {
+			case "batch":
+				res, err := e.svc.ExpireDue(ctx, []string{"A", "B"}, cancel.ReasonReconcile)
+				require.NoError(t, err)
+				require.Len(t, res, 1)
+			default:
+				r, err := e.svc.Cancel(ctx, cancel.Request{OrderNo: "A", Reason: cancel.ReasonReconcile, OnlyIfDue: true})
+				require.NoError(t, err)
+				require.True(t, r.Changed)
+			}
+			assert.Equal(t, []string{"open", "open", "unclosed"}, e.answers("A"))
+			assert.Empty(t, e.answers("B"))
+			assert.Empty(t, e.holder(t, "A"))
+		})
+	}
+}
