@@ -176,7 +176,7 @@ func (s *timers) stop() {
 // inflightResult is one run's figures and ledger findings.
 type inflightResult struct {
 	refunds, cancelledWhilePaying, paidByProvider, closes, unclosed int
-	violations                                                       []string
+	violations                                                      []string
 }
 
 // cancelEvents records when each order's cancel was observed, and counts
