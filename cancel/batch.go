@@ -66,6 +66,11 @@ func (s *Service) ExpireDue(ctx context.Context, orderNos []string, reason Reaso
 		}
 		res, err := s.store.CancelDue(ctx, chunk, reason)
 		if err != nil {
+			if errors.Is(err, expiry.ErrCommitUnknown) {
+				for no, cerr := range unclosed { // the batch may have cancelled them
+					s.unclosed(ctx, no, cerr)
+				}
+			}
 			return out, fmt.Errorf("cancel: expire due: %w", err)
 		}
 		for _, r := range res {

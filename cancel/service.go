@@ -306,7 +306,7 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 		switch {
 		case v == verdictUnclosed:
 			res, cerr := s.cancelOne(ctx, req)
-			if cerr == nil && res.Changed {
+			if cerr == nil && res.Changed || errors.Is(cerr, expiry.ErrCommitUnknown) {
 				s.unclosed(ctx, req.OrderNo, err)
 			}
 			return res, cerr
@@ -359,20 +359,21 @@ func (s *Service) Timeout(ctx context.Context, orderNo string) (cancelled bool, 
 	if err := validate(orderNo, ""); err != nil {
 		return false, expiry.Order{}, err
 	}
-	var closeErr error
 	if s.provider != nil {
-		v, res, err := s.askProvider(ctx, orderNo)
+		v, res, aerr := s.askProvider(ctx, orderNo)
 		switch {
 		case v == verdictUnclosed:
-			closeErr = err
-		case v == verdictDone || err != nil:
-			return false, res.Order, err
+			// Counted once the cancel committed, or may have (its
+			// COMMIT's outcome unknown: a redelivery then finds the order
+			// decided and would never count it).
+			defer func() {
+				if cancelled || errors.Is(err, expiry.ErrCommitUnknown) {
+					s.unclosed(ctx, orderNo, aerr)
+				}
+			}()
+		case v == verdictDone || aerr != nil:
+			return false, res.Order, aerr
 		}
-		defer func() {
-			if v == verdictUnclosed && cancelled {
-				s.unclosed(ctx, orderNo, closeErr)
-			}
-		}()
 	}
 	res, err := s.batcher.timeout(ctx, s, orderNo)
 	return res.Changed, res.Order, err

@@ -99,8 +99,9 @@ const (
 	// that follows a "not_paid": "closed" (the cancel goes on),
 	// "close_paid", "close_open", "close_unknown". "open" and "unknown"
 	// re-arm the order (a KindDeadlineChanged follows) until its maximum
-	// hold; "unclosed": cancelled there with its session not closed (a
-	// payment that still arrives is refunded): alert on it.
+	// hold; "unclosed": cancelled there (or its cancel's commit outcome
+	// unknown) with its session not closed (a payment that still arrives
+	// is refunded): alert on it.
 	KindProviderAnswered
 )
 

@@ -452,8 +452,10 @@ func (s *Store) SetDeadline(ctx context.Context, c cancel.DeadlineChange) (cance
 
 // setDeadlineMapped is SetDeadline on a host's table with a deadline
 // column. The new deadline is the database's clock as read with the order,
-// plus c.In (for an extension, no later than the placement, kept in the
-// side row, plus c.MaxHold), written in the column's unit (rounded up to the
+// plus c.In (for an extension, no later than the placement plus c.MaxHold:
+// the placement kept in the side row, or for an order the host inserted
+// itself its created-at column, never later than now), written in the
+// column's unit (rounded up to the
 // second for a column of seconds: never earlier than asked); the
 // compare-and-set guards it with the database's clock at the write.
 func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) (cancel.DeadlineResult, error) {
@@ -469,6 +471,7 @@ func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) 
 		return s.q.extend
 	}
 	capMS := int64(-1)
+	hostCreated := int64(-1) // the host's created-at of an order without a side row
 	if c.MaxHold > 0 && !c.Shorten {
 		var created int64
 		err := s.db.QueryRowContext(ctx, s.lateSQL("SELECT created_at_ms FROM oe_order_side WHERE scope = ? AND order_no = ?"), s.m.scope, c.OrderNo).Scan(&created)
@@ -488,7 +491,7 @@ func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) 
 				case err != nil:
 					return cancel.DeadlineResult{}, fmt.Errorf("sqlstore: deadline of %s: %w", c.OrderNo, err)
 				case created.Valid:
-					capMS = created.Int64 + c.MaxHold.Milliseconds()
+					hostCreated = created.Int64
 				}
 			}
 		case err != nil:
@@ -511,6 +514,11 @@ func (s *Store) setDeadlineMapped(ctx context.Context, c cancel.DeadlineChange) 
 		// In a column of seconds an extension rounds up (at least c.In),
 		// a shortening and the cap round down (never later than asked).
 		targetMS, up := o.ReadAt.Add(c.In).UnixMilli(), !c.Shorten
+		if hostCreated >= 0 {
+			// The host's clock wrote it: a time ahead of the database's
+			// counts as now, so the hold never starts in the future.
+			capMS = min(hostCreated, o.ReadAt.UnixMilli()) + c.MaxHold.Milliseconds()
+		}
 		if capMS >= 0 && targetMS > capMS {
 			targetMS, up = capMS, false
 		}

@@ -87,6 +87,11 @@ func asMS(d Dialect, t TimeType, col string, add time.Duration) string {
 		e = col
 	case EpochSeconds:
 		e = "(" + col + " * 1000)"
+		if d == Postgres {
+			// An integer (int4) column times an int4 literal stays int4 on
+			// PostgreSQL, which overflows for any date after January 1970.
+			e = "(CAST(" + col + " AS BIGINT) * 1000)"
+		}
 	default:
 		switch d {
 		case MySQL:
