@@ -81,7 +81,9 @@ type session struct {
 // provider is a payment provider as a real one behaves: a session opens,
 // then completes (paid) or expires; a close refuses a completed session
 // (answering its payment) and closes any other, after which the buyer
-// can no longer pay.
+// can no longer pay. A close bars the order for good, as
+// cancel.PaymentProvider's contract asks: a session is never opened for
+// an order closed before (even one that had none).
 type provider struct {
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -99,10 +101,16 @@ func (p *provider) state(no string, at time.Time) (s session, open bool) {
 		(ss.closed.IsZero() || ss.closed.After(at)) && at.Before(ss.opened.Add(sessionLife))
 }
 
-func (p *provider) open(no string) {
+// open is the host opening a session for the buyer: refused for an order
+// the library closed (barred), as the host's adapter refuses it.
+func (p *provider) open(no string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if s := p.sessions[no]; s != nil && !s.closed.IsZero() {
+		return false
+	}
 	p.sessions[no] = &session{opened: time.Now()}
+	return true
 }
 
 // complete is the buyer paying on the provider's page: it succeeds only
@@ -139,7 +147,10 @@ func (p *provider) ClosePayment(_ context.Context, o expiry.Order) (cancel.Payme
 	if s != nil && !s.paidAt.IsZero() {
 		return cancel.PaymentAnswer{State: cancel.PaymentPaid, PaymentID: s.paymentID}, nil
 	}
-	if s != nil && s.closed.IsZero() {
+	switch {
+	case s == nil: // no session yet: barred from now on
+		p.sessions[o.No] = &session{closed: time.Now()}
+	case s.closed.IsZero():
 		s.closed = time.Now()
 		p.closes.Add(1)
 	}
@@ -269,9 +280,8 @@ func runInflight(t *testing.T, d sqlstore.Dialect, db *sql.DB, plan []buyer, wit
 			wg.Add(1)
 			time.AfterFunc(max(inflightWindow+b.openAt, 0), func() {
 				defer wg.Done()
-				prov.open(no(i))
-				if !b.pays {
-					return
+				if !prov.open(no(i)) || !b.pays {
+					return // barred: the library closed the order's payment already
 				}
 				wg.Add(1)
 				time.AfterFunc(max(b.payAt-b.openAt, 10*time.Millisecond), func() {
