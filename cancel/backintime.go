@@ -77,8 +77,9 @@ func (s *Service) refusedBefore(ctx context.Context, p Payment) (Result, error) 
 
 // Reasons of the expiry.KindDiverged events.
 const (
-	// DivergedSoldPending: seats sold to an order SQL has pending (a
-	// payment SQL lost). Reported by the reconciler.
+	// DivergedSoldPending: seats sold to an order SQL has pending, or in
+	// a status of its payment step (OrderState.Paying): a payment SQL
+	// lost. Reported by the reconciler.
 	DivergedSoldPending = "sold_pending"
 	// DivergedSoldCancelled: seats sold to an order SQL has cancelled (a
 	// payment SQL lost, then the deadline passed). Reported by the

@@ -342,6 +342,11 @@ type OrderState struct {
 	// Seats are the seats the order was placed with (nil when the store
 	// kept none).
 	Seats []string
+	// Paying says the order is in a status its host writes while the buyer
+	// pays (sqlstore's Statuses.Paying): Status is expiry.StatusHost, yet
+	// the order is payable as a pending one, so a sale of its seats is a
+	// payment SQL lost, not the host's to judge.
+	Paying bool
 }
 
 // AgeUnknown is the OrderState.Age of an order whose store does not record

@@ -22,8 +22,8 @@ type soldPass struct {
 // backintime.go): every seat the seat store sold must belong to an order
 // SQL has paid, because a sale only ever follows a payment's commit (Pay,
 // scan #4, a rebuild from SQL's paid claims) and paid is final. A sale
-// whose order SQL has pending, cancelled or not at all is a payment SQL
-// lost. Nothing here can repair it: the payment id was in the lost commit,
+// whose order SQL has pending (or in its payment step, OrderState.Paying),
+// cancelled or not at all is a payment SQL lost. Nothing here can repair it: the payment id was in the lost commit,
 // so the order cannot be paid again, and freeing the seat would take it
 // from a buyer who paid. So the seat is left sold (never freed, never
 // locked or sold for another order: Lock takes free seats only), counted
@@ -91,7 +91,9 @@ func (r *Reconciler) judgeSales(ctx context.Context, sales []cancel.SeatSale, re
 		switch {
 		case !exists:
 			reason = cancel.DivergedSoldMissing
-		case st.Status == expiry.StatusPending:
+		case st.Status == expiry.StatusPending, st.Paying:
+			// Paying: payable as a pending order, so its sale is a payment
+			// SQL lost too, whatever status the host's payment step wrote.
 			reason = cancel.DivergedSoldPending
 		case st.Status == expiry.StatusCancelled:
 			reason = cancel.DivergedSoldCancelled

@@ -200,7 +200,7 @@ func (s *Store) Statuses(ctx context.Context, nos []string) (map[string]cancel.O
 				age = cancel.OrderAge(time.Duration(ageMS.Int64) * time.Millisecond)
 			}
 			if want[no] {
-				out[no] = cancel.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String)}
+				out[no] = cancel.OrderState{Status: st, Age: age, ShowID: show, LockID: lockID.String, Seats: splitSeats(seats.String), Paying: s.paying(key)}
 			}
 		}
 		err = rows.Err()

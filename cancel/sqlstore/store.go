@@ -388,6 +388,12 @@ func (s *Store) status(key sql.NullString) expiry.Status {
 	return expiry.Status(k)
 }
 
+// paying says key is one of the mapping's Paying values.
+func (s *Store) paying(key sql.NullString) bool {
+	k, ok := s.m.statusOf[key.String]
+	return ok && key.Valid && k == int(expiry.StatusHost) // only Paying values map to the host's kind
+}
+
 // Order implements cancel.OrderStore. An order whose status value is none
 // of the mapping's (the host's own) reads with Status expiry.StatusHost; a
 // NULL deadline (or creation time) reads as none, ExpireAt zero.
