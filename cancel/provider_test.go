@@ -257,7 +257,8 @@ func TestProviderAnswersDecideTheTimeout(t *testing.T) {
 }
 
 // TestProviderIsNotAskedOutsideItsWindow: an order not yet due, decided
-// already, missing, or cancelled by its user is never asked about.
+// already, or missing is never asked about; one cancelled by its user or
+// an operator is not asked either, only its session closed.
 func TestProviderIsNotAskedOutsideItsWindow(t *testing.T) {
 	ctx := context.Background()
 	e := newProvEnv(t)
@@ -290,9 +291,93 @@ func TestProviderIsNotAskedOutsideItsWindow(t *testing.T) {
 	_, err = e.svc.Cancel(ctx, cancel.Request{OrderNo: "X", UserID: "u-X", Reason: cancel.ReasonUser, OnlyIfDue: true})
 	assert.Error(t, err, "a user's due cancel is refused by the store")
 
-	for _, no := range []string{"F", "P", "nope", "U", "X"} {
+	for _, no := range []string{"F", "P", "nope"} {
 		q, c, _ := e.prov.counts(no)
 		assert.Zero(t, q+c, "%s: the provider was asked", no)
+	}
+	for _, no := range []string{"U", "X"} {
+		q, c, closed := e.prov.counts(no)
+		assert.Zero(t, q, "%s: a user's or operator's cancel was made to wait on a query", no)
+		assert.Equal(t, 1, c, "%s: its session is closed once", no)
+		assert.Equal(t, 1, closed, "%s: closed while pending, before the cancel", no)
+	}
+}
+
+// TestUserCancelClosesTheSessionFirst (I18, I9): a user's cancel and an
+// operator's expire-now of a pending order close its provider session
+// first, so that its buyer cannot pay an order that is gone, and never
+// wait for the provider beyond the one close. Judged by outcomes: who
+// holds the seat, whether the order is paid with the provider's payment
+// and never refunded, whether a session may stay open on a cancelled
+// order (then counted "unclosed", once), and that no other user's cancel
+// touches the session.
+func TestUserCancelClosesTheSessionFirst(t *testing.T) {
+	ctx := context.Background()
+	bad := errors.New("provider: 502")
+	for _, tc := range []struct {
+		name     string
+		close    *cancel.PaymentAnswer
+		closeErr error
+		operator bool // ExpireNow instead of the user's cancel
+		status   expiry.Status
+		answers  []string
+		paidWith string
+	}{
+		{name: "closed, then cancelled", status: expiry.StatusCancelled, answers: []string{"closed"}},
+		{name: "closed, then expired by the operator", operator: true, status: expiry.StatusCancelled, answers: []string{"closed"}},
+		{name: "the close finds it paid", close: &cancel.PaymentAnswer{State: cancel.PaymentPaid, PaymentID: "pay-c"}, status: expiry.StatusPaid, answers: []string{"close_paid"}, paidWith: "pay-c"},
+		{name: "the operator's close finds it paid", operator: true, close: &cancel.PaymentAnswer{State: cancel.PaymentPaid, PaymentID: "pay-o"}, status: expiry.StatusPaid, answers: []string{"close_paid"}, paidWith: "pay-o"},
+		{name: "the close fails", closeErr: bad, status: expiry.StatusCancelled, answers: []string{"close_unknown", "unclosed"}},
+		{name: "the close finds it processing", close: &cancel.PaymentAnswer{State: cancel.PaymentOpen}, status: expiry.StatusCancelled, answers: []string{"close_open", "unclosed"}},
+		{name: "the close answers paid without an id", close: &cancel.PaymentAnswer{State: cancel.PaymentPaid}, status: expiry.StatusCancelled, answers: []string{"close_unknown", "unclosed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newProvEnv(t)
+			p := cancel.Placement{OrderNo: "A", UserID: "u-A", ShowID: "s", Seats: []string{"A-1"}, ExpireAt: e.clk.now().Add(time.Minute)}
+			require.NoError(t, e.svc.Place(ctx, p, e.store.Place))
+			e.prov.closeErr["A"] = tc.closeErr
+			if tc.close != nil {
+				e.prov.close["A"] = *tc.close
+			}
+			// Another user's cancel is refused and leaves the session alone.
+			_, err := e.svc.UserCancel(ctx, "A", "u-B")
+			require.ErrorIs(t, err, cancel.ErrNotOwner)
+			_, closes, _ := e.prov.counts("A")
+			require.Zero(t, closes, "another user's cancel closed the buyer's session")
+
+			var res cancel.Result
+			if tc.operator {
+				res, err = e.svc.ExpireNow(ctx, "A")
+			} else {
+				res, err = e.svc.UserCancel(ctx, "A", "u-A")
+			}
+			require.NoError(t, err)
+			queries, closes, _ := e.prov.counts("A")
+			assert.Zero(t, queries, "a cancel someone asked for does not wait on a query")
+			assert.Equal(t, 1, closes, "one close")
+			assert.Equal(t, tc.answers, e.answers("A"))
+			assert.Equal(t, tc.status, res.Order.Status, "the answer's order")
+			assert.Equal(t, tc.status == expiry.StatusCancelled, res.Changed)
+			assert.Equal(t, tc.status, e.order(t, "A").Status, "stored")
+			switch tc.status {
+			case expiry.StatusPaid:
+				assert.Equal(t, "sold:A", e.holder(t, "A"), "the buyer who paid holds the seat")
+				r, err := e.svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: tc.paidWith}) // its callback, late
+				require.NoError(t, err)
+				assert.False(t, r.Changed)
+				assert.Equal(t, tc.paidWith, r.PaymentID)
+				assert.Zero(t, e.refunded(tc.paidWith), "never refunded")
+			case expiry.StatusCancelled:
+				assert.Empty(t, e.holder(t, "A"), "the seat is free")
+				// A repeat changes nothing and closes nothing more.
+				r, err := e.svc.UserCancel(ctx, "A", "u-A")
+				require.NoError(t, err)
+				assert.False(t, r.Changed)
+				_, again, _ := e.prov.counts("A")
+				assert.Equal(t, 1, again, "a decided order's session is not closed again")
+				assert.Equal(t, tc.answers, e.answers("A"), "unclosed counted once")
+			}
+		})
 	}
 }
 

@@ -101,7 +101,9 @@
 //     successful close, except at the maximum hold (at once on a store
 //     that cannot move a deadline, a mapped window) when the provider
 //     cannot close (counted as "unclosed"). A user's cancel and an
-//     operator's expire-now do not close the session yet.
+//     operator's expire-now close the session first, once, without a
+//     query: a paid answer pays the order instead, any other failure is
+//     counted "unclosed" once the cancel commits.
 //   - I19: Statuses the host owns: a status outside the mapping means "not
 //     the library's" (StatusHost): its message is final, the passes skip
 //     and count it, and it never holds another order back. The library

@@ -328,16 +328,16 @@ func judgeProvider(w *world, cur *observation) []finding {
 		fs = append(fs, finding{ledger: ledger, class: ledger + " after settle, " + class, text: fmt.Sprintf(format, args...)})
 	}
 	p := cur.facts.prov
-	// (b): every order a timeout or a round cancelled whose session was
-	// ever opened has its session closed, or its cancel left it open at
-	// the cap and that was counted.
+	// (b): every cancelled order whose session was ever opened has its
+	// session closed, or its cancel left it open (at the cap, or a user's
+	// or operator's cancel whose close failed) and that was counted.
 	for _, k := range slices.Sorted(maps.Keys(p.opened)) {
 		r := cur.facts.reason[k]
-		if r != cancel.ReasonTimeout && r != cancel.ReasonReconcile {
-			continue
+		if r == "" {
+			continue // never cancelled
 		}
 		if s := p.sess[k]; s.state != sessClosed && p.unclosed[k] == 0 {
-			add("I18", "an order a timeout or round cancelled has its session not closed, uncounted",
+			add("I18", "a cancelled order has its session not closed, uncounted",
 				"order %s cancelled (%s), now %s, its session %s at the provider and no \"unclosed\" event", k, r, cur.orders[k].Status, s.state)
 		}
 	}
