@@ -113,6 +113,53 @@ func runPayments(t *testing.T, setup setupFunc, place placeFunc) {
 		assert.ErrorIs(t, err, expiry.ErrNotFound, "a payment of a deleted cancelled order finds no order")
 	})
 
+	// I14: the host deletes a paid order and reuses its number for a new
+	// order (another buyer's). The old payment's repeated callback is the
+	// payment of the order it paid: answered as paid (no error, so the
+	// provider stops repeating it; never refunded), and it pays nothing of
+	// the new order, whether that is pending or paid by its own payment.
+	t.Run("PaidOrderNumberReused", func(t *testing.T) {
+		h, now := setup(t)
+		if h.Delete == nil {
+			t.Skip("the harness cannot delete an order")
+		}
+		p := place(t, h, "u1", now.Add(time.Hour))
+		first := pay(p.OrderNo, "u1")
+		res, err := h.Store.PayPending(ctx, first)
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		require.NoError(t, h.Delete(ctx, p.OrderNo))
+		again := cancel.Placement{OrderNo: p.OrderNo, UserID: "u2", ShowID: p.ShowID, Seats: []string{id("s")}, ExpireAt: now.Add(time.Hour)}
+		require.NoError(t, h.Place(ctx, again), "the host reuses the number")
+
+		repeat := func(stage string, want expiry.Status, paidBy string) {
+			t.Helper()
+			for _, rp := range []cancel.Payment{first, {OrderNo: p.OrderNo, PaymentID: first.PaymentID}} {
+				res, err := h.Store.PayPending(ctx, rp)
+				require.NoError(t, err, "%s: the old payment's repeat is answered", stage)
+				assert.False(t, res.Changed, stage)
+				assert.Empty(t, res.Seats, "%s: it sells nothing", stage)
+				assert.Equal(t, expiry.StatusPaid, res.Order.Status, stage)
+				assert.Equal(t, first.PaymentID, res.PaymentID, "%s: the payment that paid the order under this number", stage)
+			}
+			o, err := h.Store.Order(ctx, p.OrderNo)
+			require.NoError(t, err)
+			assert.Equal(t, want, o.Status, "%s: the new order is untouched", stage)
+			assert.Equal(t, "u2", o.UserID, stage)
+			if paidBy != "" {
+				res, err := h.Store.PayPending(ctx, cancel.Payment{OrderNo: p.OrderNo, PaymentID: paidBy})
+				require.NoError(t, err)
+				assert.Equal(t, paidBy, res.PaymentID, "%s: the new order is paid by its own payment", stage)
+			}
+		}
+		repeat("the new order pending", expiry.StatusPending, "")
+		second := pay(p.OrderNo, "u2")
+		res, err = h.Store.PayPending(ctx, second)
+		require.NoError(t, err)
+		require.True(t, res.Changed, "the new order takes its own payment")
+		repeat("the new order paid", expiry.StatusPaid, second.PaymentID)
+	})
+
 	// I9: a discrepancy is recorded once per payment id,
 	// however often (and however concurrently) it is reported.
 	t.Run("DiscrepancyRecordedOnce", func(t *testing.T) {

@@ -309,3 +309,38 @@ func TestReview6RefundedPaymentNeverOwnsAnOrderWithoutPaymentColumn(t *testing.T
 		assert.Equal(t, 0, book.count(p2.PaymentID))
 	})
 }
+
+// TestReview6PaidOrderNumberReused (the change's aim, I14): P1 paid order
+// N; the host deletes N and places a new order under the same number. The
+// provider repeats P1: it must not pay the new order, and it is the
+// payment that paid N, so its repeat is answered as a deleted order's is.
+// It failed on every repeat (ErrDiscrepancy, "recorded before") while the
+// decision row was asked only when no order had the number. The store
+// suite's PaidOrderNumberReused asks the same of every store.
+func TestReview6PaidOrderNumberReused(t *testing.T) {
+	eachDB(t, func(t *testing.T, d sqlstore.Dialect, db *sql.DB) {
+		ctx := context.Background()
+		w := newR6(t, d, db, nil)
+		o := w.place(t, "N", "u1", "n1")
+		p1 := cancel.Payment{OrderNo: o.OrderNo, PaymentID: "pay-n1" + w.u}
+		r, err := w.svc.Pay(ctx, p1)
+		require.NoError(t, err)
+		require.True(t, r.Changed)
+		w.hostDeletes(t, o.OrderNo)
+		_, err = w.svc.Pay(ctx, p1)
+		require.NoError(t, err, "the change: the deleted order's payment is answered")
+
+		// The host reuses the number for another buyer's order.
+		now, err := w.s.Now(ctx)
+		require.NoError(t, err)
+		o2 := cancel.Placement{OrderNo: o.OrderNo, UserID: "u2", ShowID: o.ShowID, Seats: []string{"n2"}, ExpireAt: now.Add(time.Hour)}
+		require.NoError(t, w.svc.Place(ctx, o2, w.s.Insert(w.db, nil)))
+
+		_, err = w.svc.Pay(ctx, p1)
+		ord, oerr := w.s.Order(ctx, o.OrderNo)
+		require.NoError(t, oerr)
+		assert.Equal(t, expiry.StatusPending, ord.Status, "P1 did not pay the new order")
+		assert.Equal(t, 0, w.book.count(p1.PaymentID), "P1 (honoured) is never refunded")
+		assert.NoError(t, err, "I14: P1's repeat is answered as the payment of the order it paid, not an error for ever")
+	})
+}

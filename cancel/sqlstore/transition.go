@@ -49,13 +49,21 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	}
 	v, ok := s.user(vals{no: p.OrderNo, payment: p.PaymentID, status: s.m.paid[0].arg}, p.UserID)
 	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, q, one, v, ok, s.q.sellSeats)
-	if errors.Is(err, expiry.ErrNotFound) {
+	if errors.Is(err, expiry.ErrNotFound) || errors.Is(err, cancel.ErrNotOwner) {
+		// No order, or another user's under this number (the host
+		// deleted the order this payment paid and reused the number).
 		if r, ok, herr := s.paidGone(ctx, p); herr != nil || ok {
 			return r, herr
 		}
 	}
 	if err != nil && isDuplicate(err) && !errors.Is(err, cancel.ErrHook) {
-		// The decision row's primary key: the id was decided before.
+		// The decision row's primary key: the id was decided before. If
+		// it paid an order under this number that the host deleted, and
+		// the host reused the number, it is that order's payment: answered
+		// as paid, as for a deleted order (I14), and it pays nothing now.
+		if r, ok, herr := s.paidGone(ctx, p); herr != nil || ok {
+			return r, herr
+		}
 		return cancel.Result{}, fmt.Errorf("sqlstore: pay %s: payment %s decided before: %w", p.OrderNo, p.PaymentID, cancel.ErrDiscrepancy)
 	}
 	if res.Changed {
@@ -67,11 +75,12 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	return res, err
 }
 
-// paidGone answers a payment for an order the store does not have: when
-// the payment's decision row says it paid this very order (the host then
-// deleted the paid order: archived it, or a buyer removed it), it is the
-// payment that paid it (ok), as for a paid order still there; a repeated
-// callback is answered, never refunded (I14).
+// paidGone answers a payment for an order the store does not have (or has
+// under a number the host reused): when the payment's decision row says it
+// paid this very order number (the host then deleted the paid order:
+// archived it, or a buyer removed it), it is the payment that paid it (ok),
+// as for a paid order still there; a repeated callback is answered, never
+// refunded (I14).
 func (s *Store) paidGone(ctx context.Context, p cancel.Payment) (cancel.Result, bool, error) {
 	var user string
 	err := s.db.QueryRowContext(ctx, s.q.honouredGone, p.PaymentID, s.m.scope, p.OrderNo).Scan(&user)
