@@ -18,7 +18,7 @@ import (
 // still on the provider's page waits for it, never past Config.MaxHold;
 // then it closes the provider's session, so that the buyer cannot pay the
 // order once it is cancelled. A user's or an operator's cancel closes the
-// session too, without asking or waiting.
+// session too, once it committed.
 
 // PaymentProvider is the host's payment provider, as the Service's timeout
 // asks it (Config.Provider).
@@ -41,10 +41,9 @@ import (
 // Session's expiry, a trade close), so that its buyer can no longer pay an
 // order about to be cancelled. The Service calls it after QueryPayment
 // answered PaymentNotPaid and before the cancel, which commits only after a
-// close answered PaymentNotPaid; and, without a query, before a user's or
-// an operator's cancel of a pending order (Cancel without
-// Request.OnlyIfDue, ExpireNow), which goes on whatever the close answers
-// but paid. It must be idempotent: closing a session
+// close answered PaymentNotPaid; and, without a query, after a user's or
+// an operator's cancel (Cancel without Request.OnlyIfDue, ExpireNow)
+// committed, with o as the cancel left it. It must be idempotent: closing a session
 // that is closed, expired or was never opened answers PaymentNotPaid. It
 // answers the state after the close: PaymentNotPaid (closed: the cancel
 // goes on), PaymentPaid with the payment id (the provider refused to close
@@ -129,55 +128,47 @@ const (
 	verdictUnclosed                // at the maximum hold, the session not closed: the cancel goes on, and if it cancels, unclosed counts it
 )
 
-// unclosed counts and says a cancel that went on with the order's session
-// not closed: at the maximum hold, or a user's or operator's cancel (once
-// the cancel committed: an order paid meanwhile is no alarm). closeErr is
-// the close's.
+// unclosed counts and says a cancel that left the order's session open:
+// at the maximum hold, or after a user's or operator's cancel (once the
+// cancel committed: an order paid meanwhile is no alarm). closeErr is the
+// close's.
 func (s *Service) unclosed(ctx context.Context, orderNo string, closeErr error) {
 	s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: orderNo, Reason: "unclosed", Err: closeErr})
 	s.log.ErrorContext(ctx, "an order was cancelled with its payment session not closed; a payment that still arrives is refunded", "order", orderNo, "err", closeErr)
 }
 
-// closeFirst closes the provider's session of a pending order before a
-// user's or an operator's cancel (a Cancel without OnlyIfDue, ExpireNow),
-// once and without a query: that cancel is asked for, so it never waits
-// for the provider. PaymentNotPaid: the cancel goes on (verdictCancel).
-// PaymentPaid: the order is paid with the provider's payment and the
-// cancel is not made (verdictDone, res the paid order). An open session,
-// an error or an unusable answer: the cancel goes on with the session not
-// closed (verdictUnclosed, the close's error), counted once it commits. An
-// order that is not pending, not found, or another user's is not closed:
-// the cancel answers it as without a provider.
-func (s *Service) closeFirst(ctx context.Context, req Request) (verdict, Result, error) {
-	o, err := s.store.Order(ctx, req.OrderNo)
+// closeAfter closes the provider's session of an order a user's or an
+// operator's cancel (a Cancel without OnlyIfDue, ExpireNow) cancelled, or
+// may have (its COMMIT's outcome unknown), once and without a query: that
+// cancel was asked for, so it is made first and never waits on the
+// provider, and only the store's own checks (the owner's, the status's)
+// decide it. o is the order as the cancel left it. PaymentNotPaid: closed.
+// PaymentPaid: the buyer paid as the cancel committed; the payment is
+// handed to Pay as its callback would be (refunded once, or reinstated by
+// the late-payment policy), in case that callback never comes. An open
+// session, an error or an unusable answer: the session stays open, counted
+// "unclosed"; a payment that still arrives is refunded.
+func (s *Service) closeAfter(ctx context.Context, o expiry.Order) {
+	ans, err := s.callProvider(ctx, o, s.provider.ClosePayment)
 	switch {
-	case errors.Is(err, expiry.ErrNotFound):
-		return verdictCancel, Result{}, nil
-	case err != nil:
-		return verdictDone, Result{}, fmt.Errorf("cancel: %s: reading it to close its payment: %w", req.OrderNo, err)
-	case o.Status != expiry.StatusPending:
-		return verdictCancel, Result{}, nil // decided, or the host's: the cancel answers it
-	case req.UserID != "" && o.UserID != req.UserID:
-		// Not this user's: another user's cancel must not close a session
-		// the order's buyer may be paying in. The store refuses it (ids
-		// compare byte for byte, I10); a store that let it cancel would
-		// leave the session open, counted.
-		return verdictUnclosed, Result{}, fmt.Errorf("cancel: %s: not closed: the cancel's user is not the order's", o.No)
-	}
-	ans, cerr := s.callProvider(ctx, o, s.provider.ClosePayment)
-	switch {
-	case cerr == nil && ans.State == PaymentNotPaid:
+	case err == nil && ans.State == PaymentNotPaid:
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "closed"})
-		return verdictCancel, Result{}, nil
-	case cerr == nil && ans.State == PaymentPaid:
-		return s.paidByProvider(ctx, o, ans, "close_")
-	case cerr == nil:
-		cerr = fmt.Errorf("cancel: the payment provider did not close the session of %s: %v", o.No, ans.State)
-		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_" + ans.State.String(), Err: cerr})
+		return
+	case err == nil && ans.State == PaymentPaid:
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_paid"})
+		if _, perr := s.Pay(ctx, Payment{OrderNo: o.No, PaymentID: ans.PaymentID}); perr != nil && !errors.Is(perr, ErrDiscrepancy) {
+			// Not decided now (the store failed): its callback, or the
+			// provider's repeat of it, decides it.
+			s.log.WarnContext(ctx, "the provider took a payment for an order as it was cancelled; handing it on failed, its callback decides it", "order", o.No, "payment", ans.PaymentID, "err", perr)
+		}
+		return
+	case err == nil:
+		err = fmt.Errorf("cancel: the payment provider did not close the session of %s: %v", o.No, ans.State)
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_" + ans.State.String(), Err: err})
 	default:
-		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_unknown", Err: cerr})
+		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_unknown", Err: err})
 	}
-	return verdictUnclosed, Result{}, cerr
+	s.unclosed(ctx, o.No, err)
 }
 
 // askProvider asks the provider about orderNo if it is a pending order that

@@ -119,9 +119,8 @@ type Config struct {
 	// when the provider lets it), and a payment that still arrives is
 	// refunded. A store that cannot move deadlines (a mapped window)
 	// cannot wait: its orders are cancelled on any answer but a paid one.
-	// Users' cancels and ExpireNow never ask: they close the session
-	// first, once, and go on unless the close finds the order paid (see
-	// Cancel). Nil: no provider is asked, a payment after the cancel is
+	// Users' cancels and ExpireNow never ask: once they cancelled, they
+	// close the session, once (see Cancel). Nil: no provider is asked, a payment after the cancel is
 	// refunded.
 	Provider PaymentProvider
 	// ProviderTimeout bounds each QueryPayment and ClosePayment call; 0:
@@ -296,12 +295,14 @@ func (s *Service) scheduleIfCommitted(ctx context.Context, orderNo string, cause
 // Config.Provider, a cancel with Request.OnlyIfDue (a timeout's, the
 // reconciler's one by one) asks the provider first, as Timeout does: it
 // may pay the order instead, or leave it waiting (Result.Changed false).
-// Any other cancel (a user's, an operator's) closes the provider's session
-// of a pending order first (PaymentProvider.ClosePayment, once, bounded by
-// Config.ProviderTimeout): a close that finds the payment complete pays
-// the order with it instead (Result.Changed false, the order paid); one
-// that fails or finds the payment processing does not stop the cancel,
-// which is then counted as expiry.KindProviderAnswered "unclosed".
+// Any other cancel (a user's, an operator's) is made as asked, then, if it
+// cancelled the order (or its commit's outcome is unknown), closes the
+// provider's session (PaymentProvider.ClosePayment, once, bounded by
+// Config.ProviderTimeout): a close that finds a payment complete hands it
+// to Pay as its callback would be (refunded once, or reinstated by the
+// late-payment policy; the Result still says what the cancel did), one
+// that fails or finds the payment processing is counted as
+// expiry.KindProviderAnswered "unclosed".
 func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if err := validate(req.OrderNo, req.UserID); err != nil {
 		return Result{}, err
@@ -309,12 +310,19 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if len(req.Reason) > MaxReasonLen || expiry.ValidateID("reason", string(req.Reason)) != nil {
 		return Result{}, fmt.Errorf("cancel: %w: reason %q (1-%d bytes of A-Z a-z 0-9 - _ .)", expiry.ErrInvalidID, req.Reason, MaxReasonLen)
 	}
-	if s.provider != nil && (!req.OnlyIfDue || req.UserID == "") { // a user's due cancel is refused by the store, untouched
-		ask := s.askProvider
-		if !req.OnlyIfDue {
-			ask = func(ctx context.Context, _ string) (verdict, Result, error) { return s.closeFirst(ctx, req) }
+	if s.provider != nil && !req.OnlyIfDue {
+		res, err := s.cancelOne(ctx, req)
+		if err == nil && res.Changed || errors.Is(err, expiry.ErrCommitUnknown) {
+			o := res.Order
+			if o.No == "" { // the outcome unknown: the number is all there is
+				o = expiry.Order{No: req.OrderNo, UserID: req.UserID}
+			}
+			s.closeAfter(ctx, o)
 		}
-		v, res, err := ask(ctx, req.OrderNo)
+		return res, err
+	}
+	if s.provider != nil && req.UserID == "" { // a user's due cancel is refused by the store, untouched
+		v, res, err := s.askProvider(ctx, req.OrderNo)
 		switch {
 		case v == verdictUnclosed:
 			res, cerr := s.cancelOne(ctx, req)

@@ -101,9 +101,9 @@
 //     successful close, except at the maximum hold (at once on a store
 //     that cannot move a deadline, a mapped window) when the provider
 //     cannot close (counted as "unclosed"). A user's cancel and an
-//     operator's expire-now close the session first, once, without a
-//     query: a paid answer pays the order instead, any other failure is
-//     counted "unclosed" once the cancel commits.
+//     operator's expire-now close the session once they committed, once,
+//     without a query: a paid answer is handed to the payment path as its
+//     callback (refunded once), any other failure is counted "unclosed".
 //   - I19: Statuses the host owns: a status outside the mapping means "not
 //     the library's" (StatusHost): its message is final, the passes skip
 //     and count it, and it never holds another order back. The library

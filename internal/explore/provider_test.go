@@ -330,14 +330,16 @@ func judgeProvider(w *world, cur *observation) []finding {
 	p := cur.facts.prov
 	// (b): every cancelled order whose session was ever opened has its
 	// session closed, or its cancel left it open (at the cap, or a user's
-	// or operator's cancel whose close failed) and that was counted.
+	// or operator's cancel whose close failed) and that was counted. A
+	// session whose payment completed is not open (nobody can pay on it):
+	// its payment is judged by (d) and the money ledgers.
 	for _, k := range slices.Sorted(maps.Keys(p.opened)) {
 		r := cur.facts.reason[k]
 		if r == "" {
 			continue // never cancelled
 		}
-		if s := p.sess[k]; s.state != sessClosed && p.unclosed[k] == 0 {
-			add("I18", "a cancelled order has its session not closed, uncounted",
+		if s := p.sess[k]; s.state == sessOpen && p.unclosed[k] == 0 {
+			add("I18", "a cancelled order has its session open, uncounted",
 				"order %s cancelled (%s), now %s, its session %s at the provider and no \"unclosed\" event", k, r, cur.orders[k].Status, s.state)
 		}
 	}
