@@ -145,9 +145,10 @@ func (s *Service) unclosed(ctx context.Context, orderNo string, closeErr error) 
 // decide it. o is the order as the cancel left it. PaymentNotPaid: closed.
 // PaymentPaid: the buyer paid as the cancel committed; the payment is
 // handed to Pay as its callback would be (refunded once, or reinstated by
-// the late-payment policy), in case that callback never comes. An open
-// session, an error or an unusable answer: the session stays open, counted
-// "unclosed"; a payment that still arrives is refunded.
+// the late-payment policy), in case that callback never comes, and if the
+// store keeps failing it is counted "unclosed". An open session, an error
+// or an unusable answer: the session stays open, counted "unclosed"; a
+// payment that still arrives is refunded.
 func (s *Service) closeAfter(ctx context.Context, o expiry.Order) {
 	ans, err := s.callProvider(ctx, o, s.provider.ClosePayment)
 	switch {
@@ -156,12 +157,21 @@ func (s *Service) closeAfter(ctx context.Context, o expiry.Order) {
 		return
 	case err == nil && ans.State == PaymentPaid:
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_paid"})
-		if _, perr := s.Pay(ctx, Payment{OrderNo: o.No, PaymentID: ans.PaymentID}); perr != nil && !errors.Is(perr, ErrDiscrepancy) {
-			// Not decided now (the store failed): its callback, or the
-			// provider's repeat of it, decides it.
-			s.log.WarnContext(ctx, "the provider took a payment for an order as it was cancelled; handing it on failed, its callback decides it", "order", o.No, "payment", ans.PaymentID, "err", perr)
+		// The order is cancelled: no timeout or pass asks about it again,
+		// so this answer may be all the library ever hears of the payment
+		// (its callback lost). A store that fails (a connection reset) is
+		// tried again at once, twice; one that keeps failing leaves the
+		// payment to its callback, said loudly and counted "unclosed".
+		var perr error
+		for range 3 {
+			if _, perr = s.Pay(ctx, Payment{OrderNo: o.No, PaymentID: ans.PaymentID}); perr == nil || errors.Is(perr, ErrDiscrepancy) {
+				return // honoured (late payments) or refunded, once
+			}
+			if ctx.Err() != nil {
+				break
+			}
 		}
-		return
+		err = fmt.Errorf("cancel: the provider took payment %s of cancelled order %s, and recording it failed (its callback decides it; if none comes, refund it by hand): %w", ans.PaymentID, o.No, perr)
 	case err == nil:
 		err = fmt.Errorf("cancel: the payment provider did not close the session of %s: %v", o.No, ans.State)
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_" + ans.State.String(), Err: err})
@@ -169,6 +179,24 @@ func (s *Service) closeAfter(ctx context.Context, o expiry.Order) {
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_unknown", Err: err})
 	}
 	s.unclosed(ctx, o.No, err)
+}
+
+// closeIfCancelled is closeAfter for a cancel whose COMMIT's outcome is
+// unknown: the order is read again, and its session closed only if it is
+// cancelled (by this cancel or another). A cancel that did not land, or
+// that the store refused (another user's: the store says so only after its
+// COMMIT), closes nothing and counts nothing. An order that cannot be read
+// may be cancelled with its session open: counted "unclosed".
+func (s *Service) closeIfCancelled(ctx context.Context, req Request) {
+	rctx, done := context.WithTimeout(context.WithoutCancel(ctx), s.placeTimeout)
+	o, err := s.store.Order(rctx, req.OrderNo)
+	done()
+	switch {
+	case err != nil && !errors.Is(err, expiry.ErrNotFound):
+		s.unclosed(ctx, req.OrderNo, fmt.Errorf("cancel: the cancel's outcome is unknown and the order unreadable, so its session was not closed: %w", err))
+	case err == nil && o.Status == expiry.StatusCancelled:
+		s.closeAfter(ctx, o)
+	}
 }
 
 // askProvider asks the provider about orderNo if it is a pending order that

@@ -296,8 +296,8 @@ func (s *Service) scheduleIfCommitted(ctx context.Context, orderNo string, cause
 // reconciler's one by one) asks the provider first, as Timeout does: it
 // may pay the order instead, or leave it waiting (Result.Changed false).
 // Any other cancel (a user's, an operator's) is made as asked, then, if it
-// cancelled the order (or its commit's outcome is unknown), closes the
-// provider's session (PaymentProvider.ClosePayment, once, bounded by
+// cancelled the order (or its commit's outcome is unknown and the order
+// reads cancelled), closes the provider's session (PaymentProvider.ClosePayment, once, bounded by
 // Config.ProviderTimeout): a close that finds a payment complete hands it
 // to Pay as its callback would be (refunded once, or reinstated by the
 // late-payment policy; the Result still says what the cancel did), one
@@ -312,12 +312,11 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	}
 	if s.provider != nil && !req.OnlyIfDue {
 		res, err := s.cancelOne(ctx, req)
-		if err == nil && res.Changed || errors.Is(err, expiry.ErrCommitUnknown) {
-			o := res.Order
-			if o.No == "" { // the outcome unknown: the number is all there is
-				o = expiry.Order{No: req.OrderNo, UserID: req.UserID}
-			}
-			s.closeAfter(ctx, o)
+		switch {
+		case err == nil && res.Changed:
+			s.closeAfter(ctx, res.Order)
+		case errors.Is(err, expiry.ErrCommitUnknown):
+			s.closeIfCancelled(ctx, req)
 		}
 		return res, err
 	}
