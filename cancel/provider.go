@@ -171,7 +171,7 @@ func (s *Service) closeAfter(ctx context.Context, o expiry.Order) {
 				break
 			}
 		}
-		err = fmt.Errorf("cancel: the provider took payment %s of cancelled order %s, and recording it failed (its callback decides it; if none comes, refund it by hand): %w", ans.PaymentID, o.No, perr)
+		err = fmt.Errorf("cancel: the provider took payment %s of cancelled order %s, and handing it on failed (its callback decides it, or the reconciler's refund retry if its record landed: check both before refunding by hand): %w", ans.PaymentID, o.No, perr)
 	case err == nil:
 		err = fmt.Errorf("cancel: the payment provider did not close the session of %s: %v", o.No, ans.State)
 		s.obs.Observe(ctx, expiry.Event{Kind: expiry.KindProviderAnswered, OrderNo: o.No, Reason: "close_" + ans.State.String(), Err: err})
@@ -181,22 +181,32 @@ func (s *Service) closeAfter(ctx context.Context, o expiry.Order) {
 	s.unclosed(ctx, o.No, err)
 }
 
-// closeIfCancelled is closeAfter for a cancel whose COMMIT's outcome is
-// unknown: the order is read again, and its session closed only if it is
-// cancelled (by this cancel or another). A cancel that did not land, or
-// that the store refused (another user's: the store says so only after its
-// COMMIT), closes nothing and counts nothing. An order that cannot be read
-// may be cancelled with its session open: counted "unclosed".
-func (s *Service) closeIfCancelled(ctx context.Context, req Request) {
+// settleUnknown follows a user's or an operator's cancel whose COMMIT's
+// outcome is unknown (res, err its answer), so that its session is closed
+// exactly when the order is cancelled. The cancel is made again: the
+// store's compare-and-set waits for a commit still in flight on the row
+// (a plain read would not, and would see the order pending), then answers
+// what is decided: cancelled by this second try (its answer is the
+// caller's), cancelled already (closed; the caller keeps the unknown
+// outcome), or refused (another user's, decided otherwise: nothing is
+// closed). A second try that fails too leaves the outcome unknown:
+// counted "unclosed", since the order may be cancelled with its session
+// open. Both run past the caller's context (a lost reply is often its
+// end), bounded by Config.PlaceTimeout.
+func (s *Service) settleUnknown(ctx context.Context, req Request, res Result, err error) (Result, error) {
 	rctx, done := context.WithTimeout(context.WithoutCancel(ctx), s.placeTimeout)
-	o, err := s.store.Order(rctx, req.OrderNo)
-	done()
+	defer done()
+	again, err2 := s.cancelOne(rctx, req)
 	switch {
-	case err != nil && !errors.Is(err, expiry.ErrNotFound):
-		s.unclosed(ctx, req.OrderNo, fmt.Errorf("cancel: the cancel's outcome is unknown and the order unreadable, so its session was not closed: %w", err))
-	case err == nil && o.Status == expiry.StatusCancelled:
-		s.closeAfter(ctx, o)
+	case err2 == nil && again.Changed:
+		s.closeAfter(rctx, again.Order)
+		return again, nil
+	case err2 == nil && again.Order.Status == expiry.StatusCancelled:
+		s.closeAfter(rctx, again.Order)
+	case err2 != nil && !errors.Is(err2, ErrNotOwner) && !errors.Is(err2, expiry.ErrNotFound):
+		s.unclosed(ctx, req.OrderNo, fmt.Errorf("cancel: the cancel's outcome is unknown, twice, so its session was not closed: %w", err2))
 	}
+	return res, err
 }
 
 // askProvider asks the provider about orderNo if it is a pending order that

@@ -187,15 +187,15 @@ func TestReview13UnknownCommitThatRolledBackCountsUnclosedTwice(t *testing.T) {
 	e.paying("A")
 	e.prov.failClose = func(string) error { return errors.New("provider: 503") }
 	e.lossy.lose("lost")
-	_, err := e.svc.UserCancel(ctx, "A", "u-A")
-	require.ErrorIs(t, err, expiry.ErrCommitUnknown)
-	require.Equal(t, expiry.StatusPending, e.order(t, "A").Status, "nothing committed")
-	unclosedWhilePending := e.count("A", "unclosed")
-	r, err := e.svc.UserCancel(ctx, "A", "u-A") // the user tries again
-	require.NoError(t, err)
+	// Since review14 the Service makes a cancel of unknown outcome again
+	// (settleUnknown): the second try cancels it, and its close fails.
+	r, err := e.svc.UserCancel(ctx, "A", "u-A")
+	require.NoError(t, err, "the second try cancelled it")
 	require.True(t, r.Changed)
+	r, err = e.svc.UserCancel(ctx, "A", "u-A") // the user tries again
+	require.NoError(t, err)
+	require.False(t, r.Changed)
 	e.judge(t, "A")
-	assert.Zero(t, unclosedWhilePending, "'unclosed' counted for an order that was not cancelled")
 	assert.Equal(t, 1, e.count("A", "unclosed"), "one cancelled order, its session left open once, counted once")
 }
 
@@ -241,47 +241,34 @@ func TestReview13UnknownCommitLanded(t *testing.T) {
 }
 
 // TestReview13UnknownCommitLostThenPaid: the user's cancel did not commit
-// (reply lost). Since the fix of this review's first two holes the
-// Service reads the order after an unknown commit and closes only a
-// cancelled one: the pending order's buyer is not barred, pays, and the
-// order is paid with its seat sold, nothing refunded, nothing counted
-// unclosed; or, if the buyer does not pay, its timeout cancels it (query,
-// close, cancel), the seat freed.
+// (reply lost). Since review14 the Service makes it again (settleUnknown):
+// the second try cancels the order and closes its session, so the buyer
+// cannot pay it; one who paid just before the close is refunded once. The
+// user's call answers the second try's cancel.
 func TestReview13UnknownCommitLostThenPaid(t *testing.T) {
 	ctx := context.Background()
-	t.Run("paid", func(t *testing.T) {
-		e := newR13Env(t, nil)
-		e.place(t, "A", time.Minute)
-		e.paying("A")
-		e.lossy.lose("lost")
-		_, err := e.svc.UserCancel(ctx, "A", "u-A")
-		require.ErrorIs(t, err, expiry.ErrCommitUnknown)
-		require.True(t, e.prov.complete("A", "pay-a"), "the pending order's buyer is not barred")
-		_, err = e.svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: "pay-a"})
-		require.NoError(t, err)
-		assert.Equal(t, expiry.StatusPaid, e.order(t, "A").Status)
-		e.judge(t, "A")
-		assert.Zero(t, e.refunded("pay-a"))
-		assert.Zero(t, e.count("A", "unclosed"))
-	})
-	t.Run("closed", func(t *testing.T) {
-		e := newR13Env(t, nil)
-		e.place(t, "A", time.Minute)
-		e.paying("A")
-		e.lossy.lose("lost")
-		_, err := e.svc.UserCancel(ctx, "A", "u-A")
-		require.ErrorIs(t, err, expiry.ErrCommitUnknown)
-		assert.False(t, e.prov.state("A").closed, "a cancel that did not land closes nothing")
-		e.prov.mu.Lock()
-		e.prov.sess("A").paying = false // the buyer left the provider's page
-		e.prov.mu.Unlock()
-		e.clk.add(2 * time.Minute)
-		c, _, err := e.svc.Timeout(ctx, "A")
-		require.NoError(t, err)
-		assert.True(t, c)
-		e.judge(t, "A")
-		assert.Zero(t, e.count("A", "unclosed"))
-	})
+	for _, paid := range []bool{false, true} {
+		t.Run(fmt.Sprint("paid before the close: ", paid), func(t *testing.T) {
+			e := newR13Env(t, nil)
+			e.place(t, "A", time.Minute)
+			e.paying("A")
+			if paid {
+				e.prov.beforeClose = func(no string) { require.True(t, e.prov.complete(no, "pay-a")) }
+			}
+			e.lossy.lose("lost")
+			r, err := e.svc.UserCancel(ctx, "A", "u-A")
+			require.NoError(t, err)
+			assert.True(t, r.Changed, "the second try cancelled it")
+			assert.False(t, e.prov.complete("A", "pay-b"), "the buyer cannot pay a cancelled order")
+			if paid {
+				_, err = e.svc.Pay(ctx, cancel.Payment{OrderNo: "A", PaymentID: "pay-a"}) // its callback, late
+				assert.ErrorIs(t, err, cancel.ErrDiscrepancy)
+				assert.Equal(t, 1, e.refunded("pay-a"))
+			}
+			e.judge(t, "A")
+			assert.Zero(t, e.count("A", "unclosed"))
+		})
+	}
 }
 
 // TestReview13CloseFindsPaymentLatePolicy (held): with AcceptLatePayments,

@@ -296,8 +296,8 @@ func (s *Service) scheduleIfCommitted(ctx context.Context, orderNo string, cause
 // reconciler's one by one) asks the provider first, as Timeout does: it
 // may pay the order instead, or leave it waiting (Result.Changed false).
 // Any other cancel (a user's, an operator's) is made as asked, then, if it
-// cancelled the order (or its commit's outcome is unknown and the order
-// reads cancelled), closes the provider's session (PaymentProvider.ClosePayment, once, bounded by
+// cancelled the order (or, its commit's outcome unknown, a second try
+// finds it cancelled), closes the provider's session (PaymentProvider.ClosePayment, once, bounded by
 // Config.ProviderTimeout): a close that finds a payment complete hands it
 // to Pay as its callback would be (refunded once, or reinstated by the
 // late-payment policy; the Result still says what the cancel did), one
@@ -316,7 +316,7 @@ func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 		case err == nil && res.Changed:
 			s.closeAfter(ctx, res.Order)
 		case errors.Is(err, expiry.ErrCommitUnknown):
-			s.closeIfCancelled(ctx, req)
+			return s.settleUnknown(ctx, req, res, err)
 		}
 		return res, err
 	}
