@@ -189,10 +189,13 @@ func (s *Service) closeAfter(ctx context.Context, o expiry.Order) {
 // what is decided: cancelled by this second try (its answer is the
 // caller's), cancelled already (closed; the caller keeps the unknown
 // outcome), or refused (another user's, decided otherwise: nothing is
-// closed). A second try that fails too leaves the outcome unknown:
+// closed; a store hook that refuses it answers the caller). A second try
+// whose outcome is unknown too, or that fails, leaves the first's unknown:
 // counted "unclosed", since the order may be cancelled with its session
 // open. Both run past the caller's context (a lost reply is often its
-// end), bounded by Config.PlaceTimeout.
+// end): the second try within Config.PlaceTimeout, the close within
+// ProviderTimeout, and a refund the close hands on within half the
+// DiscrepancyLease, as every refund.
 func (s *Service) settleUnknown(ctx context.Context, req Request, res Result, err error) (Result, error) {
 	rctx, done := context.WithTimeout(context.WithoutCancel(ctx), s.placeTimeout)
 	defer done()
@@ -203,7 +206,14 @@ func (s *Service) settleUnknown(ctx context.Context, req Request, res Result, er
 		return again, nil
 	case err2 == nil && again.Order.Status == expiry.StatusCancelled:
 		s.closeAfter(rctx, again.Order)
-	case err2 != nil && !errors.Is(err2, ErrNotOwner) && !errors.Is(err2, expiry.ErrNotFound):
+	case err2 == nil, errors.Is(err2, ErrNotOwner), errors.Is(err2, expiry.ErrNotFound):
+		// Decided otherwise (paid, the host's, another user's, gone):
+		// nothing of this cancel to close.
+	case errors.Is(err2, ErrHook):
+		// The order was pending and the host's hook refused the cancel:
+		// known, not cancelled. The caller hears the hook's refusal.
+		return again, err2
+	default:
 		s.unclosed(ctx, req.OrderNo, fmt.Errorf("cancel: the cancel's outcome is unknown, twice, so its session was not closed: %w", err2))
 	}
 	return res, err

@@ -302,7 +302,10 @@ func (s *Service) scheduleIfCommitted(ctx context.Context, orderNo string, cause
 // to Pay as its callback would be (refunded once, or reinstated by the
 // late-payment policy; the Result still says what the cancel did), one
 // that fails or finds the payment processing is counted as
-// expiry.KindProviderAnswered "unclosed".
+// expiry.KindProviderAnswered "unclosed". A cancel whose commit's outcome
+// is unknown is made again first; that second try, the close and a refund
+// it hands on run past ctx's end, within PlaceTimeout, ProviderTimeout and
+// half the DiscrepancyLease.
 func (s *Service) Cancel(ctx context.Context, req Request) (Result, error) {
 	if err := validate(req.OrderNo, req.UserID); err != nil {
 		return Result{}, err
