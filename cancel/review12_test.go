@@ -119,10 +119,16 @@ type r12Env struct {
 }
 
 func newR12Env(t *testing.T, more func(*cancel.Config)) *r12Env {
-	e := newProvEnv(t)
-	p := newR12Prov()
-	c := cancel.Config{Store: e.store, Seats: e.seats, Runtime: expiry.Runtime{Observer: e.ev, Logger: rfQuiet},
-		Provider: p, ProviderRetry: envRetry, MaxHold: envHold, ProviderTimeout: time.Second,
+	e := &r12Env{provEnv: newProvEnv(t), prov: newR12Prov()}
+	e.serveFrom(t, e.store, more)
+	return e
+}
+
+// serveFrom makes e's Service anew on store (the in-memory store, or a
+// wrapper of it), with e's provider and refund book; more edits the Config.
+func (e *r12Env) serveFrom(t *testing.T, store cancel.OrderStore, more func(*cancel.Config)) {
+	c := cancel.Config{Store: store, Seats: e.seats, Runtime: expiry.Runtime{Observer: e.ev, Logger: rfQuiet},
+		Provider: e.prov, ProviderRetry: envRetry, MaxHold: envHold, ProviderTimeout: time.Second,
 		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
 			e.mu.Lock()
 			e.refunds[d.PaymentID]++
@@ -135,7 +141,6 @@ func newR12Env(t *testing.T, more func(*cancel.Config)) *r12Env {
 	var err error
 	e.svc, err = cancel.New(c)
 	require.NoError(t, err)
-	return &r12Env{provEnv: e, prov: p}
 }
 
 func (e *r12Env) place(t *testing.T, no string, in time.Duration) {
@@ -167,6 +172,13 @@ func (e *r12Env) cancelledEvents(no string) int {
 // callbacks all delivered.
 func (e *r12Env) judge(t *testing.T, no string) {
 	t.Helper()
+	e.judgeAs(t, no, true)
+}
+
+// judgeAs is judge; with eventOnce false a cancel may have counted no
+// expiry.KindCancelled (one whose COMMIT reply was lost: review13).
+func (e *r12Env) judgeAs(t *testing.T, no string, eventOnce bool) {
+	t.Helper()
 	o := e.order(t, no)
 	s := e.prov.state(no)
 	e.mu.Lock()
@@ -196,7 +208,11 @@ func (e *r12Env) judge(t *testing.T, no string) {
 			// completed is not: its payment is refunded, judged above.)
 			assert.GreaterOrEqual(t, e.count(no, "unclosed"), 1, "I18: cancelled with its session open, no unclosed counted")
 		}
-		assert.Equal(t, 1, e.cancelledEvents(no), "cancelled once")
+		if eventOnce {
+			assert.Equal(t, 1, e.cancelledEvents(no), "cancelled once")
+		} else {
+			assert.LessOrEqual(t, e.cancelledEvents(no), 1, "cancelled once")
+		}
 	default:
 		assert.Equal(t, expiry.StatusPending, o.Status)
 		assert.Equal(t, "locked:"+no, e.holder(t, no))

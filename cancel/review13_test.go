@@ -86,22 +86,9 @@ type r13Env struct {
 // newR13Env is newR12Env with the Service on an r13Store.
 func newR13Env(t *testing.T, more func(*cancel.Config)) *r13Env {
 	e := newR12Env(t, nil)
-	lossy := &r13Store{Store: e.store}
-	c := cancel.Config{Store: lossy, Seats: e.seats, Runtime: expiry.Runtime{Observer: e.ev, Logger: rfQuiet},
-		Provider: e.prov, ProviderRetry: envRetry, MaxHold: envHold, ProviderTimeout: time.Second,
-		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
-			e.mu.Lock()
-			e.refunds[d.PaymentID]++
-			e.mu.Unlock()
-			return nil
-		}}
-	if more != nil {
-		more(&c)
-	}
-	var err error
-	e.svc, err = cancel.New(c)
-	require.NoError(t, err)
-	return &r13Env{r12Env: e, lossy: lossy}
+	st := &r13Store{Store: e.store}
+	e.serveFrom(t, st, more)
+	return &r13Env{r12Env: e, lossy: st}
 }
 
 func (e *r13Env) paying(no string) {
@@ -115,39 +102,7 @@ func (e *r13Env) paying(no string) {
 // order is judged cancelled at most once by its events.
 func (e *r13Env) judge13(t *testing.T, no string) {
 	t.Helper()
-	o := e.order(t, no)
-	s := e.prov.state(no)
-	e.mu.Lock()
-	refunds := map[string]int{}
-	for k, v := range e.refunds {
-		refunds[k] = v
-	}
-	e.mu.Unlock()
-	for id, n := range refunds {
-		assert.LessOrEqual(t, n, 1, "I9: payment %s refunded %d times", id, n)
-	}
-	switch o.Status {
-	case expiry.StatusPaid:
-		assert.Equal(t, "sold:"+no, e.holder(t, no), "I14: a paid order's seat is sold to it")
-		require.NotEmpty(t, s.paidWith, "paid without a payment at the provider")
-		r, err := e.svc.Pay(context.Background(), cancel.Payment{OrderNo: no, PaymentID: s.paidWith})
-		require.NoError(t, err)
-		assert.Equal(t, s.paidWith, r.PaymentID, "paid with the buyer's payment")
-		assert.Zero(t, refunds[s.paidWith], "I9: an honoured payment is never refunded")
-	case expiry.StatusCancelled:
-		assert.Empty(t, e.holder(t, no), "a cancelled order's seat is free")
-		if s.paidWith != "" {
-			assert.Equal(t, 1, refunds[s.paidWith], "I9: the payment of a cancelled order is refunded once")
-		}
-		if !s.closed && s.paidWith == "" {
-			assert.GreaterOrEqual(t, e.count(no, "unclosed"), 1, "I18: cancelled with its session open, no unclosed counted")
-		}
-		assert.LessOrEqual(t, e.cancelledEvents(no), 1, "cancelled once")
-	default:
-		assert.Equal(t, expiry.StatusPending, o.Status)
-		assert.Equal(t, "locked:"+no, e.holder(t, no))
-		assert.Empty(t, s.paidWith, "I9: a payment completed for a pending order (its callback delivered)")
-	}
+	e.judgeAs(t, no, false)
 }
 
 // TestReview13RefusedCancelWithUnknownCommitBarsTheBuyer (a hole of this review, fixed; I10, I18,

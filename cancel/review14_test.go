@@ -111,20 +111,7 @@ type r14Env struct {
 func newR14Env(t *testing.T, more func(*cancel.Config)) *r14Env {
 	e := newR12Env(t, nil)
 	st := &r14Store{Store: e.store}
-	c := cancel.Config{Store: st, Seats: e.seats, Runtime: expiry.Runtime{Observer: e.ev, Logger: rfQuiet},
-		Provider: e.prov, ProviderRetry: envRetry, MaxHold: envHold, ProviderTimeout: time.Second,
-		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
-			e.mu.Lock()
-			e.refunds[d.PaymentID]++
-			e.mu.Unlock()
-			return nil
-		}}
-	if more != nil {
-		more(&c)
-	}
-	var err error
-	e.svc, err = cancel.New(c)
-	require.NoError(t, err)
+	e.serveFrom(t, st, more)
 	return &r14Env{r12Env: e, st: st}
 }
 

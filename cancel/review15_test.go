@@ -61,20 +61,7 @@ type r15Env struct {
 func newR15Env(t *testing.T, more func(*cancel.Config)) *r15Env {
 	e := newR13Env(t, nil)
 	st := &r15Store{r13Store: e.lossy}
-	c := cancel.Config{Store: st, Seats: e.seats, Runtime: expiry.Runtime{Observer: e.ev, Logger: rfQuiet},
-		Provider: e.prov, ProviderRetry: envRetry, MaxHold: envHold, ProviderTimeout: time.Second,
-		OnDiscrepancy: func(_ context.Context, d cancel.Discrepancy) error {
-			e.mu.Lock()
-			e.refunds[d.PaymentID]++
-			e.mu.Unlock()
-			return nil
-		}}
-	if more != nil {
-		more(&c)
-	}
-	var err error
-	e.svc, err = cancel.New(c)
-	require.NoError(t, err)
+	e.serveFrom(t, st, more)
 	return &r15Env{r13Env: e, st: st}
 }
 
