@@ -673,3 +673,48 @@ func TestUnclosedCountedByEachPath(t *testing.T) {
 		})
 	}
 }
+
+// hostTakes is a store on which the host moves order no into a status of
+// its own (a payment step) while a cancel's COMMIT reply is lost: the
+// first cancel answers expiry.ErrCommitUnknown, changing nothing, and every
+// later one finds the order the host's, as a sqlstore mapping's Paying
+// value reads.
+type hostTakes struct {
+	*memstore.Store
+	no    string
+	tries int
+}
+
+func (h *hostTakes) CancelPending(ctx context.Context, req cancel.Request) (cancel.Result, error) {
+	if req.OrderNo != h.no {
+		return h.Store.CancelPending(ctx, req)
+	}
+	h.tries++
+	if h.tries == 1 {
+		return cancel.Result{}, fmt.Errorf("hostTakes: %w: connection reset", expiry.ErrCommitUnknown)
+	}
+	o, err := h.Store.Order(ctx, req.OrderNo)
+	o.Status = expiry.StatusHost
+	return cancel.Result{Order: o}, err
+}
+
+// TestUnknownCommitClosesOnlyACancelledOrder (I18): a user's cancel whose
+// COMMIT reply is lost is made again; when the second try finds the order
+// in the host's payment step (not cancelled, nothing changed), the buyer
+// paying there keeps the session: nothing is closed, nothing counted.
+func TestUnknownCommitClosesOnlyACancelledOrder(t *testing.T) {
+	ctx := context.Background()
+	e := newProvEnv(t)
+	p := cancel.Placement{OrderNo: "A", UserID: "u-A", ShowID: "s", Seats: []string{"A-1"}, ExpireAt: e.clk.now().Add(time.Minute)}
+	require.NoError(t, e.svc.Place(ctx, p, e.store.Place))
+	store := &hostTakes{Store: e.store, no: "A"}
+	svc, err := cancel.New(cancel.Config{Store: store, Seats: e.seats, Runtime: expiry.Runtime{Observer: e.ev}, Provider: e.prov})
+	require.NoError(t, err)
+	_, err = svc.UserCancel(ctx, "A", "u-A")
+	require.ErrorIs(t, err, expiry.ErrCommitUnknown, "the first try's outcome stays unknown to the caller")
+	assert.Equal(t, 2, store.tries, "made again")
+	_, closes, _ := e.prov.counts("A")
+	assert.Zero(t, closes, "the session of an order the cancel did not cancel was closed")
+	assert.Empty(t, e.answers("A"), "nothing counted")
+	assert.Equal(t, "locked:A", e.holder(t, "A"), "its seat is the buyer's")
+}
