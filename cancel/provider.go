@@ -139,7 +139,8 @@ func (s *Service) unclosed(ctx context.Context, orderNo string, closeErr error) 
 
 // closeAfter closes the provider's session of an order a user's or an
 // operator's cancel (a Cancel without OnlyIfDue, ExpireNow) cancelled, or
-// may have (its COMMIT's outcome unknown), once and without a query: that
+// found cancelled when its COMMIT's outcome was unknown (settleUnknown),
+// once and without a query: that
 // cancel was asked for, so it is made first and never waits on the
 // provider, and only the store's own checks (the owner's, the status's)
 // decide it. o is the order as the cancel left it. PaymentNotPaid: closed.
