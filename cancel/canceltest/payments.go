@@ -153,10 +153,30 @@ func runPayments(t *testing.T, setup setupFunc, place placeFunc) {
 			}
 		}
 		repeat("the new order pending", expiry.StatusPending, "")
-		// Once the new order is paid by its own payment, the stores answer
-		// the old one's repeat with the new order's payer, which the
-		// Service then decides from the old payment's decision (honoured
-		// before); not judged here (see the note of issue 36).
+
+		// The new order is paid by its own payment. Each payment's repeat
+		// is answered as the payment that paid the order it paid, whatever
+		// the ids' order: never as a second payment of the other's order,
+		// which would answer an honoured payment with a discrepancy on
+		// every repeat.
+		for _, second := range []string{"0" + id("pay"), "z" + id("pay")} {
+			require.NoError(t, h.Delete(ctx, p.OrderNo), "the host deletes the order under the number")
+			next := again
+			next.Seats = []string{id("s")}
+			require.NoError(t, h.Place(ctx, next), "the host reuses the number")
+			own := cancel.Payment{OrderNo: p.OrderNo, UserID: "u2", PaymentID: second}
+			res, err := h.Store.PayPending(ctx, own)
+			require.NoError(t, err)
+			require.True(t, res.Changed, "the new order takes its own payment")
+			repeat("the new order paid by "+second, expiry.StatusPaid, second)
+			for _, rp := range []cancel.Payment{own, {OrderNo: p.OrderNo, PaymentID: second}} {
+				res, err := h.Store.PayPending(ctx, rp)
+				require.NoError(t, err, "the new payment's repeat is answered")
+				assert.False(t, res.Changed)
+				assert.Equal(t, second, res.PaymentID, "the payment that paid the new order")
+				assert.Equal(t, "u2", res.Order.UserID)
+			}
+		}
 	})
 
 	// I9: a discrepancy is recorded once per payment id,

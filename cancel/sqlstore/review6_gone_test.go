@@ -342,5 +342,23 @@ func TestReview6PaidOrderNumberReused(t *testing.T) {
 		assert.Equal(t, expiry.StatusPending, ord.Status, "P1 did not pay the new order")
 		assert.Equal(t, 0, w.book.count(p1.PaymentID), "P1 (honoured) is never refunded")
 		assert.NoError(t, err, "I14: P1's repeat is answered as the payment of the order it paid, not an error for ever")
+
+		// The new order is paid by its own payment P2; the provider
+		// repeats both. Each is the payment of the order it paid: answered,
+		// never refunded, never an error the provider repeats for ever
+		// (P1's repeat was ErrDiscrepancy, "recorded before", once the
+		// order under its number named P2).
+		p2 := cancel.Payment{OrderNo: o.OrderNo, PaymentID: "pay-z2" + w.u}
+		r, err = w.svc.Pay(ctx, p2)
+		require.NoError(t, err)
+		require.True(t, r.Changed, "P2 pays the new order")
+		for _, p := range []cancel.Payment{p1, p2, {OrderNo: o.OrderNo, UserID: "u2", PaymentID: p2.PaymentID}} {
+			a, err := w.svc.Pay(ctx, p)
+			assert.NoError(t, err, "I14: %s's repeat is answered (answer %+v)", p.PaymentID, a)
+			assert.Equal(t, p.PaymentID, a.PaymentID)
+		}
+		assert.Equal(t, 0, w.book.count(p1.PaymentID), "P1 is never refunded")
+		assert.Equal(t, 0, w.book.count(p2.PaymentID), "P2 is never refunded")
+		assert.Equal(t, "sold:"+o.OrderNo, holder(t, w.rs.Seats, o2.ShowID, "n2"), "the new order holds its seat")
 	})
 }
