@@ -66,10 +66,12 @@ type OrderStore interface {
 	// before (refunded, or the payment of another order) pays nothing: an
 	// error wrapping ErrDiscrepancy, nothing changed. An order not in the
 	// store is expiry.ErrNotFound, unless p's id is recorded as honoured
-	// for this very order (the host deleted the order after p paid it):
-	// then the answer is the paid order's (Changed false, Status paid,
-	// Result.PaymentID p's, the user the record names), and a repeated
-	// callback is answered, never refunded (I14).
+	// for this very order number (the host deleted the order after p paid
+	// it): then the answer is the paid order's (Changed false, Status
+	// paid, Result.PaymentID p's, the user the record names), and a
+	// repeated callback is answered, never refunded (I14). The record
+	// answers the same when the number holds another order now (the host
+	// reused it), pending or paid by its own payment: p pays nothing of it.
 	PayPending(ctx context.Context, p Payment) (Result, error)
 	// ReinstateCancelled is the store side of the late-payment policy
 	// (Config.AcceptLatePayments), in one transaction: compare-and-set an

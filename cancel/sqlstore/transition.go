@@ -69,6 +69,17 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	if res.Changed {
 		res.PaymentID = p.PaymentID
 	}
+	if err == nil && !res.Changed && res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID {
+		// Paid by another payment, as the order under this number says.
+		// After the host reused the number, p may be the payment of the
+		// order it deleted (the payment column names the new order's),
+		// or, without a payment column, the new order's own (the payer
+		// read by number may find the deleted order's decision row):
+		// p's decision row says which order number it paid.
+		if r, ok, herr := s.paidGone(ctx, p); herr != nil || ok {
+			return r, herr
+		}
+	}
 	if err == nil && !res.Changed && (res.Order.Status == expiry.StatusPaid || res.Order.Status == expiry.StatusHost) && res.PaymentID == p.PaymentID {
 		s.recordHonoured(ctx, p, res.Order.UserID)
 	}
