@@ -65,11 +65,17 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
 	var err error
-	for repicks := 0; ; repicks++ {
-		err = s.cancelDue(ctx, opts, nos, reason, size, sts, prep, hook, repicks < maxRepicks, &out)
+	for {
+		var changed map[string]bool
+		err = s.cancelDue(ctx, opts, nos, reason, size, sts, prep, hook, &changed, &out)
 		if !errors.Is(err, errRepick) {
 			break
 		}
+		// Shed the orders that changed: none of them is cancelled by this
+		// batch, and every attempt lists fewer, so a payment wave that
+		// keeps landing between pick and lock ends the batch's attempts
+		// (at most one per order) without ever holding one of them.
+		nos = slices.DeleteFunc(slices.Clone(nos), func(no string) bool { return changed[no] })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
@@ -80,11 +86,6 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 	return out, nil
 }
 
-// maxRepicks bounds CancelDue's fresh starts after an order changed
-// between its pick and its lock (errRepick); the last attempt goes on
-// with that order held, and left out.
-const maxRepicks = 10
-
 // errRepick rolls a MySQL batch back before its compare-and-set: an order
 // batchPick found pending and due changed before batchLock locked it (a
 // payment, an extension, the host's own write). InnoDB keeps the lock of
@@ -92,17 +93,21 @@ const maxRepicks = 10
 // transaction ends, so going on would hold that order, which the batch
 // does not cancel, for as long as the batch and its hooks run (I12,
 // TestReview5PaidBetweenPickAndLockHeldForTheBatch). A rollback lets go
-// of it at once, and the next pick leaves it out.
+// of it at once, and the next attempt leaves it out (shed from the batch's
+// list, and not picked again).
 var errRepick = errors.New("sqlstore: an order changed between the batch's pick and its lock")
 
 // cancelDue is one attempt of CancelDue (with its own retries of a
-// deadlock), its results in *out. repick says an order that changed since
-// the pick ends the attempt with errRepick.
-func (s *Store) cancelDue(ctx context.Context, opts *sql.TxOptions, nos []string, reason cancel.Reason, size int, sts [5]stmt, prep [5]*sql.Stmt, hook hooked, repick bool, outp *[]cancel.Result) error {
+// deadlock), its results in *out. An order of nos that changed since the
+// pick ends the attempt with errRepick, the orders that changed in
+// *changed.
+func (s *Store) cancelDue(ctx context.Context, opts *sql.TxOptions, nos []string, reason cancel.Reason, size int, sts [5]stmt, prep [5]*sql.Stmt, hook hooked, changedp *map[string]bool, outp *[]cancel.Result) error {
 	var out []cancel.Result
 	defer func() { *outp = out }()
 	return s.retryTx(ctx, opts, func(tx *sql.Tx) error {
 		out = nil
+		changed := map[string]bool{}
+		*changedp = changed
 		v := vals{reason: string(reason), status: s.m.cancelStatus(reason)}
 		want := make(map[string]bool, len(nos))
 		for _, no := range nos {
@@ -130,17 +135,14 @@ func (s *Store) cancelDue(ctx context.Context, opts *sql.TxOptions, nos []string
 				rows.Close()
 				return err
 			}
-			if dueNow != 1 { // paid or extended since batchPick (MySQL: see batchLock)
-				if repick {
-					rows.Close()
-					return errRepick
-				}
-				continue
-			}
 			r.Order.UserID, r.Order.ShowID = user.String, show.String
 			unpad(&r.Order.No, &r.Order.UserID, &r.Order.ShowID)
 			if !want[r.Order.No] {
 				continue // a case variant a folding collation matched (I10)
+			}
+			if dueNow != 1 { // paid or extended since batchPick (MySQL: see batchLock)
+				changed[r.Order.No] = true
+				continue
 			}
 			r.Changed, r.Order.Status, r.LockID = true, expiry.StatusCancelled, lockID.String
 			r.Order.ReadAt = time.UnixMilli(nowMS)
@@ -150,6 +152,10 @@ func (s *Store) cancelDue(ctx context.Context, opts *sql.TxOptions, nos []string
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		if len(changed) > 0 {
+			out = nil
+			return errRepick // rolled back: lets go of the changed orders
 		}
 		if len(out) == 0 {
 			return nil

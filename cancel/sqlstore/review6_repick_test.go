@@ -1,8 +1,9 @@
 package sqlstore_test
 
 // Review of 81b2c33 (MariaDB's batch rolls back before its compare-and-set
-// and picks again when its lock finds an order changed since the pick, at
-// most maxRepicks (3) times) on a host's schema (seatflow: order_info and
+// and picks again when its lock finds an order changed since the pick; at
+// first at most three times, since then without a bound, shedding the
+// orders that changed) on a host's schema (seatflow: order_info and
 // its order_seat claims). What happens between the pick and the lock is
 // driven by pickStepConnector (review5_batchpick_test.go), re-armed before
 // every locking read. Judged by outcomes: what the batch cancels and
@@ -131,8 +132,9 @@ func TestReview6RepickHooksAndOutboxOnce(t *testing.T) {
 }
 
 // TestReview6RepickBoundHoldsTheFourthChange (I12): written against a bound
-// of three repicks (81b2c33), which held the fourth change; the bound is
-// ten since, and both cases must hold nothing.
+// of three repicks (81b2c33), which held the fourth change; the batch sheds
+// every order that changed since, with no bound, and both cases must hold
+// nothing.
 //
 // a batch of "stuck" (its hook waits on a coupon row an admin holds), four
 // payable orders c1-c4 and a plain one. Before each of the batch's locking
