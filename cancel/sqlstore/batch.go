@@ -76,6 +76,10 @@ func (s *Store) CancelDue(ctx context.Context, orderNos []string, reason cancel.
 		// keeps landing between pick and lock ends the batch's attempts
 		// (at most one per order) without ever holding one of them.
 		nos = slices.DeleteFunc(slices.Clone(nos), func(no string) bool { return changed[no] })
+		if len(nos) == 0 {
+			out, err = nil, nil // every order changed: nothing of the batch's is left to cancel
+			break
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: cancel due: %w", err)
