@@ -242,11 +242,11 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 		return cancel.Result{}, err
 	}
 	res, err := s.transition(ctx, p.OrderNo, p.UserID, expiry.StatusPaid, func(*order) bool { return true }, "", p.PaymentID)
-	otherPaid := err == nil && !res.Changed && res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID
-	if otherPaid || errors.Is(err, expiry.ErrNotFound) || errors.Is(err, cancel.ErrNotOwner) || errors.Is(err, cancel.ErrDiscrepancy) {
+	notPaidByP := err == nil && !res.Changed && (res.Order.Status != expiry.StatusPaid || res.PaymentID != p.PaymentID)
+	if notPaidByP || errors.Is(err, expiry.ErrNotFound) || errors.Is(err, cancel.ErrNotOwner) || errors.Is(err, cancel.ErrDiscrepancy) {
 		// The order is gone (the host deleted it), or the number holds
 		// another order now (the host reused it, and that order may be
-		// paid by its own payment): when this payment's
+		// paid by its own payment, or cancelled): when this payment's
 		// decision says it paid this very order number, it is the payment
 		// that paid it, as sqlstore's decision row answers.
 		s.mu.Lock()

@@ -69,15 +69,24 @@ func (s *Store) PayPending(ctx context.Context, p cancel.Payment) (cancel.Result
 	if res.Changed {
 		res.PaymentID = p.PaymentID
 	}
-	if err == nil && !res.Changed && res.Order.Status == expiry.StatusPaid && res.PaymentID != p.PaymentID {
-		// Paid by another payment, as the order under this number says.
-		// After the host reused the number, p may be the payment of the
-		// order it deleted (the payment column names the new order's),
-		// or, without a payment column, the new order's own (the payer
-		// read by number may find the deleted order's decision row):
-		// p's decision row says which order number it paid.
-		if r, ok, herr := s.paidGone(ctx, p); herr != nil || ok {
-			return r, herr
+	if err == nil && !res.Changed {
+		// The order under this number is not pending. After the host
+		// reused a paid order's number, p may be the payment of the order
+		// it deleted: the new one is paid by another payment, cancelled or
+		// the host's; without a payment column the payer is read by
+		// number, which may find p for the new order, or the new payment
+		// for p. p's own decision row says which order it paid: one whose
+		// buyer is not this order's is the deleted order's, answered as
+		// paid (I14), and p pays nothing now.
+		own := (res.Order.Status == expiry.StatusPaid || res.Order.Status == expiry.StatusHost) && res.PaymentID == p.PaymentID
+		if !own || s.m.payment == "" {
+			r, ok, herr := s.paidGone(ctx, p)
+			if herr != nil {
+				return r, herr
+			}
+			if ok && (!own || r.Order.UserID != res.Order.UserID) {
+				return r, nil
+			}
 		}
 	}
 	if err == nil && !res.Changed && (res.Order.Status == expiry.StatusPaid || res.Order.Status == expiry.StatusHost) && res.PaymentID == p.PaymentID {
