@@ -71,7 +71,7 @@ type OrderStore interface {
 	// paid, Result.PaymentID p's, the user the record names), and a
 	// repeated callback is answered, never refunded (I14). The record
 	// answers the same when the number holds another order now (the host
-	// reused it), pending or paid by its own payment: p pays nothing of it.
+	// reused it), whatever its status: p pays nothing of it.
 	PayPending(ctx context.Context, p Payment) (Result, error)
 	// ReinstateCancelled is the store side of the late-payment policy
 	// (Config.AcceptLatePayments), in one transaction: compare-and-set an

@@ -177,6 +177,17 @@ func runPayments(t *testing.T, setup setupFunc, place placeFunc) {
 				assert.Equal(t, "u2", res.Order.UserID)
 			}
 		}
+
+		// The order under the number is the host's to cancel too: the old
+		// payment's repeat is still the payment of the order it paid.
+		require.NoError(t, h.Delete(ctx, p.OrderNo))
+		next := again
+		next.Seats = []string{id("s")}
+		require.NoError(t, h.Place(ctx, next), "the host reuses the number")
+		res, err = h.Store.CancelPending(ctx, cancel.Request{OrderNo: p.OrderNo, Reason: cancel.ReasonUser})
+		require.NoError(t, err)
+		require.True(t, res.Changed)
+		repeat("the new order cancelled", expiry.StatusCancelled, "")
 	})
 
 	// I9: a discrepancy is recorded once per payment id,
