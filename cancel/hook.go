@@ -53,6 +53,12 @@ import (
 // to a SELECT: a hook that writes after its own read should write first
 // (or check its read with a savepoint of its own), since a write after a
 // lost abort runs on its own and stays done.
+//
+// Panics: a panic rolls the transition back like an error. On a call of
+// the host's it goes on up to the caller; in the library's own goroutines
+// (a batch of timeouts, the reconciler's expired pass) it is logged and
+// counted as a failure of the orders it held, never raised there, where it
+// would end the process.
 type Hook func(ctx context.Context, tx Querier, r Result) error
 
 // ErrHook reports that a Hook failed: the transition was rolled back. The

@@ -76,7 +76,11 @@ func (r *Reconciler) cancelAll(ctx context.Context, nos []string, rep *Report) i
 // it in rep under mu: a failure is backed off.
 func (r *Reconciler) cancelOne(ctx context.Context, no string, rep *Report, mu *sync.Mutex) {
 	octx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
-	res, err := r.c.Service.Cancel(octx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
+	var res cancel.Result
+	err := r.contain(ctx, "the cancel of an expired order", func() (err error) {
+		res, err = r.c.Service.Cancel(octx, cancel.Request{OrderNo: no, Reason: cancel.ReasonReconcile, OnlyIfDue: true})
+		return err
+	})
 	done()
 	if errors.Is(err, expiry.ErrNotFound) && !errors.Is(err, cancel.ErrHook) { // a hook's own not-found is a failed cancel
 		return
@@ -95,6 +99,21 @@ func (r *Reconciler) cancelOne(ctx context.Context, no string, rep *Report, mu *
 	if err == nil && res.Changed {
 		r.obs.Observe(ctx, expiry.Event{Kind: expiry.KindRepaired, OrderNo: no, Reason: "expired", Seats: len(res.Seats)})
 	}
+}
+
+// contain runs f, in one of the pass's own goroutines, turning a panic (a
+// host's hook's, raised in the store's transaction, which the store rolled
+// back) into an error of what, logged: raised there, it would end the
+// host's process. The orders then go on as after any failure: a batch's one
+// by one, one order's backed off.
+func (r *Reconciler) contain(ctx context.Context, what string, f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.ErrorContext(ctx, "reconcile: "+what+" panicked", "panic", fmt.Sprint(p))
+			err = fmt.Errorf("reconcile: %s panicked: %v", what, p)
+		}
+	}()
+	return f()
 }
 
 // waiting reports whether no is backing off after a failure.
@@ -177,7 +196,11 @@ func (r *Reconciler) expireBatches(ctx context.Context, nos []string, rep *Repor
 				return
 			}
 			bctx, done := context.WithTimeout(ctx, r.c.OrderTimeout)
-			res, err := r.c.Service.ExpireDue(bctx, chunk, cancel.ReasonReconcile)
+			var res []cancel.Result
+			err := r.contain(ctx, "a batch of expired orders", func() (err error) {
+				res, err = r.c.Service.ExpireDue(bctx, chunk, cancel.ReasonReconcile)
+				return err
+			})
 			done()
 			changed := make(map[string]bool, len(res))
 			for _, c := range res {

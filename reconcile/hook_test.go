@@ -79,3 +79,43 @@ func TestFailingHookSkipsOnlyItsOrder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, show)
 }
+
+// A store's transition hook that panics for one order of several (a host's
+// bug): the pass runs its batches and its one-by-one cancels in goroutines
+// of its own, where a panic would end the host's process. The round goes
+// on: the others expire, that one is skipped and backed off, its seats
+// still locked, as for a hook that fails (I12).
+func TestPanickingHookSkipsOnlyItsOrder(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	var tries atomic.Int32
+	e.store.SetHook(func(_ context.Context, _ cancel.Querier, r cancel.Result) error {
+		if r.Order.No == "bad" {
+			tries.Add(1)
+			panic("the host's hook: nil map")
+		}
+		return nil
+	})
+	bad := e.place(t, "bad", time.Minute)
+	for i := range 4 {
+		e.place(t, fmt.Sprintf("ok%d", i), 2*time.Minute)
+	}
+	e.advance(3 * time.Minute)
+	ev := &expirytest.Recorder{}
+	r, err := reconcile.New(reconcile.Config{Orders: e.store, Seats: e.seats, Service: e.svc, Batch: 2, Grace: time.Minute,
+		Runtime: expiry.Runtime{Clock: expirytest.NewFakeClock(e.clock()), Observer: ev}})
+	require.NoError(t, err)
+
+	rep, err := r.Round(ctx)
+	require.NoError(t, err, "a panicking hook is counted, not an error of the round")
+	assert.Equal(t, 4, rep.Expired, "the other expired orders were cancelled in the same round")
+	assert.Equal(t, 1, rep.Skipped)
+	assert.Positive(t, tries.Load())
+	assert.Equal(t, expiry.StatusPending, e.status(t, "bad"))
+	show, err := e.seats.Show(ctx, "s")
+	require.NoError(t, err)
+	assert.Len(t, show, len(bad.Seats), "only the panicking order's seats are still locked")
+	rep, err = r.Round(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Skipped, "backing off")
+}
