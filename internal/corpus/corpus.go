@@ -113,7 +113,7 @@ func DDL(name string, d sqlstore.Dialect) ([]string, error) {
 }
 
 // Entries is the corpus.
-var Entries = []Entry{mall, newbee, litemall, gomall, saleor, pretix, ttms}
+var Entries = []Entry{mall, newbee, litemall, gomall, saleor, pretix, ttms, hievents}
 
 // onBoth is the same answer on both dialects.
 func onBoth(lines ...string) map[sqlstore.Dialect][]string {
@@ -431,4 +431,61 @@ var ttms = Entry{
 		`sqlstore: mapping: Statuses need at least one paid and one cancelled value`,
 		`sqlstore: mapping: paid status "\"已支付\"": a string value is 1-64 bytes of A-Z a-z 0-9 _ . -`,
 	},
+}
+
+func hieventsMapping(sqlstore.Dialect) sqlstore.Mapping {
+	return sqlstore.Mapping{Orders: sqlstore.Orders{
+		// public_id is the order reference, unique as shipped; the buyer
+		// is the checkout session that holds the reservation (email is
+		// written only when the buyer completes the form).
+		Table: "orders", OrderNo: "public_id", UserID: "session_id", ShowID: "event_id", NumericShowID: true, Status: "status",
+		// One cancelled value: the project writes none when a reservation
+		// lapses, so a timeout's cancel and an organiser's read the same
+		// (a late payment is refunded, as hi.events refunds one). The
+		// payment step keeps RESERVED (payment_status, a column of its own,
+		// says AWAITING_PAYMENT): no Paying value. Statuses of later
+		// versions (ABANDONED, AWAITING_OFFLINE_PAYMENT: not at this
+		// commit) would read as the host's.
+		Statuses: sqlstore.Statuses{Pending: "RESERVED", Paid: []any{"COMPLETED"}, Cancelled: []any{"CANCELLED"}},
+		// The reservation's deadline, written per order (the event's
+		// order timeout); timestamp(0) and created_at hold UTC.
+		Deadline:  sqlstore.Time{Column: "reserved_until", Type: sqlstore.DateTimeUTC},
+		CreatedAt: sqlstore.Time{Column: "created_at", Type: sqlstore.DateTimeUTC},
+		UpdatedAt: sqlstore.Time{Column: "updated_at", Type: sqlstore.DateTimeUTC},
+		// Eloquent's soft delete (a session's earlier reservations for
+		// the event are soft-deleted when it reserves again).
+		Where: []sqlstore.Condition{{Column: "deleted_at", Value: sqlstore.IsNull}},
+		// NOT NULL without a default: the event's currency, one store's
+		// constant. short_id is one per order, no constant (Adds).
+		Fill: fill("currency", "USD"),
+	}}
+	// Order items name their order by its integer key and a ticket type
+	// with a quantity, no seat: no claims table.
+}
+
+// What Check says of hi.events' tables as shipped: its index on (event_id,
+// status, reserved_until, deleted_at) leads with the show, not the status,
+// and short_id, the project's per-order URL id, has no default.
+const (
+	hieventsIndex   = "orders table orders: no index serves the expiry scan: want one on (status, reserved_until, public_id), the condition columns [deleted_at] may lead"
+	hieventsShortID = "orders table orders: NOT NULL columns without a default that Place does not write: short_id (the first Place would fail): give each a constant in Orders.Fill (every insert writes it), or a default; if the host's own rows insert them (the rows function handed to Store.Insert), list them in Orders.Fill with the value sqlstore.HostWrites"
+)
+
+var hievents = Entry{
+	Name:     "hievents",
+	Source:   "HiEventsDev/hi.events backend/database/migrations/schema.sql @ 11310bf",
+	Mapping:  hieventsMapping,
+	CheckErr: onBoth(hieventsIndex, hieventsShortID),
+	Adds: &Adds{
+		Before: onBoth(hieventsIndex, hieventsShortID),
+		DDL: func(d sqlstore.Dialect) []string {
+			return []string{
+				"CREATE INDEX orders_status_reserved_until_public_id ON orders (status, reserved_until, public_id)",
+				// A short id per order, as the project's 'o' and 13 random
+				// characters.
+				"ALTER TABLE orders ALTER COLUMN short_id SET DEFAULT " + byDialect(d, "(CONCAT('o', LEFT(MD5(RAND()), 13)))", "('o' || substr(md5(random()::text), 1, 13))"),
+			}
+		},
+	},
+	CaseFolding: true,
 }
