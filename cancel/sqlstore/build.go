@@ -855,12 +855,13 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 
 // decide writes a payment's decision row (PostgreSQL, after the cas CTE):
 // the payment id recorded as honoured in oe_payment_discrepancy, only if the
-// compare-and-set matched. Its primary key refuses an id decided before
+// compare-and-set matched, for the order's user ('' for a NULL one, as the
+// other paths write it). Its primary key refuses an id decided before
 // (refunded, or another order's payment) with a unique violation, which
 // aborts the whole statement: the order is not paid then.
 func decide(b *sb) {
 	b.w(", dec AS (INSERT INTO oe_payment_discrepancy (payment_id, scope, order_no, user_id, status, recorded_at_ms, tried_at_ms, settled_at_ms) SELECT ").
-		p(aPayment).w(", ").p(aScope).w(", ").p(aNoKey).w(", CAST(cas.u AS VARCHAR(64)), 0, cas.nw, cas.nw, cas.nw FROM cas)")
+		p(aPayment).w(", ").p(aScope).w(", ").p(aNoKey).w(", COALESCE(CAST(cas.u AS VARCHAR(64)), ''), 0, cas.nw, cas.nw, cas.nw FROM cas)")
 }
 
 // after writes the keyset condition "(a, b) > (x, ?)" in the form the
