@@ -855,7 +855,7 @@ func (r *resolved) oneOrPlain(extra string, s slot, owner, due, pay bool) stmt {
 
 // decide writes a payment's decision row (PostgreSQL, after the cas CTE):
 // the payment id recorded as honoured in oe_payment_discrepancy, only if the
-// compare-and-set matched, for the order's user ('' for a NULL one, as the
+// compare-and-set matched, for the order's user (empty for a NULL one, as the
 // other paths write it). Its primary key refuses an id decided before
 // (refunded, or another order's payment) with a unique violation, which
 // aborts the whole statement: the order is not paid then.

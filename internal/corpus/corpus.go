@@ -113,7 +113,7 @@ func DDL(name string, d sqlstore.Dialect) ([]string, error) {
 }
 
 // Entries is the corpus.
-var Entries = []Entry{mall, newbee, litemall, gomall, saleor, pretix, ttms, hievents}
+var Entries = []Entry{mall, newbee, litemall, gomall, saleor, pretix, ttms, hievents, alfio}
 
 // onBoth is the same answer on both dialects.
 func onBoth(lines ...string) map[sqlstore.Dialect][]string {
@@ -485,6 +485,63 @@ var hievents = Entry{
 				// characters.
 				"ALTER TABLE orders ALTER COLUMN short_id SET DEFAULT " + byDialect(d, "(CONCAT('o', LEFT(MD5(RAND()), 13)))", "('o' || substr(md5(random()::text), 1, 13))"),
 			}
+		},
+	},
+	CaseFolding: true,
+}
+
+func alfioMapping(d sqlstore.Dialect) sqlstore.Mapping {
+	return sqlstore.Mapping{Orders: sqlstore.Orders{
+		// The reservation's id, a random UUID as character(36) (not the
+		// uuid type), is the number in the buyer's URLs. The buyer is the
+		// signed-in user written at creation (user_id_fk; NULL for an
+		// anonymous buyer, which reads as ""); the email comes later, with
+		// the buyer's form. event_id_fk is NULL for a subscription's
+		// purchase.
+		Table: "tickets_reservation", OrderNo: "id", UserID: "user_id_fk", NumericUserID: true,
+		ShowID: "event_id_fk", NumericShowID: true, Status: "status",
+		// COMPLETE, and FINALIZING / OFFLINE_FINALIZING (the payment taken,
+		// the tickets being written); CANCELLED and CREDIT_NOTE_ISSUED are
+		// an organiser's cancel: the project writes no status when a
+		// reservation lapses (it deletes the row), so a timeout writes
+		// CANCELLED and a late payment is refunded (no CancelledBy). Paying:
+		// a card charge under way, the buyer on the provider's page, the
+		// provider's webhook said pending (the project's webhooks take a
+		// payment in the last two). OFFLINE_PAYMENT, CUSTOM_OFFLINE_PAYMENT,
+		// DEFERRED_OFFLINE_PAYMENT (a transfer awaited, its validity the
+		// payment deadline) and STUCK stay the host's.
+		Statuses: sqlstore.Statuses{Pending: "PENDING",
+			Paid:      []any{"COMPLETE", "FINALIZING", "OFFLINE_FINALIZING"},
+			Cancelled: []any{"CANCELLED", "CREDIT_NOTE_ISSUED"},
+			Paying:    []any{"IN_PAYMENT", "EXTERNAL_PROCESSING_PAYMENT", "WAITING_EXTERNAL_CONFIRMATION"}},
+		// validity is the reservation's deadline, written per reservation
+		// (now + the event's reservation timeout).
+		Deadline:  sqlstore.Time{Column: "validity", Type: awareTime(d)},
+		CreatedAt: sqlstore.Time{Column: "creation_ts", Type: awareTime(d)},
+		// Rows are an organization's (row-level security per
+		// organization_id_fk, NOT NULL, which a trigger copies from the
+		// event): one store per organization.
+		Where: []sqlstore.Condition{{Column: "organization_id_fk", Value: 1}},
+	}}
+	// ticket is an inventory: its rows exist before the sale (FREE) and a
+	// reservation attaches them (tickets_reservation_id). Claims are rows
+	// Place inserts, one per (show, seat): no claims table.
+}
+
+// What Check says of alf.io's tables as shipped: the project's own cleanup
+// (validity < now and status = 'PENDING') has no index either.
+const alfioIndex = "orders table tickets_reservation: no index serves the expiry scan: want one on (status, validity, id), the condition columns [organization_id_fk] may lead"
+
+var alfio = Entry{
+	Name:     "alfio",
+	Source:   "alfio-event/alf.io src/main/resources/alfio/db/PGSQL/ (Flyway migrations) @ 61ee430",
+	Mapping:  alfioMapping,
+	CheckErr: onBoth(alfioIndex),
+	Adds: &Adds{
+		Before: onBoth(alfioIndex),
+		DDL: func(sqlstore.Dialect) []string {
+			// Also serves the project's cleanup, across organizations.
+			return []string{"CREATE INDEX tickets_reservation_status_validity_id ON tickets_reservation (status, validity, id)"}
 		},
 	},
 	CaseFolding: true,
