@@ -45,6 +45,9 @@ func TestCancelReportsLatenessByTheStoresClock(t *testing.T) {
 	early, known := cancelled[1].Lateness()
 	assert.True(t, known)
 	assert.Equal(t, -time.Minute, early, "the user cancelled a minute before the deadline")
+	for _, e := range cancelled {
+		assert.Equal(t, 1, e.Seats, "%s: the seats the cancel freed", e.OrderNo)
+	}
 }
 
 // A refund is counted when the hook succeeded and the record is settled,
@@ -68,6 +71,9 @@ func TestRefundedOncePerPayment(t *testing.T) {
 	require.NoError(t, err)
 	_, err = svc.Pay(ctx, cancel.Payment{OrderNo: "o1", PaymentID: "p1"})
 	require.ErrorIs(t, err, cancel.ErrDiscrepancy)
+	if found := log.Of(expiry.KindDiscrepancy); assert.Len(t, found, 1) {
+		assert.Equal(t, "paid_after_cancelled", found[0].Reason, "what the payment met")
+	}
 	assert.Len(t, log.Of(expiry.KindHookFailed), 1)
 	assert.Empty(t, log.Of(expiry.KindRefunded), "the hook failed: no refund yet")
 	fail = false
