@@ -131,6 +131,10 @@ func runCorpusEntry(t *testing.T, e corpus.Entry, d, sd sqlstore.Dialect) {
 		return
 	}
 
+	if e.Translated == d {
+		t.Logf("%s ships no %s schema: the store suite runs on the one it ships (the model test runs on this translation)", e.Name, d)
+		return
+	}
 	hs := hostSchema{
 		name:    e.Name,
 		mapping: m,
