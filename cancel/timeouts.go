@@ -102,6 +102,14 @@ func (t *groupCommit) timeout(ctx context.Context, s *Service, no string) (Resul
 	if c.decided {
 		return c.res, nil
 	}
+	if c.unknown == nil && ctx.Err() != nil {
+		// Both were ready (a batch that skipped this call, its caller gone,
+		// closes done): select may take either, and a caller that left is
+		// never served alone, which would cancel its order after it gave
+		// up (CI run 111: a queued call cancelled its order and answered
+		// nil to a caller whose context had ended).
+		return Result{}, ctx.Err()
+	}
 	if c.unknown != nil {
 		// Going alone would find the batch's own cancel, if it landed, and
 		// answer it as somebody else's: the cancel would be reported by
