@@ -80,6 +80,7 @@ type OrderRun struct {
 	No, Show, Seat, Label string
 	Scripted              bool
 	SessionID             string    // the session the host gave the buyer ("" none)
+	WantedSession         bool      // the buyer was to open one (a plan with a session)
 	PlacedBefore          time.Time // the system clock just before the order was placed
 	PaidByCallback        string    // the payment intent a webhook paid the order with
 	Outcome               string
@@ -364,7 +365,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		if err := d.svc.Place(ctx, pl, d.store.Insert(d.env.DB, nil)); err != nil {
 			return fmt.Errorf("place %s: %w", p.no, err)
 		}
-		run := &OrderRun{No: p.no, Show: d.show, Seat: p.seat, Label: p.label, Scripted: p.scripted, PlacedBefore: before}
+		run := &OrderRun{No: p.no, Show: d.show, Seat: p.seat, Label: p.label, Scripted: p.scripted, PlacedBefore: before, WantedSession: p.openAt >= 0}
 		d.runs[p.no] = run
 		d.rep.Orders = append(d.rep.Orders, run)
 		what := "placed, due in " + d.opts.Deadline.String()

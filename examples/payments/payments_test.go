@@ -155,6 +155,17 @@ func run(t *testing.T, db *sql.DB, d sqlstore.Dialect, rdb redis.UniversalClient
 		outcomes[strings.SplitN(o.Outcome, " (", 2)[0]]++
 	}
 	t.Logf("outcomes: %v", outcomes)
+	// A machine too loaded to follow the script (a scripted buyer's
+	// session opened only after its order's deadline: CI run 132, where a
+	// buyer due to open at 0.1 s came at 1.75 s) takes other paths; the
+	// invariants above hold whatever ran, and the paths are asked of a run
+	// that followed its script.
+	for _, o := range rep.Orders {
+		if o.Scripted && o.WantedSession && o.SessionID == "" {
+			t.Logf("the run did not follow its script (%s opened no session: %s); the paths it went through are not judged", o.No, o.Outcome)
+			return
+		}
+	}
 	assert.NotZero(t, outcomes["paid by callback"], "no order paid by its webhook")
 	assert.NotZero(t, outcomes["paid by the provider's answer"], "no order paid by the provider's answer")
 	assert.NotEmpty(t, refunds, "no payment refunded (the unreachable provider's)")
